@@ -1,0 +1,150 @@
+/* The schema (field table): validation, encoding and hashing. The field
+ * table's decoder lives in manifest.c with the rest of the manifest. */
+#include <string.h>
+
+#include "error_internal.h"
+#include "format.h"
+#include "le.h"
+
+/* Field descriptor, 144 bytes:
+ *   0  64  name, NUL-padded (all bytes after the name are zero)
+ *  64   1  dtype            (enum sf_dtype)
+ *  65   1  ndim             (0..8)
+ *  66   1  storage          (enum sf_storage)
+ *  67   1  codec            (0 in format 1.0)
+ *  68   4  reserved, zero
+ *  72  64  shape[8], u64 each; dims past ndim are zero
+ * 136   8  item_size        (bytes of one value; 0 for variable length)
+ */
+_Static_assert(64 + 1 + 1 + 1 + 1 + 4 + 64 + 8 == SF_FIELD_DESC_SIZE, "field descriptor size");
+
+int sf_valid_field_name(const char *name, size_t len)
+{
+    if (len == 0 || len > SF_MAX_NAME)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int sf_valid_key(const char *key, size_t len)
+{
+    if (len == 0 || len > SF_MAX_KEY || key[0] == '.')
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = key[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int sf_schema_find(const sf_schema *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->field_count; i++)
+        if (strcmp(s->fields[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int check_field(const sf_field *f, uint32_t i)
+{
+    size_t nlen = strnlen(f->name, sizeof f->name);
+    if (!sf_valid_field_name(f->name, nlen))
+        return sf_fail(SF_E_CORRUPT, "field %u: invalid name", i);
+    if (f->dtype >= SF_DT_COUNT)
+        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown dtype code %u", f->name, f->dtype);
+    if (f->ndim > SF_MAX_NDIM)
+        return sf_fail(SF_E_LIMIT, "field '%s': %u dimensions (limit %u)", f->name, f->ndim,
+                       SF_MAX_NDIM);
+    if (f->codec != 0)
+        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown codec %u", f->name, f->codec);
+    for (uint32_t d = f->ndim; d < SF_MAX_NDIM; d++)
+        if (f->shape[d] != 0)
+            return sf_fail(SF_E_RESERVED, "field '%s': unused shape slot %u is not zero", f->name, d);
+
+    size_t esize = sf_dtype_size(f->dtype);
+    if (f->storage == SF_STORE_VAR) {
+        if (f->ndim != 1 || f->shape[0] != 0 || f->item_size != 0)
+            return sf_fail(SF_E_CORRUPT,
+                           "field '%s': a variable-length field has ndim 1, shape (0,), item_size 0",
+                           f->name);
+        return 0;
+    }
+    if (f->storage != SF_STORE_FIXED && f->storage != SF_STORE_INLINE)
+        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown storage %u", f->name, f->storage);
+    if (f->dtype == SF_DT_BYTES)
+        return sf_fail(SF_E_CORRUPT, "field '%s': dtype bytes is for variable-length fields only",
+                       f->name);
+    uint64_t size = esize;
+    for (uint32_t d = 0; d < f->ndim; d++) {
+        if (f->shape[d] == 0 || f->shape[d] > SF_MAX_FIELD_BYTES || size > SF_MAX_FIELD_BYTES / f->shape[d])
+            return sf_fail(SF_E_LIMIT, "field '%s': shape dimension %u is 0 or too large", f->name, d);
+        size *= f->shape[d];
+    }
+    if (size != f->item_size)
+        return sf_fail(SF_E_CORRUPT, "field '%s': item_size %llu does not match shape (%llu)",
+                       f->name, (unsigned long long)f->item_size, (unsigned long long)size);
+    if (f->storage == SF_STORE_INLINE && size > SF_MAX_INLINE_BYTES)
+        return sf_fail(SF_E_CORRUPT, "field '%s': inline values hold at most %u bytes", f->name,
+                       SF_MAX_INLINE_BYTES);
+    return 0;
+}
+
+int sf_schema_finish(sf_schema *s)
+{
+    if (s->field_count == 0 || s->field_count > SF_MAX_FIELDS)
+        return sf_fail(SF_E_LIMIT, "%u fields (must be 1..%u)", s->field_count, SF_MAX_FIELDS);
+    s->n_payload = s->n_var = s->n_inline = 0;
+    for (uint32_t i = 0; i < s->field_count; i++) {
+        const sf_field *f = &s->fields[i];
+        int rc = check_field(f, i);
+        if (rc)
+            return rc;
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(s->fields[j].name, f->name) == 0)
+                return sf_fail(SF_E_CORRUPT, "field name '%s' appears twice", f->name);
+        s->var_slot[i] = -1;
+        s->inline_slot[i] = -1;
+        if (f->storage == SF_STORE_INLINE) {
+            s->inline_slot[i] = (int8_t)s->n_inline++;
+        } else {
+            s->n_payload++;
+            if (f->storage == SF_STORE_VAR)
+                s->var_slot[i] = (int8_t)s->n_var++;
+        }
+    }
+    s->entry_size = SF_INDEX_ENTRY_BASE + 8 * (s->n_var + s->n_inline);
+    return 0;
+}
+
+void sf_schema_encode(uint8_t *out, const sf_schema *s)
+{
+    for (uint32_t i = 0; i < s->field_count; i++) {
+        const sf_field *f = &s->fields[i];
+        uint8_t *p = out + (size_t)i * SF_FIELD_DESC_SIZE;
+        memset(p, 0, SF_FIELD_DESC_SIZE);
+        memcpy(p, f->name, strnlen(f->name, SF_MAX_NAME));
+        p[64] = f->dtype;
+        p[65] = f->ndim;
+        p[66] = f->storage;
+        p[67] = f->codec;
+        for (uint32_t d = 0; d < SF_MAX_NDIM; d++)
+            sf_put_le64(p + 72 + 8 * d, d < f->ndim ? f->shape[d] : 0);
+        sf_put_le64(p + 136, f->item_size);
+    }
+}
+
+uint64_t sf_schema_hash(const sf_schema *s)
+{
+    uint8_t buf[SF_MAX_FIELDS * SF_FIELD_DESC_SIZE];
+    sf_schema_encode(buf, s);
+    return sf_hash(buf, (size_t)s->field_count * SF_FIELD_DESC_SIZE);
+}

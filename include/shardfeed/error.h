@@ -1,0 +1,53 @@
+/* shardfeed — error codes shared by every part of the library.
+ *
+ * Convention (libgit2/LMDB style): 0 is success, negative is failure.
+ * OS and io_uring errors pass through as -errno; shardfeed's own failures
+ * use the reserved block SF_E_BASE .. SF_E_LAST so they never collide with
+ * an errno value. sf_strerror() names both. The detail (which file, shard,
+ * record, byte offset) is kept in a thread-local string, sf_last_error().
+ */
+#ifndef SHARDFEED_ERROR_H
+#define SHARDFEED_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SHARDFEED_BUILDING) && defined(__GNUC__)
+#define SF_API __attribute__((visibility("default")))
+#else
+#define SF_API
+#endif
+
+enum sf_error {
+    SF_OK = 0,
+    SF_E_BASE = -30900,
+    SF_E_BAD_MAGIC = -30900,   /* not a shardfeed file, or wrong kind of file */
+    SF_E_VERSION = -30901,     /* format version newer than this reader */
+    SF_E_CHECKSUM = -30902,    /* a stored XXH3-64 digest does not match */
+    SF_E_TRUNCATED = -30903,   /* file shorter than its structure says */
+    SF_E_CORRUPT = -30904,     /* structural inconsistency */
+    SF_E_LIMIT = -30905,       /* a count or size exceeds SPEC.md's caps */
+    SF_E_RESERVED = -30906,    /* a reserved bit or byte is set */
+    SF_E_NPY = -30907,         /* malformed .npy file */
+    SF_E_UNSUPPORTED = -30908, /* valid input that shardfeed does not take */
+    SF_E_SCHEMA = -30909,      /* a sample does not match the schema */
+    SF_E_INPUT = -30910,       /* input directory layout problem */
+    SF_E_EXISTS = -30911,      /* output already holds something else */
+    SF_E_INVALID = -30912,     /* invalid argument or option */
+    SF_E_STATE = -30913,       /* call not valid in this state */
+    SF_E_NOT_SUPPORTED = -30914, /* feature compiled out or no device */
+    SF_E_LAST = -30914
+};
+
+/* Static description of an error code (sf_error or -errno). Never NULL. */
+SF_API const char *sf_strerror(int err);
+
+/* The detail of the last failure in this thread ("" if none). Valid until the
+ * next failing shardfeed call in the same thread. */
+SF_API const char *sf_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
