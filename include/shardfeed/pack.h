@@ -1,0 +1,52 @@
+/* shardfeed — packing sample files into a dataset of shards. */
+#ifndef SHARDFEED_PACK_H
+#define SHARDFEED_PACK_H
+
+#include <stdint.h>
+
+#include "shardfeed/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SF_PACK_OPTS_VERSION 1
+#define SF_PACK_DEFAULT_SHARD_SIZE (256ull << 20)
+#define SF_PACK_DEFAULT_ALIGN 4096u
+
+/* Called from the packing thread about five times a second and once at the
+ * end (samples_done == samples_total). */
+typedef void (*sf_pack_progress_fn)(void *ctx, uint64_t samples_done, uint64_t samples_total,
+                                    uint64_t bytes_done);
+
+typedef struct sf_pack_opts {
+    unsigned version;    /* SF_PACK_OPTS_VERSION */
+    unsigned jobs;       /* worker threads; 0: one per online CPU */
+    uint64_t shard_size; /* target shard file size in bytes; 0: 256 MiB */
+    uint32_t align;      /* record alignment, a power of two <= 1 MiB; 0: 4096 */
+    int force;           /* overwrite an existing shardfeed dataset in the output */
+    sf_pack_progress_fn progress; /* NULL: none */
+    void *progress_ctx;
+} sf_pack_opts;
+
+#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL}
+
+typedef struct sf_pack_result {
+    uint64_t samples;
+    uint64_t shards;
+    uint64_t shards_reused; /* finished shards kept from an interrupted run */
+    uint64_t bytes_in;      /* array bytes read from the inputs */
+    uint64_t bytes_out;     /* bytes of all shard files and the manifest */
+    double seconds;
+} sf_pack_result;
+
+/* Packs a directory of {field}_{key}.npy files into OUT_DIR (SPEC.md,
+ * README "pack"). `result` may be NULL. On failure, sf_last_error() names
+ * the file and the reason, and no manifest is written. */
+SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
+                           const sf_pack_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

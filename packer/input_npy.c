@@ -1,0 +1,282 @@
+/* Input discovery for a directory of {field}_{key}.npy files. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/error_internal.h"
+#include "format/shard_file.h"
+#include "natsort.h"
+#include "npy_file.h"
+#include "pack_internal.h"
+
+typedef struct npy_entry {
+    char *name;  /* file name */
+    char *field; /* points into a copy of the stem */
+    char *key;
+} npy_entry;
+
+static int entry_cmp(const void *pa, const void *pb)
+{
+    const npy_entry *a = pa, *b = pb;
+    int c = sf_natcmp(a->key, b->key);
+    return c ? c : strcmp(a->field, b->field);
+}
+
+static int str_cmp(const void *pa, const void *pb)
+{
+    return strcmp(*(char *const *)pa, *(char *const *)pb);
+}
+
+static void free_entries(npy_entry *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].name);
+        free(e[i].field); /* field and key share one allocation */
+    }
+    free(e);
+}
+
+/* Splits "img_12.npy" into field "img" and key "12": the key is what follows
+ * the last underscore. */
+static int parse_name(npy_entry *e, const char *dir, const char *name)
+{
+    size_t len = strlen(name);
+    if (len < 4 || strcmp(name + len - 4, ".npy") != 0)
+        return sf_fail(SF_E_INPUT, "%s/%s: not a .npy file (inputs are named {field}_{key}.npy)",
+                       dir, name);
+    char *stem = strndup(name, len - 4);
+    if (!stem)
+        return sf_fail(-ENOMEM, "out of memory");
+    char *us = strrchr(stem, '_');
+    if (!us || us == stem || us[1] == '\0') {
+        free(stem);
+        return sf_fail(SF_E_INPUT, "%s/%s: name is not {field}_{key}.npy", dir, name);
+    }
+    *us = '\0';
+    if (!sf_valid_field_name(stem, strlen(stem))) {
+        free(stem);
+        return sf_fail(SF_E_INPUT, "%s/%s: field name must be 1-%u characters of [A-Za-z0-9_-]",
+                       dir, name, SF_MAX_NAME);
+    }
+    if (!sf_valid_key(us + 1, strlen(us + 1))) {
+        free(stem);
+        return sf_fail(SF_E_INPUT, "%s/%s: key must be 1-%u characters of [A-Za-z0-9._-]", dir,
+                       name, SF_MAX_KEY);
+    }
+    e->field = stem;
+    e->key = us + 1;
+    e->name = strdup(name);
+    if (!e->name) {
+        free(stem);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int list_dir(const char *dir, npy_entry **out, size_t *count)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return sf_fail(-errno, "%s: cannot open input directory: %s", dir, strerror(errno));
+    int dfd = dirfd(d);
+    size_t n = 0, cap = 0;
+    npy_entry *v = NULL;
+    int rc = 0;
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        /* Follow symlinks to regular files; a loop or dangling link fails here. */
+        if (fstatat(dfd, de->d_name, &st, 0) != 0) {
+            rc = sf_fail(SF_E_INPUT, "%s/%s: %s", dir, de->d_name, strerror(errno));
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            rc = sf_fail(SF_E_INPUT, "%s/%s: not a regular file (inputs are {field}_{key}.npy files)",
+                         dir, de->d_name);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            npy_entry *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                rc = sf_fail(-ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        rc = parse_name(&v[n], dir, de->d_name);
+        if (rc)
+            break;
+        n++;
+        errno = 0;
+    }
+    if (!rc && errno)
+        rc = sf_fail(-errno, "%s: reading directory: %s", dir, strerror(errno));
+    closedir(d);
+    if (rc) {
+        free_entries(v, n);
+        return rc;
+    }
+    if (n == 0) {
+        free(v);
+        return sf_fail(SF_E_INPUT, "%s: no .npy files", dir);
+    }
+    *out = v;
+    *count = n;
+    return 0;
+}
+
+/* Distinct field names in bytewise order: the schema's field order. */
+static int collect_fields(const npy_entry *e, size_t n, char names[][SF_MAX_NAME + 1], uint32_t *nf)
+{
+    char **all = malloc(n * sizeof *all);
+    if (!all)
+        return sf_fail(-ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        all[i] = e[i].field;
+    qsort(all, n, sizeof *all, str_cmp);
+    uint32_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(all[i], all[i - 1]) == 0)
+            continue;
+        if (k == SF_MAX_FIELDS) {
+            free(all);
+            return sf_fail(SF_E_LIMIT, "more than %u distinct fields", SF_MAX_FIELDS);
+        }
+        snprintf(names[k++], SF_MAX_NAME + 1, "%s", all[i]);
+    }
+    free(all);
+    *nf = k;
+    return 0;
+}
+
+static int field_pos(char names[][SF_MAX_NAME + 1], uint32_t nf, const char *field)
+{
+    for (uint32_t i = 0; i < nf; i++)
+        if (strcmp(names[i], field) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Any file of sample `s` that exists (every sample has at least one). */
+static const char *present_name(const pack_input *in, size_t s)
+{
+    for (uint32_t f = 0; f < in->field_count; f++)
+        if (in->names[s * in->field_count + f])
+            return in->names[s * in->field_count + f];
+    return "?";
+}
+
+/* Groups sorted entries by key; every key needs every field. */
+static int group_samples(pack_input *in, npy_entry *e, size_t n, char names[][SF_MAX_NAME + 1])
+{
+    uint32_t nf = in->field_count;
+    size_t samples = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || strcmp(e[i].key, e[i - 1].key) != 0)
+            samples++;
+    in->keys = calloc(samples, sizeof *in->keys);
+    in->names = calloc(samples * nf, sizeof *in->names);
+    in->file_sizes = calloc(samples * nf, sizeof *in->file_sizes);
+    if (!in->keys || !in->names || !in->file_sizes)
+        return sf_fail(-ENOMEM, "out of memory");
+    in->sample_count = samples; /* before filling, so pack_input_free works on failure */
+    size_t s = 0, i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && strcmp(e[j].key, e[i].key) == 0)
+            j++;
+        if (!(in->keys[s] = strdup(e[i].key)))
+            return sf_fail(-ENOMEM, "out of memory");
+        for (size_t k = i; k < j; k++) {
+            in->names[s * nf + (size_t)field_pos(names, nf, e[k].field)] = e[k].name;
+            e[k].name = NULL;
+        }
+        for (uint32_t f = 0; f < nf; f++)
+            if (!in->names[s * nf + f])
+                return sf_fail(SF_E_INPUT, "%s/%s_%s.npy: missing (sample '%s' has %s/%s but no '%s' file)",
+                               in->dir, names[f], in->keys[s], in->keys[s], in->dir,
+                               present_name(in, s), names[f]);
+        s++;
+        i = j;
+    }
+    return 0;
+}
+
+/* The schema field implied by one .npy file. */
+static void field_from_npy(sf_field *f, const char *name, const npy_info *info)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", name);
+    f->dtype = (uint8_t)info->dtype;
+    f->ndim = (uint8_t)info->ndim;
+    for (uint32_t d = 0; d < info->ndim; d++)
+        f->shape[d] = info->shape[d];
+    f->item_size = info->data_size;
+    /* Small scalars (labels) live in the index so a reader has them all
+     * after open, without a read per sample. */
+    f->storage = info->data_size <= SF_MAX_INLINE_BYTES ? SF_STORE_INLINE : SF_STORE_FIXED;
+}
+
+int pack_input_npy_dir(pack_input *in, const char *dir)
+{
+    memset(in, 0, sizeof *in);
+    in->dir = dir;
+    npy_entry *e = NULL;
+    size_t n = 0;
+    int rc = list_dir(dir, &e, &n);
+    if (rc)
+        return rc;
+    qsort(e, n, sizeof *e, entry_cmp);
+    char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];
+    rc = collect_fields(e, n, names, &in->field_count);
+    if (!rc)
+        rc = group_samples(in, e, n, names);
+    free_entries(e, n);
+    if (rc)
+        return rc;
+
+    uint32_t nf = in->field_count;
+    in->schema.field_count = nf;
+    for (uint64_t s = 0; s < in->sample_count; s++) {
+        for (uint32_t f = 0; f < nf; f++) {
+            npy_file nf_;
+            rc = npy_file_open(&nf_, dir, in->names[s * nf + f]);
+            if (rc)
+                return rc;
+            npy_file_close(&nf_);
+            in->file_sizes[s * nf + f] = nf_.file_size;
+            if (s == 0)
+                field_from_npy(&in->schema.fields[f], names[f], &nf_.info);
+            else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], in->names[f])))
+                return rc;
+            in->bytes_in += nf_.info.data_size;
+        }
+        if (s == 0 && (rc = sf_schema_finish(&in->schema)))
+            return sf_fail_prefix(rc, dir);
+    }
+    return 0;
+}
+
+void pack_input_free(pack_input *in)
+{
+    if (!in)
+        return;
+    uint64_t nf = in->field_count;
+    for (uint64_t s = 0; in->keys && s < in->sample_count; s++)
+        free(in->keys[s]);
+    for (uint64_t i = 0; in->names && i < in->sample_count * nf; i++)
+        free(in->names[i]);
+    free(in->keys);
+    free(in->names);
+    free(in->file_sizes);
+    memset(in, 0, sizeof *in);
+}

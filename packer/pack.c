@@ -1,0 +1,200 @@
+/* sf_pack_npy_dir: discover inputs, plan shards, prepare the output
+ * directory, write shards on worker threads, write the manifest last. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "format/error_internal.h"
+#include "pack_internal.h"
+#include "shardfeed/pack.h"
+
+typedef struct pool {
+    pack_writer_ctx ctx;
+    const uint8_t *reuse;
+    pack_shard_result *results;
+    _Atomic uint64_t next_shard;
+    atomic_int abort;
+    atomic_int running;
+    _Atomic uint64_t samples_done, bytes_done;
+    pthread_mutex_t lock;
+    int error;             /* first failure, under lock */
+    char message[1024];
+} pool;
+
+static void *worker(void *arg)
+{
+    pool *p = arg;
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&p->next_shard, 1);
+        if (i >= p->ctx.plan->shard_count || atomic_load(&p->abort))
+            break;
+        int rc = pack_write_shard(&p->ctx, i, p->reuse[i], &p->results[i]);
+        if (rc && rc != SF_E_STATE) {
+            pthread_mutex_lock(&p->lock);
+            if (!p->error) {
+                p->error = rc;
+                snprintf(p->message, sizeof p->message, "%s", sf_last_error());
+            }
+            pthread_mutex_unlock(&p->lock);
+            atomic_store(&p->abort, 1);
+            break;
+        }
+    }
+    atomic_fetch_sub(&p->running, 1);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int write_manifest(const char *out, const pack_input *in, const pack_plan *plan,
+                          const pack_shard_result *results, uint64_t *bytes)
+{
+    sf_manifest m = {
+        .version_major = SF_FORMAT_MAJOR,
+        .version_minor = SF_FORMAT_MINOR,
+        .align = plan->align,
+        .record_count = in->sample_count,
+        .dataset_id = plan->dataset_id,
+        .schema = in->schema,
+        .shard_count = plan->shard_count,
+    };
+    m.shards = calloc(plan->shard_count, sizeof *m.shards);
+    if (!m.shards)
+        return sf_fail(-ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < plan->shard_count; i++) {
+        const pack_shard_plan *sp = &plan->shards[i];
+        m.shards[i] = (sf_shard_desc){sp->count, sp->first, sp->file_size,
+                                      results[i].header_checksum, results[i].index_checksum};
+    }
+    uint64_t size = sf_manifest_encoded_size(&m);
+    uint8_t *buf = malloc(size);
+    int rc;
+    if (!buf) {
+        rc = sf_fail(-ENOMEM, "out of memory");
+    } else {
+        sf_manifest_encode(buf, &m);
+        rc = pack_write_atomic(out, SF_MANIFEST_NAME, buf, size);
+        *bytes = size;
+    }
+    free(buf);
+    free(m.shards);
+    return rc;
+}
+
+static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_t total)
+{
+    pthread_t *threads = calloc(jobs, sizeof *threads);
+    if (!threads)
+        return sf_fail(-ENOMEM, "out of memory");
+    unsigned started = 0;
+    int rc = 0;
+    atomic_store(&p->running, (int)jobs);
+    for (; started < jobs; started++) {
+        if (pthread_create(&threads[started], NULL, worker, p) != 0) {
+            atomic_store(&p->abort, 1);
+            atomic_fetch_sub(&p->running, (int)(jobs - started));
+            rc = sf_fail(-EAGAIN, "cannot start worker threads");
+            break;
+        }
+    }
+    /* The calling thread reports progress while the workers write. */
+    while (atomic_load(&p->running) > 0) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (opts->progress && atomic_load(&p->running) > 0)
+            opts->progress(opts->progress_ctx, atomic_load(&p->samples_done), total,
+                           atomic_load(&p->bytes_done));
+    }
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(threads[t], NULL);
+    free(threads);
+    if (p->error)
+        return sf_fail(p->error, "%s", p->message);
+    return rc;
+}
+
+int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
+                    const sf_pack_opts *opts)
+{
+    static const sf_pack_opts defaults = SF_PACK_OPTS_INIT;
+    if (!opts)
+        opts = &defaults;
+    if (!input_dir || !output_dir || opts->version != SF_PACK_OPTS_VERSION)
+        return sf_fail(SF_E_INVALID, "sf_pack_npy_dir: missing directory or unknown options version");
+    double t0 = now_s();
+    unsigned jobs = opts->jobs;
+    if (jobs == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        jobs = n > 0 ? (unsigned)n : 1;
+    }
+    uint64_t shard_size = opts->shard_size ? opts->shard_size : SF_PACK_DEFAULT_SHARD_SIZE;
+    uint32_t align = opts->align ? opts->align : SF_PACK_DEFAULT_ALIGN;
+
+    pack_input in;
+    pack_plan plan;
+    memset(&plan, 0, sizeof plan);
+    uint8_t *reuse = NULL;
+    pack_shard_result *results = NULL;
+    int rc = pack_input_npy_dir(&in, input_dir);
+    if (!rc)
+        rc = pack_make_plan(&plan, &in, align, shard_size);
+    if (!rc) {
+        reuse = calloc(plan.shard_count, 1);
+        results = calloc(plan.shard_count, sizeof *results);
+        if (!reuse || !results)
+            rc = sf_fail(-ENOMEM, "out of memory");
+    }
+    if (!rc)
+        rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse);
+
+    pool *p = NULL;
+    if (!rc) {
+        p = calloc(1, sizeof *p);
+        if (!p)
+            rc = sf_fail(-ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        pthread_mutex_init(&p->lock, NULL);
+        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done,
+                                   &p->bytes_done};
+        p->reuse = reuse;
+        p->results = results;
+        if (jobs > plan.shard_count)
+            jobs = (unsigned)plan.shard_count;
+        rc = run_workers(p, jobs, opts, in.sample_count);
+        pthread_mutex_destroy(&p->lock);
+    }
+    uint64_t manifest_bytes = 0;
+    if (!rc)
+        rc = write_manifest(output_dir, &in, &plan, results, &manifest_bytes);
+    if (!rc && opts->progress)
+        opts->progress(opts->progress_ctx, in.sample_count, in.sample_count, in.bytes_in);
+    if (!rc && result) {
+        memset(result, 0, sizeof *result);
+        result->samples = in.sample_count;
+        result->shards = plan.shard_count;
+        result->bytes_in = in.bytes_in;
+        result->bytes_out = manifest_bytes;
+        for (uint64_t i = 0; i < plan.shard_count; i++) {
+            result->bytes_out += plan.shards[i].file_size;
+            result->shards_reused += (uint64_t)results[i].reused;
+        }
+        result->seconds = now_s() - t0;
+    }
+    free(p);
+    free(reuse);
+    free(results);
+    pack_plan_free(&plan);
+    pack_input_free(&in);
+    return rc;
+}

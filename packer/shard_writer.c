@@ -1,0 +1,249 @@
+/* Writes one shard file: header, aligned records, index, footer; under a
+ * temporary name, fsync'd, renamed, directory fsync'd (SPEC.md "Writer
+ * rules"). Or keeps a finished shard of an interrupted run that checks
+ * clean. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "format/error_internal.h"
+#include "format/le.h"
+#include "format/shard_file.h"
+#include "npy_file.h"
+#include "pack_internal.h"
+
+/* Records are gathered in a buffer of at least this size between writes. */
+#define WRITE_BUFFER (8u << 20)
+
+static void add_progress(const pack_writer_ctx *ctx, uint64_t samples, uint64_t bytes)
+{
+    atomic_fetch_add(ctx->samples_done, samples);
+    atomic_fetch_add(ctx->bytes_done, bytes);
+}
+
+/* Keeps shard i from an earlier run when it is exactly what this run would
+ * write: same dataset, same records, every check of verify passing. */
+static int try_keep(const pack_writer_ctx *ctx, uint64_t i, const char *path, pack_shard_result *res)
+{
+    const pack_shard_plan *sp = &ctx->plan->shards[i];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    sf_shard_expect exp = {&ctx->in->schema, i, ctx->plan->dataset_id, ctx->plan->align, NULL};
+    sf_shard_meta m;
+    int keep = 0;
+    if (sf_shard_load_meta(&m, fd, &exp, NULL) == 0) {
+        if (m.file_size == sp->file_size && m.header.record_count == sp->count &&
+            m.header.first_record == sp->first) {
+            uint8_t *buf = malloc(WRITE_BUFFER);
+            if (buf && sf_shard_scan_data(&m, &ctx->in->schema, fd, buf, WRITE_BUFFER, NULL, NULL) == 0)
+                keep = 1;
+            free(buf);
+        }
+        res->header_checksum = m.header.checksum;
+        res->index_checksum = m.footer.index_checksum;
+        sf_shard_meta_clear(&m);
+    }
+    close(fd);
+    sf_clear_error();
+    return keep;
+}
+
+typedef struct writer {
+    int fd;
+    uint8_t *buf;
+    uint64_t cap, used;
+    uint8_t *scratch;
+    uint64_t scratch_cap;
+    XXH3_state_t *hash;
+} writer;
+
+static int flush(writer *w, const char *path)
+{
+    int rc = pack_write_full(w->fd, w->buf, w->used);
+    if (rc)
+        return sf_fail(rc, "%s: write failed: %s", path, strerror(-rc));
+    w->used = 0;
+    return 0;
+}
+
+/* Appends record `r` (all fields of one sample) at w->buf + w->used. */
+static int add_record(const pack_writer_ctx *ctx, writer *w, uint64_t r, uint64_t file_off,
+                      sf_index_entry *e, const uint64_t *field_off)
+{
+    const pack_input *in = ctx->in;
+    const sf_schema *s = &in->schema;
+    uint8_t *rec = w->buf + w->used;
+    uint64_t pos = 0; /* bytes of the record written so far, padding included */
+    uint32_t k = 0;
+    XXH3_64bits_reset(w->hash);
+    for (uint32_t f = 0; f < s->field_count; f++) {
+        const sf_field *fd = &s->fields[f];
+        npy_file nf;
+        int rc = npy_file_open(&nf, in->dir, in->names[r * s->field_count + f]);
+        if (rc)
+            return rc;
+        if ((rc = npy_file_check(&nf, fd, in->names[f]))) {
+            npy_file_close(&nf);
+            return sf_fail_prefix(rc, "input changed while packing");
+        }
+        if (fd->storage == SF_STORE_INLINE) {
+            uint8_t *val = e->inline_val[s->inline_slot[f]];
+            memset(val, 0, SF_MAX_INLINE_BYTES);
+            rc = npy_file_read(&nf, val, &w->scratch, &w->scratch_cap);
+        } else {
+            memset(rec + pos, 0, field_off[k] - pos); /* padding between fields */
+            rc = npy_file_read(&nf, rec + field_off[k], &w->scratch, &w->scratch_cap);
+            if (!rc)
+                XXH3_64bits_update(w->hash, rec + field_off[k], fd->item_size);
+            pos = field_off[k] + fd->item_size;
+            k++;
+        }
+        npy_file_close(&nf);
+        if (rc)
+            return rc;
+    }
+    uint64_t stride = sf_align_up(pos, ctx->plan->align);
+    memset(rec + pos, 0, stride - pos); /* padding up to the next record */
+    e->offset = file_off;
+    e->size = pos;
+    e->checksum = XXH3_64bits_digest(w->hash);
+    w->used += stride;
+    add_progress(ctx, 1, pos);
+    return 0;
+}
+
+static int write_shard(const pack_writer_ctx *ctx, uint64_t i, const char *tmp, pack_shard_result *res)
+{
+    const pack_input *in = ctx->in;
+    const pack_plan *plan = ctx->plan;
+    const pack_shard_plan *sp = &plan->shards[i];
+    const sf_schema *s = &in->schema;
+    uint64_t stride = sf_align_up(plan->record_size, plan->align);
+    uint64_t data_off = sf_data_offset(plan->align);
+    uint64_t field_off[SF_MAX_FIELDS], field_size[SF_MAX_FIELDS], record_size;
+    sf_record_layout(s, plan->align, NULL, field_off, field_size, &record_size);
+
+    writer w = {.fd = -1};
+    w.cap = stride + data_off > WRITE_BUFFER ? stride + data_off : WRITE_BUFFER;
+    w.buf = malloc(w.cap);
+    uint8_t *index = calloc(1, sp->index_size ? sp->index_size : 1);
+    w.hash = XXH3_createState();
+    int rc = 0;
+    if (!w.buf || !index || !w.hash) {
+        rc = sf_fail(-ENOMEM, "out of memory for shard %llu", (unsigned long long)i);
+        goto out;
+    }
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.fd < 0) {
+        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+        goto out;
+    }
+
+    sf_shard_header h = {
+        .version_major = SF_FORMAT_MAJOR,
+        .version_minor = SF_FORMAT_MINOR,
+        .align = plan->align,
+        .shard_index = i,
+        .record_count = sp->count,
+        .first_record = sp->first,
+        .data_offset = data_off,
+        .index_offset = sp->index_offset,
+        .index_size = sp->index_size,
+        .index_entry_size = s->entry_size,
+        .field_count = s->field_count,
+        .schema_hash = sf_schema_hash(s),
+        .dataset_id = plan->dataset_id,
+    };
+    sf_shard_header_encode(w.buf, &h);
+    memset(w.buf + SF_SHARD_HEADER_SIZE, 0, data_off - SF_SHARD_HEADER_SIZE);
+    w.used = data_off;
+
+    uint8_t *keys = index + sp->count * s->entry_size;
+    uint32_t key_pos = 0;
+    uint64_t file_off = data_off;
+    sf_index_entry e;
+    memset(&e, 0, sizeof e);
+    for (uint64_t r = 0; r < sp->count && rc == 0; r++) {
+        if (atomic_load(ctx->abort))
+            rc = SF_E_STATE; /* another worker failed; its error is the one reported */
+        else if (w.used + stride > w.cap)
+            rc = flush(&w, tmp);
+        if (rc)
+            break;
+        rc = add_record(ctx, &w, sp->first + r, file_off, &e, field_off);
+        if (rc)
+            break;
+        const char *key = in->keys[sp->first + r];
+        e.key_offset = key_pos;
+        e.key_length = (uint16_t)strlen(key);
+        memcpy(keys + key_pos, key, e.key_length);
+        key_pos += e.key_length;
+        sf_index_entry_encode(index + r * s->entry_size, s, &e);
+        file_off += stride;
+    }
+    if (!rc)
+        rc = flush(&w, tmp);
+    if (rc)
+        goto out;
+
+    sf_shard_footer f = {
+        .index_offset = sp->index_offset,
+        .index_size = sp->index_size,
+        .record_count = sp->count,
+        .index_checksum = sf_hash(index, sp->index_size),
+        .header_checksum = h.checksum,
+    };
+    uint8_t fbuf[SF_SHARD_FOOTER_SIZE];
+    sf_shard_footer_encode(fbuf, &f);
+    if ((rc = pack_write_full(w.fd, index, sp->index_size)) ||
+        (rc = pack_write_full(w.fd, fbuf, sizeof fbuf))) {
+        rc = sf_fail(rc, "%s: write failed: %s", tmp, strerror(-rc));
+        goto out;
+    }
+    if (fsync(w.fd) != 0) {
+        rc = sf_fail(-errno, "%s: fsync failed: %s", tmp, strerror(errno));
+        goto out;
+    }
+    res->header_checksum = h.checksum;
+    res->index_checksum = f.index_checksum;
+out:
+    if (w.fd >= 0 && close(w.fd) != 0 && !rc)
+        rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
+    free(w.buf);
+    free(w.scratch);
+    free(index);
+    XXH3_freeState(w.hash);
+    return rc;
+}
+
+int pack_write_shard(const pack_writer_ctx *ctx, uint64_t i, int try_reuse, pack_shard_result *res)
+{
+    char name[SF_SHARD_NAME_MAX], path[4096], tmp[4096];
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+    snprintf(path, sizeof path, "%s/%s", ctx->out_dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", ctx->out_dir, name);
+    memset(res, 0, sizeof *res);
+    if (try_reuse) {
+        if (try_keep(ctx, i, path, res)) {
+            const pack_shard_plan *sp = &ctx->plan->shards[i];
+            res->reused = 1;
+            add_progress(ctx, sp->count, sp->count * ctx->plan->record_size);
+            return 0;
+        }
+        unlink(path);
+    }
+    int rc = write_shard(ctx, i, tmp, res);
+    if (!rc && rename(tmp, path) != 0)
+        rc = sf_fail(-errno, "%s: rename failed: %s", path, strerror(errno));
+    if (!rc)
+        rc = pack_fsync_dir(ctx->out_dir);
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
