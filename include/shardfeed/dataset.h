@@ -1,0 +1,102 @@
+/* shardfeed — opening a dataset, inspecting it, random access through a
+ * read-only memory map, verifying and exporting it. */
+#ifndef SHARDFEED_DATASET_H
+#define SHARDFEED_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfeed/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sf_dataset sf_dataset;
+
+/* Opens the dataset in `dir`: reads and validates the manifest, every shard
+ * header, footer and index (SPEC.md "Reader rules"). Record payloads are not
+ * read or hashed here (see sf_verify and the reader's checksum option). */
+SF_API int sf_dataset_open(sf_dataset **out, const char *dir);
+SF_API void sf_dataset_close(sf_dataset *ds); /* NULL ok */
+
+/* Storage kinds of a field (SPEC.md "Schema"). */
+enum sf_field_storage { SF_FIELD_FIXED = 0, SF_FIELD_VAR = 1, SF_FIELD_INLINE = 2 };
+
+typedef struct sf_field_info {
+    const char *name;
+    int dtype;            /* SPEC.md "Data types" code */
+    const char *dtype_name; /* NumPy's name: "float32", "int64", ... */
+    const char *npy_descr;  /* little-endian NumPy descr: "<f4", "|u1", ... */
+    size_t elem_size;
+    uint32_t ndim;
+    uint64_t shape[8];
+    uint64_t item_size;   /* bytes of one value; 0 for variable length */
+    int storage;          /* enum sf_field_storage */
+} sf_field_info;
+
+SF_API uint64_t sf_dataset_num_samples(const sf_dataset *ds);
+SF_API uint32_t sf_dataset_num_fields(const sf_dataset *ds);
+SF_API int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field);
+SF_API uint64_t sf_dataset_num_shards(const sf_dataset *ds);
+SF_API uint32_t sf_dataset_align(const sf_dataset *ds);
+
+typedef struct sf_shard_info {
+    const char *name;   /* file name within the dataset directory */
+    uint64_t first_sample;
+    uint64_t num_samples;
+    uint64_t file_size;
+} sf_shard_info;
+
+SF_API int sf_dataset_shard(sf_shard_info *out, const sf_dataset *ds, uint64_t shard);
+
+/* The key of a sample (not NUL-terminated). */
+SF_API int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t sample);
+
+/* Random access: a pointer to the stored bytes of `field` of `sample`, valid
+ * until sf_dataset_close. Payload fields point into a read-only mmap of the
+ * shard (mapped on first use); inline fields into the loaded index. The
+ * bytes are little-endian, C order. With `check` set, the record's checksum
+ * is verified first (SF_E_CHECKSUM on mismatch). */
+SF_API int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                          uint32_t field, int check);
+
+/* ---- verify ---- */
+typedef struct sf_verify_problem {
+    int code;          /* sf_error code */
+    const char *file;  /* file name within the dataset directory */
+    int64_t shard;     /* -1 for the manifest or a stray file */
+    int64_t record;    /* record within the shard, -1 if none */
+    uint64_t offset;   /* byte offset in `file` */
+    const char *message;
+} sf_verify_problem;
+
+typedef void (*sf_verify_fn)(void *ctx, const sf_verify_problem *p);
+
+typedef struct sf_verify_summary {
+    uint64_t shards, records, bytes;
+    uint64_t problems;
+    double seconds;
+} sf_verify_summary;
+
+/* Checks everything SPEC.md defines: the manifest, each shard's header,
+ * index, footer, every record checksum and padding byte, counts and sizes,
+ * no shard missing and no stray shard file. Calls `cb` (may be NULL) for
+ * every problem, from one thread at a time. Returns 0 when the dataset is
+ * intact, SF_E_CORRUPT (or the manifest's own error) when a problem was
+ * found, or another negative code when verification itself could not run.
+ * `jobs` shards are read in parallel (0: one per CPU). */
+SF_API int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb,
+                     void *ctx);
+
+/* ---- export ---- */
+/* Writes every sample back as out_dir/{field}_{key}.npy (creating out_dir),
+ * C-order little-endian arrays that numpy.load reads. Never writes outside
+ * out_dir: names come from validated fields and keys, files are created
+ * with O_NOFOLLOW relative to the directory. Checks record checksums. */
+SF_API int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,260 @@
+/* Opening a dataset and random access through a read-only mmap. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset_internal.h"
+#include "format/error_internal.h"
+
+/* Reads dir/manifest.sfm whole, capped at the largest valid manifest. */
+static int read_manifest(sf_manifest *m, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sf_fail(-errno, "%s: %s", path,
+                       errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
+                                       : strerror(errno));
+    struct stat st;
+    int rc = 0;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) != 0) {
+        rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
+    } else if ((uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE) {
+        rc = sf_fail(SF_E_LIMIT, "%s: %lld bytes, larger than any valid manifest", path,
+                     (long long)st.st_size);
+    } else if (!(buf = malloc((size_t)st.st_size + 1))) {
+        rc = sf_fail(-ENOMEM, "%s: out of memory", path);
+    } else if ((rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0))) {
+        rc = sf_fail(rc, "%s: read failed: %s", path, sf_strerror(rc));
+    } else if ((rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size))) {
+        sf_fail_prefix(rc, path);
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int sf_dataset_open(sf_dataset **out, const char *dir)
+{
+    if (!out || !dir)
+        return sf_fail(SF_E_INVALID, "sf_dataset_open: NULL argument");
+    *out = NULL;
+    sf_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds || !(ds->dir = strdup(dir))) {
+        free(ds);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&ds->map_lock, NULL);
+    int rc = read_manifest(&ds->manifest, dir);
+    if (rc) {
+        sf_dataset_close(ds);
+        return rc;
+    }
+    const sf_manifest *m = &ds->manifest;
+    ds->shards = calloc(m->shard_count ? m->shard_count : 1, sizeof *ds->shards);
+    if (!ds->shards) {
+        sf_dataset_close(ds);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    for (uint64_t i = 0; i < m->shard_count; i++)
+        ds->shards[i].fd = -1;
+    for (uint64_t i = 0; i < m->shard_count; i++) {
+        sf_open_shard *s = &ds->shards[i];
+        char path[4096];
+        snprintf(s->name, sizeof s->name, SF_SHARD_NAME_FMT, (unsigned)i);
+        snprintf(path, sizeof path, "%s/%s", dir, s->name);
+        s->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (s->fd < 0) {
+            rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
+            break;
+        }
+        sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
+        uint64_t bad = 0;
+        rc = sf_shard_load_meta(&s->meta, s->fd, &exp, &bad);
+        if (rc) {
+            char where[4200];
+            snprintf(where, sizeof where, "%s (byte %llu)", path, (unsigned long long)bad);
+            sf_fail_prefix(rc, where);
+            break;
+        }
+    }
+    if (rc) {
+        sf_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+void sf_dataset_close(sf_dataset *ds)
+{
+    if (!ds)
+        return;
+    for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
+        sf_open_shard *s = &ds->shards[i];
+        if (s->map)
+            munmap((void *)s->map, s->meta.file_size);
+        if (s->fd >= 0)
+            close(s->fd);
+        sf_shard_meta_clear(&s->meta);
+    }
+    free(ds->shards);
+    sf_manifest_clear(&ds->manifest);
+    pthread_mutex_destroy(&ds->map_lock);
+    free(ds->dir);
+    free(ds);
+}
+
+uint64_t sf_dataset_num_samples(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.record_count : 0;
+}
+
+uint32_t sf_dataset_num_fields(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.schema.field_count : 0;
+}
+
+uint64_t sf_dataset_num_shards(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.shard_count : 0;
+}
+
+uint32_t sf_dataset_align(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.align : 0;
+}
+
+int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
+{
+    if (!out || !ds || field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "no field %u", field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->dtype = f->dtype;
+    out->dtype_name = sf_dtype_name(f->dtype);
+    out->npy_descr = sf_dtype_npy_descr(f->dtype);
+    out->elem_size = sf_dtype_size(f->dtype);
+    out->ndim = f->ndim;
+    memcpy(out->shape, f->shape, sizeof out->shape);
+    out->item_size = f->item_size;
+    out->storage = f->storage;
+    return 0;
+}
+
+int sf_dataset_shard(sf_shard_info *out, const sf_dataset *ds, uint64_t shard)
+{
+    if (!out || !ds || shard >= ds->manifest.shard_count)
+        return sf_fail(SF_E_INVALID, "no shard %llu", (unsigned long long)shard);
+    const sf_shard_desc *d = &ds->manifest.shards[shard];
+    out->name = ds->shards[shard].name;
+    out->first_sample = d->first_record;
+    out->num_samples = d->record_count;
+    out->file_size = d->file_size;
+    return 0;
+}
+
+uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local)
+{
+    const sf_shard_desc *d = ds->manifest.shards;
+    uint64_t lo = 0, hi = ds->manifest.shard_count; /* first_record is increasing */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (d[mid].first_record <= sample)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *local = sample - d[lo].first_record;
+    return lo;
+}
+
+void sf_dataset_entry(sf_index_entry *e, const sf_dataset *ds, uint64_t shard, uint64_t local)
+{
+    const sf_schema *s = &ds->manifest.schema;
+    /* Entries were validated when the shard was opened. */
+    sf_index_entry_decode(e, s, ds->shards[shard].meta.index + local * s->entry_size);
+}
+
+int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t sample)
+{
+    if (!key || !len || !ds || sample >= ds->manifest.record_count)
+        return sf_fail(SF_E_INVALID, "no sample %llu", (unsigned long long)sample);
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    sf_index_entry e;
+    sf_dataset_entry(&e, ds, shard, local);
+    const sf_open_shard *sh = &ds->shards[shard];
+    *key = (const char *)sh->meta.index + sh->meta.header.record_count * ds->manifest.schema.entry_size +
+           e.key_offset;
+    *len = e.key_length;
+    return 0;
+}
+
+static int map_shard(sf_dataset *ds, sf_open_shard *s)
+{
+    pthread_mutex_lock(&ds->map_lock);
+    int rc = 0;
+    if (!s->map) {
+        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (p == MAP_FAILED)
+            rc = sf_fail(-errno, "%s/%s: mmap failed: %s", ds->dir, s->name, strerror(errno));
+        else
+            s->map = p;
+    }
+    pthread_mutex_unlock(&ds->map_lock);
+    return rc;
+}
+
+int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                   uint32_t field, int check)
+{
+    if (!data || !size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_get: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_schema *s = &ds->manifest.schema;
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    sf_open_shard *sh = &ds->shards[shard];
+    sf_index_entry e;
+    sf_dataset_entry(&e, ds, shard, local);
+    const sf_field *f = &s->fields[field];
+    if (f->storage == SF_STORE_INLINE && !check) {
+        const uint8_t *entry = sh->meta.index + local * s->entry_size;
+        *data = entry + SF_INDEX_ENTRY_BASE + 8 * (s->n_var + (uint32_t)s->inline_slot[field]);
+        *size = f->item_size;
+        return 0;
+    }
+    int rc = map_shard(ds, sh);
+    if (rc)
+        return rc;
+    uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
+    sf_record_layout(s, ds->manifest.align, e.var_len, off, len, &record_size);
+    if (check) {
+        const uint8_t *ptr[SF_MAX_FIELDS];
+        for (uint32_t k = 0; k < s->n_payload; k++)
+            ptr[k] = sh->map + e.offset + off[k];
+        uint64_t digest;
+        if ((rc = sf_record_hash(&digest, ptr, len, s->n_payload)))
+            return sf_fail(rc, "out of memory");
+        if (digest != e.checksum)
+            return sf_fail(SF_E_CHECKSUM, "%s/%s: record %llu (sample %llu) at byte %llu: checksum mismatch",
+                           ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
+                           (unsigned long long)e.offset);
+        if (f->storage == SF_STORE_INLINE)
+            return sf_dataset_get(data, size, ds, sample, field, 0);
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < field; i++)
+        k += s->fields[i].storage != SF_STORE_INLINE;
+    *data = sh->map + e.offset + off[k];
+    *size = len[k];
+    return 0;
+}

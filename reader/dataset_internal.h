@@ -1,0 +1,31 @@
+/* The opened dataset, shared by every part of the reader. */
+#ifndef SF_READER_DATASET_INTERNAL_H
+#define SF_READER_DATASET_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "format/format.h"
+#include "format/shard_file.h"
+#include "shardfeed/dataset.h"
+
+typedef struct sf_open_shard {
+    char name[SF_SHARD_NAME_MAX];
+    int fd;
+    sf_shard_meta meta;   /* header, footer, index bytes */
+    const uint8_t *map;   /* read-only mmap of the whole file, or NULL until used */
+} sf_open_shard;
+
+struct sf_dataset {
+    char *dir;
+    sf_manifest manifest;
+    sf_open_shard *shards;
+    pthread_mutex_t map_lock; /* serialises lazy mmaps */
+};
+
+/* Shard holding `sample`; *local receives the record number within it. */
+uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);
+/* Decodes the index entry of record `local` of shard `shard`. */
+void sf_dataset_entry(sf_index_entry *e, const sf_dataset *ds, uint64_t shard, uint64_t local);
+
+#endif

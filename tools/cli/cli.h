@@ -1,0 +1,33 @@
+/* The shardfeed command line: shared helpers of the subcommands. Uses only
+ * the library's public headers. */
+#ifndef SF_TOOLS_CLI_H
+#define SF_TOOLS_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "shardfeed/shardfeed.h"
+
+/* Exit codes, the same for every subcommand. */
+#define EXIT_OK 0
+#define EXIT_USAGE 1   /* usage or environment error */
+#define EXIT_CORRUPT 2 /* verify: the dataset is damaged */
+
+int cmd_pack(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+
+/* Prints "shardfeed CMD: <detail>" for a failed library call. */
+void cli_error(const char *cmd, int rc);
+/* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* Parses a non-negative integer; 0 on success. */
+int cli_parse_uint(const char *s, uint64_t *out);
+/* Human-readable byte count ("6.02 GB"). */
+const char *cli_bytes(char *buf, size_t cap, double bytes);
+/* Writes `s` as a JSON string (quotes and escapes included). */
+void cli_json_string(FILE *f, const char *s);
+void cli_json_stringn(FILE *f, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,126 @@
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *storage_name(int storage)
+{
+    switch (storage) {
+    case SF_FIELD_FIXED: return "payload";
+    case SF_FIELD_VAR: return "payload, variable length";
+    case SF_FIELD_INLINE: return "inline in the index";
+    default: return "?";
+    }
+}
+
+static void shape_text(char *buf, size_t cap, const sf_field_info *f)
+{
+    size_t pos = (size_t)snprintf(buf, cap, "(");
+    for (uint32_t d = 0; d < f->ndim && pos < cap; d++) {
+        if (f->storage == SF_FIELD_VAR)
+            pos += (size_t)snprintf(buf + pos, cap - pos, "*");
+        else
+            pos += (size_t)snprintf(buf + pos, cap - pos, d ? ", %llu" : "%llu",
+                                    (unsigned long long)f->shape[d]);
+    }
+    if (pos < cap)
+        snprintf(buf + pos, cap - pos, f->ndim == 1 ? ",)" : ")");
+}
+
+static void print_json(const sf_dataset *ds, const char *dir)
+{
+    int major, minor;
+    sf_format_version(&major, &minor);
+    printf("{\"path\":");
+    cli_json_string(stdout, dir);
+    printf(",\"format_version\":\"%d.%d\",\"align\":%u,\"samples\":%llu,\"fields\":[", major, minor,
+           sf_dataset_align(ds), (unsigned long long)sf_dataset_num_samples(ds));
+    for (uint32_t i = 0; i < sf_dataset_num_fields(ds); i++) {
+        sf_field_info f;
+        sf_dataset_field(&f, ds, i);
+        printf("%s{\"name\":", i ? "," : "");
+        cli_json_string(stdout, f.name);
+        printf(",\"dtype\":\"%s\",\"shape\":[", f.dtype_name);
+        for (uint32_t d = 0; d < f.ndim; d++)
+            printf(d ? ",%llu" : "%llu", (unsigned long long)f.shape[d]);
+        printf("],\"item_bytes\":%llu,\"storage\":\"%s\"}", (unsigned long long)f.item_size,
+               f.storage == SF_FIELD_FIXED ? "fixed" : f.storage == SF_FIELD_VAR ? "var" : "inline");
+    }
+    uint64_t total = 0;
+    printf("],\"shards\":[");
+    for (uint64_t i = 0; i < sf_dataset_num_shards(ds); i++) {
+        sf_shard_info s;
+        sf_dataset_shard(&s, ds, i);
+        total += s.file_size;
+        printf("%s{\"name\":\"%s\",\"first_sample\":%llu,\"samples\":%llu,\"bytes\":%llu}", i ? "," : "",
+               s.name, (unsigned long long)s.first_sample, (unsigned long long)s.num_samples,
+               (unsigned long long)s.file_size);
+    }
+    printf("],\"bytes\":%llu}\n", (unsigned long long)total);
+}
+
+static void print_text(const sf_dataset *ds, const char *dir)
+{
+    int major, minor;
+    char b[32], shape[256];
+    sf_format_version(&major, &minor);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < sf_dataset_num_shards(ds); i++) {
+        sf_shard_info s;
+        sf_dataset_shard(&s, ds, i);
+        total += s.file_size;
+    }
+    printf("dataset   %s\n", dir);
+    printf("format    %d.%d, records aligned to %u bytes\n", major, minor, sf_dataset_align(ds));
+    printf("samples   %llu in %llu shards, %s\n", (unsigned long long)sf_dataset_num_samples(ds),
+           (unsigned long long)sf_dataset_num_shards(ds), cli_bytes(b, sizeof b, (double)total));
+    printf("fields\n");
+    for (uint32_t i = 0; i < sf_dataset_num_fields(ds); i++) {
+        sf_field_info f;
+        sf_dataset_field(&f, ds, i);
+        shape_text(shape, sizeof shape, &f);
+        printf("  %-16s %-10s %-18s %10llu bytes  %s\n", f.name, f.dtype_name, shape,
+               (unsigned long long)f.item_size, storage_name(f.storage));
+    }
+    printf("shards\n");
+    for (uint64_t i = 0; i < sf_dataset_num_shards(ds); i++) {
+        sf_shard_info s;
+        sf_dataset_shard(&s, ds, i);
+        printf("  %s  samples %llu..%llu (%llu)  %s\n", s.name, (unsigned long long)s.first_sample,
+               (unsigned long long)(s.first_sample + s.num_samples - 1),
+               (unsigned long long)s.num_samples, cli_bytes(b, sizeof b, (double)s.file_size));
+    }
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"json", no_argument, NULL, 'J'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    int json = 0, c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'J')
+            json = 1;
+        else {
+            fprintf(c == 'h' ? stdout : stderr, "usage: shardfeed inspect DATASET_DIR [--json]\n");
+            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "usage: shardfeed inspect DATASET_DIR [--json]\n");
+        return EXIT_USAGE;
+    }
+    sf_dataset *ds;
+    int rc = sf_dataset_open(&ds, argv[optind]);
+    if (rc) {
+        cli_error("inspect", rc);
+        return EXIT_USAGE;
+    }
+    if (json)
+        print_json(ds, argv[optind]);
+    else
+        print_text(ds, argv[optind]);
+    sf_dataset_close(ds);
+    return EXIT_OK;
+}

@@ -1,0 +1,53 @@
+/* shardfeed: pack, verify, inspect and export datasets. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shardfeed COMMAND [ARGS]\n"
+            "\n"
+            "  pack INPUT_DIR -o OUT_DIR [-j N] [--shard-size SIZE] [--align N] [--force] [--quiet]\n"
+            "        pack {field}_{key}.npy files into a dataset of checksummed shards\n"
+            "  verify DATASET_DIR [-j N] [--json]\n"
+            "        check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error\n"
+            "  inspect DATASET_DIR [--json]\n"
+            "        show the schema, counts, shards and sizes\n"
+            "  export DATASET_DIR -o DIR\n"
+            "        write every sample back as DIR/{field}_{key}.npy\n"
+            "  version\n"
+            "\n"
+            "The format is described in SPEC.md; run 'shardfeed COMMAND --help' for details.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "pack") == 0)
+        return cmd_pack(argc - 1, argv + 1);
+    if (strcmp(cmd, "verify") == 0)
+        return cmd_verify(argc - 1, argv + 1);
+    if (strcmp(cmd, "inspect") == 0)
+        return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "export") == 0)
+        return cmd_export(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        int major, minor;
+        sf_format_version(&major, &minor);
+        printf("shardfeed %s (format %d.%d)\n", sf_version(), major, minor);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    fprintf(stderr, "shardfeed: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return EXIT_USAGE;
+}

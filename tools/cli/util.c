@@ -1,0 +1,83 @@
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_error(const char *cmd, int rc)
+{
+    const char *detail = sf_last_error();
+    fprintf(stderr, "shardfeed %s: %s\n", cmd, detail[0] ? detail : sf_strerror(rc));
+}
+
+int cli_parse_uint(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            double b = floor(v * units[i].mult);
+            if (b < 1 || b > 1.8e19)
+                return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *cli_bytes(char *buf, size_t cap, double bytes)
+{
+    static const char *u[] = {"B", "kB", "MB", "GB", "TB"};
+    int i = 0;
+    while (bytes >= 1000 && i < 4) {
+        bytes /= 1000;
+        i++;
+    }
+    snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", bytes, u[i]);
+    return buf;
+}
+
+void cli_json_stringn(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    cli_json_stringn(f, s, strlen(s));
+}
