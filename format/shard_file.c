@@ -233,7 +233,8 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
             break;
         if (bad != UINT64_MAX) {
             sf_shard_problem p = {SF_E_CORRUPT, -1, bad};
-            cb(ctx, &p);
+            if (cb)
+                cb(ctx, &p);
             problems++;
         }
         if (r == h->record_count)
@@ -258,12 +259,14 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
             break;
         if (XXH3_64bits_digest(st) != e.checksum) {
             sf_shard_problem p = {SF_E_CHECKSUM, (int64_t)r, e.offset};
-            cb(ctx, &p);
+            if (cb)
+                cb(ctx, &p);
             problems++;
         }
         if (first_bad_pad != UINT64_MAX) {
             sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_pad};
-            cb(ctx, &p);
+            if (cb)
+                cb(ctx, &p);
             problems++;
         }
     }

@@ -44,7 +44,7 @@ typedef void (*sf_shard_problem_fn)(void *ctx, const sf_shard_problem *p);
 /* Streams the data area [128, index_offset) of a shard whose metadata was
  * loaded: hashes every record's payload and compares it with its index
  * entry, and checks that every padding byte is zero. Calls `cb` for each
- * problem. Reads sequentially through `buf` (buf_size bytes, >= 64 KiB).
+ * problem (`cb` may be NULL). Reads sequentially through `buf` (buf_size bytes, >= 64 KiB).
  * Returns the number of problems (>= 0), or a negative code for an I/O error. */
 int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *s, int fd, uint8_t *buf,
                            uint64_t buf_size, sf_shard_problem_fn cb, void *ctx);

@@ -1,0 +1,85 @@
+"""A second, independent reader of the shardfeed format, written from SPEC.md
+alone (no C code shared). Tests use it to check that files the C library
+writes are what the spec says, byte for byte. It checks structure, not
+checksums (Python's standard library has no XXH3)."""
+import os
+import struct
+
+import numpy as np
+
+SHARD_MAGIC = b"\x89SFSHRD\n"
+FOOTER_MAGIC = b"\x89SFSEND\n"
+MANIFEST_MAGIC = b"\x89SFMANI\n"
+DTYPES = {1: "|b1", 2: "|u1", 3: "|i1", 4: "<u2", 5: "<i2", 6: "<u4", 7: "<i4", 8: "<u8",
+          9: "<i8", 10: "<f2", 11: "<f4", 12: "<f8", 13: "<c8", 14: "<c16"}
+
+
+def align_up(v, a):
+    return (v + a - 1) // a * a
+
+
+def read_manifest(dataset_dir):
+    with open(os.path.join(dataset_dir, "manifest.sfm"), "rb") as f:
+        b = f.read()
+    assert b[:8] == MANIFEST_MAGIC
+    major, minor, req, opt, nfields, nshards, nrec, align, meta_size, dataset_id, reserved = \
+        struct.unpack_from("<HHIIIQQIIQQ", b, 8)
+    assert (major, req, reserved) == (1, 0, 0)
+    fields = []
+    p = 64
+    for _ in range(nfields):
+        name = b[p:p + 64].rstrip(b"\0").decode()
+        dtype, ndim, storage, codec = b[p + 64:p + 68]
+        shape = struct.unpack_from("<8Q", b, p + 72)[:ndim]
+        item_size, = struct.unpack_from("<Q", b, p + 136)
+        fields.append(dict(name=name, dtype=dtype, ndim=ndim, storage=storage, codec=codec,
+                           shape=tuple(shape), item_size=item_size))
+        p += 144
+    shards = []
+    for _ in range(nshards):
+        count, first, size, hsum, isum, res = struct.unpack_from("<6Q", b, p)
+        shards.append(dict(count=count, first=first, file_size=size))
+        p += 48
+    p += meta_size
+    assert p + 8 == len(b)
+    return dict(align=align, records=nrec, fields=fields, shards=shards, dataset_id=dataset_id)
+
+
+def read_records(dataset_dir):
+    """Yields (key, {field: numpy array}) for every record, in dataset order."""
+    m = read_manifest(dataset_dir)
+    fields = m["fields"]
+    n_var = sum(1 for f in fields if f["storage"] == 1)
+    inline = [f for f in fields if f["storage"] == 2]
+    entry_size = 32 + 8 * (n_var + len(inline))
+    for i, sd in enumerate(m["shards"]):
+        with open(os.path.join(dataset_dir, "shard-%06d.sfs" % i), "rb") as f:
+            b = f.read()
+        assert len(b) == sd["file_size"]
+        assert b[:8] == SHARD_MAGIC and b[-8:] == FOOTER_MAGIC
+        (major, minor, req, opt, align, shard_index, count, first, data_off, index_off,
+         index_size, entry_sz, nfields) = struct.unpack_from("<HHIIIQQQQQQII", b, 8)
+        assert (shard_index, count, first, align) == (i, sd["count"], sd["first"], m["align"])
+        assert data_off == align_up(128, align) and entry_sz == entry_size
+        assert b[128:data_off] == b"\0" * (data_off - 128)
+        keys_at = index_off + count * entry_size
+        for r in range(count):
+            e = index_off + r * entry_size
+            off, size, _checksum, key_off, key_len = struct.unpack_from("<QQQIH", b, e)
+            key = b[keys_at + key_off:keys_at + key_off + key_len].decode()
+            out = {}
+            pos, k, inl = off, 0, 0
+            for f in fields:
+                dt = np.dtype(DTYPES[f["dtype"]])
+                if f["storage"] == 2:
+                    raw = b[e + 32 + 8 * (n_var + inl):][:f["item_size"]]
+                    out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
+                    inl += 1
+                    continue
+                start = off if k == 0 else align_up(pos, align)
+                raw = b[start:start + f["item_size"]]
+                out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
+                pos = start + f["item_size"]
+                k += 1
+            assert pos - off == size
+            yield key, out

@@ -1,0 +1,364 @@
+"""End-to-end tests of `shardfeed pack`, `verify`, `inspect` and `export`.
+
+Run by ctest with SHARDFEED (the binary), SF_TEST_TMP (scratch space on the
+build's file system) in the environment; or by hand:
+  SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_pack.py -v
+"""
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sfspec  # noqa: E402
+
+SHARDFEED = os.environ.get("SHARDFEED", "build/shardfeed")
+TMP_ROOT = os.environ.get("SF_TEST_TMP")
+
+
+def run(*args, check=None):
+    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True)
+    if check is not None and p.returncode != check:
+        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def write_samples(d, n, img_shape=(3, 8, 8), img_dtype=np.float32, seed=0, start=0):
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(start, start + n):
+        np.save(os.path.join(d, f"img_{i}.npy"), rng.standard_normal(img_shape).astype(img_dtype))
+        np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i * 7))
+
+
+def dataset_files(d):
+    return sorted(f for f in os.listdir(d))
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        if TMP_ROOT:
+            os.makedirs(TMP_ROOT, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        self.inp = os.path.join(self.tmp, "in")
+        self.out = os.path.join(self.tmp, "ds")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def assert_exported_equal(self, inp, ds):
+        exp = os.path.join(self.tmp, "export")
+        shutil.rmtree(exp, ignore_errors=True)
+        run("export", ds, "-o", exp, check=0)
+        self.assertEqual(sorted(os.listdir(exp)), sorted(os.listdir(inp)))
+        for name in os.listdir(inp):
+            a, b = np.load(os.path.join(inp, name)), np.load(os.path.join(exp, name))
+            self.assertEqual(a.shape, b.shape, name)
+            self.assertEqual(a.dtype.newbyteorder("<"), b.dtype.newbyteorder("<"), name)
+            np.testing.assert_array_equal(a, b, err_msg=name)
+            self.assertTrue(b.flags.c_contiguous)
+
+
+class RoundTrip(Base):
+    def test_pack_verify_export_equal(self):
+        write_samples(self.inp, 30)
+        p = run("pack", self.inp, "-o", self.out, check=0)
+        self.assertIn("packed 30 samples", p.stdout)
+        run("verify", self.out, check=0)
+        self.assert_exported_equal(self.inp, self.out)
+
+    def test_every_dtype_and_scalar(self):
+        os.makedirs(self.inp)
+        dtypes = ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64",
+                  "int64", "float16", "float32", "float64", "complex64", "complex128"]
+        rng = np.random.default_rng(1)
+        for i in range(4):
+            for j, dt in enumerate(dtypes):
+                a = (rng.standard_normal((2, 3)) * 100)
+                if np.dtype(dt).kind == "c":
+                    a = a + 1j * a[::-1]
+                np.save(os.path.join(self.inp, f"f{j}_{i}.npy"), a.astype(dt))
+            np.save(os.path.join(self.inp, f"scalar_{i}.npy"), np.float64(i + 0.5))
+            np.save(os.path.join(self.inp, f"flag_{i}.npy"), np.bool_(i % 2))
+        run("pack", self.inp, "-o", self.out, check=0)
+        run("verify", self.out, check=0)
+        self.assert_exported_equal(self.inp, self.out)
+
+    def test_big_endian_and_fortran_order_are_converted(self):
+        os.makedirs(self.inp)
+        rng = np.random.default_rng(2)
+        ref = {}
+        for i in range(5):
+            a = rng.standard_normal((3, 4, 5))
+            ref[i] = a
+            variants = [a.astype(">f8"), np.asfortranarray(a), np.asfortranarray(a.astype(">f8")),
+                        a.astype("<f8")]
+            np.save(os.path.join(self.inp, f"x_{i}.npy"), variants[i % 4])
+        run("pack", self.inp, "-o", self.out, check=0)
+        for key, rec in sfspec.read_records(self.out):
+            self.assertEqual(rec["x"].dtype, np.dtype("<f8"))
+            np.testing.assert_array_equal(rec["x"], ref[int(key)])
+
+    def test_natural_key_order_and_spec_layout(self):
+        os.makedirs(self.inp)
+        for k in ["10", "2", "1", "a10", "a9", "007"]:
+            np.save(os.path.join(self.inp, f"v_{k}.npy"), np.arange(1024, dtype=np.int32))
+        run("pack", self.inp, "-o", self.out, check=0)
+        keys = [k for k, _ in sfspec.read_records(self.out)]
+        self.assertEqual(keys, ["1", "2", "007", "10", "a9", "a10"])
+
+    def test_labels_inline_and_images_aligned(self):
+        write_samples(self.inp, 5, img_shape=(3, 16, 16))
+        run("pack", self.inp, "-o", self.out, "--align", "512", check=0)
+        m = sfspec.read_manifest(self.out)
+        by_name = {f["name"]: f for f in m["fields"]}
+        self.assertEqual(by_name["label"]["storage"], 2)  # inline
+        self.assertEqual(by_name["img"]["storage"], 0)
+        self.assertEqual(m["align"], 512)
+        info = json.loads(run("inspect", self.out, "--json", check=0).stdout)
+        self.assertEqual(info["samples"], 5)
+        self.assertEqual([f["name"] for f in info["fields"]], ["img", "label"])
+        self.assertEqual(info["fields"][0]["shape"], [3, 16, 16])
+        self.assertEqual(info["fields"][1]["storage"], "inline")
+        text = run("inspect", self.out, check=0).stdout
+        self.assertIn("float32", text)
+        self.assertIn("(3, 16, 16)", text)
+
+
+class Determinism(Base):
+    def test_j1_j2_and_reruns_byte_identical(self):
+        write_samples(self.inp, 40, img_shape=(3, 32, 32))
+        outs = []
+        for jobs in ["1", "2", "2"]:
+            d = os.path.join(self.tmp, f"ds{len(outs)}")
+            run("pack", self.inp, "-o", d, "-j", jobs, "--shard-size", "64KiB", check=0)
+            outs.append(d)
+        files = dataset_files(outs[0])
+        self.assertGreater(len(files), 3)
+        for d in outs[1:]:
+            self.assertEqual(dataset_files(d), files)
+            match, mismatch, errors = filecmp.cmpfiles(outs[0], d, files, shallow=False)
+            self.assertEqual((mismatch, errors), ([], []))
+
+    def test_shard_size_suffixes(self):
+        write_samples(self.inp, 20, img_shape=(3, 32, 32))
+        run("pack", self.inp, "-o", self.out, "--shard-size", "0.05MiB", check=0)
+        # 3 records of 12 KiB, the 4 KiB header block and the index fit in 0.05 MiB
+        self.assertEqual(len(sfspec.read_manifest(self.out)["shards"]), 7)
+        p = run("pack", self.inp, "-o", self.out + "x", "--shard-size", "12XB")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--shard-size", p.stderr)
+
+
+class BadInput(Base):
+    def assert_fails_naming(self, needle, *extra):
+        p = run("pack", self.inp, "-o", self.out, *extra)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(needle, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "manifest.sfm")))
+        self.assertNotEqual(run("verify", self.out).returncode, 0)
+        return p.stderr
+
+    def test_mismatched_shape(self):
+        write_samples(self.inp, 5)
+        np.save(os.path.join(self.inp, "img_3.npy"), np.zeros((3, 8, 9), np.float32))
+        err = self.assert_fails_naming("img_3.npy")
+        self.assertIn("(3, 8, 9)", err)
+        self.assertIn("(3, 8, 8)", err)
+
+    def test_mismatched_dtype(self):
+        write_samples(self.inp, 5)
+        np.save(os.path.join(self.inp, "label_4.npy"), np.int32(1))
+        err = self.assert_fails_naming("label_4.npy")
+        self.assertIn("int32", err)
+
+    def test_missing_label(self):
+        write_samples(self.inp, 5)
+        os.remove(os.path.join(self.inp, "label_2.npy"))
+        self.assertIn("missing", self.assert_fails_naming("label_2.npy"))
+
+    def test_non_npy_file(self):
+        write_samples(self.inp, 3)
+        open(os.path.join(self.inp, "notes.txt"), "w").write("hi")
+        self.assertIn("not a .npy file", self.assert_fails_naming("notes.txt"))
+
+    def test_truncated_npy(self):
+        write_samples(self.inp, 3)
+        path = os.path.join(self.inp, "img_1.npy")
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[:-10])
+        self.assertIn("truncated", self.assert_fails_naming("img_1.npy"))
+
+    def test_garbage_npy(self):
+        write_samples(self.inp, 3)
+        open(os.path.join(self.inp, "img_2.npy"), "wb").write(b"PK\x03\x04 definitely not numpy")
+        self.assert_fails_naming("img_2.npy")
+
+    def test_object_array_refused(self):
+        os.makedirs(self.inp)
+        np.save(os.path.join(self.inp, "o_0.npy"), np.array([{"a": 1}], dtype=object),
+                allow_pickle=True)
+        self.assertIn("not supported", self.assert_fails_naming("o_0.npy"))
+
+    def test_output_not_creatable(self):
+        write_samples(self.inp, 3)
+        blocker = os.path.join(self.tmp, "file")
+        open(blocker, "w").write("x")
+        p = run("pack", self.inp, "-o", os.path.join(blocker, "ds"))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(os.path.join(blocker, "ds"), p.stderr)
+
+    @unittest.skipIf(os.geteuid() == 0, "root writes into read-only directories")
+    def test_output_not_writable(self):
+        write_samples(self.inp, 3)
+        os.makedirs(self.out)
+        os.chmod(self.out, 0o555)
+        self.assert_fails_naming(self.out)
+
+    def test_input_untouched_on_failure(self):
+        write_samples(self.inp, 5)
+        np.save(os.path.join(self.inp, "img_4.npy"), np.zeros((2,), np.float32))
+        before = {n: open(os.path.join(self.inp, n), "rb").read() for n in os.listdir(self.inp)}
+        self.assert_fails_naming("img_4.npy")
+        after = {n: open(os.path.join(self.inp, n), "rb").read() for n in os.listdir(self.inp)}
+        self.assertEqual(before, after)
+
+
+class OutputDirectory(Base):
+    def test_complete_dataset_refused_then_forced(self):
+        write_samples(self.inp, 5)
+        run("pack", self.inp, "-o", self.out, check=0)
+        p = run("pack", self.inp, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--force", p.stderr)
+        run("pack", self.inp, "-o", self.out, "--force", check=0)
+        run("verify", self.out, check=0)
+
+    def test_different_dataset_refused(self):
+        write_samples(self.inp, 5)
+        run("pack", self.inp, "-o", self.out, check=0)
+        other = os.path.join(self.tmp, "other")
+        write_samples(other, 6, seed=3)
+        p = run("pack", other, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("different", p.stderr)
+        run("verify", self.out, check=0)  # untouched
+
+    def test_foreign_file_refused_even_with_force(self):
+        write_samples(self.inp, 3)
+        os.makedirs(self.out)
+        open(os.path.join(self.out, "precious.txt"), "w").write("keep me")
+        for extra in ([], ["--force"]):
+            p = run("pack", self.inp, "-o", self.out, *extra)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("precious.txt", p.stderr)
+        self.assertEqual(open(os.path.join(self.out, "precious.txt")).read(), "keep me")
+
+    def test_rerun_after_interruption_completes_identically(self):
+        write_samples(self.inp, 30, img_shape=(3, 32, 32))
+        ref = os.path.join(self.tmp, "ref")
+        run("pack", self.inp, "-o", ref, "--shard-size", "64KiB", check=0)
+        shutil.copytree(ref, self.out)
+        # What a kill -9 leaves: no manifest, some shards, a temporary file.
+        os.remove(os.path.join(self.out, "manifest.sfm"))
+        names = [n for n in dataset_files(self.out) if n.startswith("shard-")]
+        os.remove(os.path.join(self.out, names[-1]))
+        open(os.path.join(self.out, "." + names[-1] + ".tmp"), "wb").write(b"partial")
+        # A finished shard damaged afterwards is not kept.
+        damaged = os.path.join(self.out, names[1])
+        data = bytearray(open(damaged, "rb").read())
+        data[5000] ^= 1
+        open(damaged, "wb").write(data)
+        p = run("pack", self.inp, "-o", self.out, "--shard-size", "64KiB", check=0)
+        self.assertIn(f"{len(names) - 2} finished shards kept", p.stdout)
+        self.assertEqual(dataset_files(self.out), dataset_files(ref))
+        match, mismatch, errors = filecmp.cmpfiles(ref, self.out, dataset_files(ref), shallow=False)
+        self.assertEqual((mismatch, errors), ([], []))
+
+
+class Corruption(Base):
+    def setUp(self):
+        super().setUp()
+        write_samples(self.inp, 6, img_shape=(3, 16, 16))
+        run("pack", self.inp, "-o", self.out, "--shard-size", "12KiB", check=0)
+
+    def flip_and_verify(self, name, offset):
+        path = os.path.join(self.out, name)
+        data = bytearray(open(path, "rb").read())
+        data[offset] ^= 0x10
+        open(path, "wb").write(data)
+        p = run("verify", self.out)
+        data[offset] ^= 0x10
+        open(path, "wb").write(data)
+        self.assertEqual(p.returncode, 2, f"{name}@{offset}: {p.stdout}{p.stderr}")
+        self.assertIn(name, p.stdout)
+        return p.stdout
+
+    def test_every_region_detected(self):
+        shard = "shard-000000.sfs"
+        size = os.path.getsize(os.path.join(self.out, shard))
+        regions = {"header": 20, "header padding": 1000, "record": 4096 + 100,
+                   "record padding": 4096 + 3072 + 5, "index": size - 64 - 10,
+                   "footer": size - 30, "end magic": size - 1}
+        for what, off in regions.items():
+            with self.subTest(what):
+                out = self.flip_and_verify(shard, off)
+                if what == "record":
+                    self.assertIn("record 0", out)
+                    self.assertIn("checksum", out)
+                if what == "record padding":
+                    self.assertIn("byte %d" % off, out)
+        for off in range(0, os.path.getsize(os.path.join(self.out, "manifest.sfm")), 37):
+            self.flip_and_verify("manifest.sfm", off)
+
+    def test_truncation_and_missing_and_extra_shard(self):
+        path = os.path.join(self.out, "shard-000001.sfs")
+        data = open(path, "rb").read()
+        for cut in [0, 100, 4096, len(data) - 65, len(data) - 1]:
+            open(path, "wb").write(data[:cut])
+            p = run("verify", self.out)
+            self.assertEqual(p.returncode, 2, cut)
+            self.assertIn("shard-000001.sfs", p.stdout)
+        os.remove(path)
+        p = run("verify", self.out)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("missing", p.stdout)
+        open(path, "wb").write(data)
+        shutil.copy(path, os.path.join(self.out, "shard-000099.sfs"))
+        p = run("verify", self.out)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("shard-000099.sfs", p.stdout)
+
+    def test_json_report(self):
+        res = json.loads(run("verify", self.out, "--json", check=0).stdout)
+        self.assertTrue(res["ok"])
+        self.assertEqual(res["records"], 6)
+        path = os.path.join(self.out, "shard-000000.sfs")
+        data = bytearray(open(path, "rb").read())
+        data[4096 + 17] ^= 1
+        open(path, "wb").write(data)
+        p = run("verify", self.out, "--json")
+        self.assertEqual(p.returncode, 2)
+        res = json.loads(p.stdout)
+        self.assertFalse(res["ok"])
+        self.assertEqual(len(res["problems"]), 1)
+        self.assertEqual(res["problems"][0]["record"], 0)
+        self.assertEqual(res["problems"][0]["error"], "checksum mismatch")
+        # export refuses to write the damaged record
+        self.assertEqual(run("export", self.out, "-o", os.path.join(self.tmp, "e")).returncode, 2)
+
+    def test_usage_errors_exit_1(self):
+        self.assertEqual(run("verify").returncode, 1)
+        self.assertEqual(run("verify", os.path.join(self.tmp, "nope")).returncode, 1)
+        self.assertEqual(run("pack", self.inp).returncode, 1)
+        self.assertEqual(run("frobnicate").returncode, 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
