@@ -1,0 +1,67 @@
+/* The device side of batch delivery, behind a small interface so that the
+ * reader's pipeline logic (which slot is copied when, when a slot may be
+ * reused) is the same for every device and is tested in CI without a GPU.
+ *
+ * Two implementations:
+ *  - host (device_host.c): "device memory" is an ordinary allocation and the
+ *    copy runs on a copy thread, asynchronously, like a DMA engine; tests can
+ *    slow it down to expose ordering bugs;
+ *  - cuda (device_cuda.c): the slab is page-locked with cudaHostRegister,
+ *    every slot has its own stream, event and device buffer from a pool
+ *    allocated once; copies are cudaMemcpyAsync on the slot's stream.
+ *    Compiled only when SHARDFEED_CUDA is on; otherwise opening it fails with
+ *    SF_E_NOT_SUPPORTED.
+ *
+ * Slot protocol (the reader follows it):
+ *   copy(slot, ranges)   after the slot's reads completed: enqueue the copy of
+ *                        the used ranges of the slot to the slot's device
+ *                        buffer, after any release fence of the slot;
+ *   (consumer uses device_ptr(slot) after waiting on event(slot))
+ *   release(slot, stream) the consumer is done enqueuing work on the slot's
+ *                        device buffer; work on `stream` (NULL: none) must
+ *                        finish before the next copy overwrites it;
+ *   reuse(slot)          before new reads overwrite the host slot: waits
+ *                        until the slot's last copy has finished reading it.
+ */
+#ifndef SF_READER_DEVICE_H
+#define SF_READER_DEVICE_H
+
+#include <stdint.h>
+
+typedef struct sf_device sf_device;
+
+typedef struct sf_copy_range {
+    uint64_t off; /* offset within the slot (host and device alike) */
+    uint64_t len;
+} sf_copy_range;
+
+typedef struct sf_device_ops {
+    const char *name;
+    /* Page-locks the slab (once), allocates one device buffer of slot_bytes
+     * per slot and the per-slot stream and event. */
+    int (*open)(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes, uint32_t slots,
+                uint64_t slot_bytes);
+    int (*copy)(sf_device *d, uint32_t slot, const sf_copy_range *ranges, uint32_t n);
+    int (*release)(sf_device *d, uint32_t slot, void *stream);
+    int (*reuse)(sf_device *d, uint32_t slot);
+    /* Blocks until the slot's copy is complete (for consumers without a
+     * stream of their own, and for tests). */
+    int (*wait)(sf_device *d, uint32_t slot);
+    void *(*device_ptr)(sf_device *d, uint32_t slot);
+    void *(*stream)(sf_device *d, uint32_t slot); /* cudaStream_t, or NULL on host */
+    void *(*event)(sf_device *d, uint32_t slot);  /* cudaEvent_t recorded after the copy */
+    /* Device memory the implementation holds (for the constant-memory check). */
+    uint64_t (*bytes)(sf_device *d);
+    void (*close)(sf_device *d);
+} sf_device_ops;
+
+extern const sf_device_ops sf_device_host;
+extern const sf_device_ops sf_device_cuda;
+
+/* Test hook for the host implementation: each copy sleeps this long first. */
+void sf_device_host_set_delay_us(unsigned us);
+
+/* 1 when CUDA support was compiled in. */
+int sf_device_cuda_compiled(void);
+
+#endif
