@@ -11,6 +11,7 @@
 #include "shardfeed/dataset.h"
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"
+#include "shardfeed/reader.h"
 #include "shardfeed/version.h"
 
 #ifdef __cplusplus

@@ -17,6 +17,7 @@ int cmd_pack(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints "shardfeed CMD: <detail>" for a failed library call. */
 void cli_error(const char *cmd, int rc);

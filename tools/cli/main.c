@@ -17,6 +17,8 @@ static void usage(FILE *f)
             "        show the schema, counts, shards and sizes\n"
             "  export DATASET_DIR -o DIR\n"
             "        write every sample back as DIR/{field}_{key}.npy\n"
+            "  bench DATASET_DIR [--batch-size N] [--epochs N] [--shuffle MODE] [--engine E] [--json]\n"
+            "        stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS\n"
             "  version\n"
             "\n"
             "The format is described in SPEC.md; run 'shardfeed COMMAND --help' for details.\n");
@@ -37,6 +39,8 @@ int main(int argc, char **argv)
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0)
         return cmd_export(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         int major, minor;
         sf_format_version(&major, &minor);

@@ -1,0 +1,234 @@
+/* shardfeed — the streaming reader: batches of samples in a deterministic
+ * per-epoch order, split across ranks, read ahead into a fixed set of batch
+ * slots with io_uring, pread or mmap, every record checked against its
+ * checksum.
+ *
+ * Life cycle:
+ *
+ *   sf_reader_opts o = SF_READER_OPTS_INIT;
+ *   o.batch_size = 32; o.shuffle = SF_READER_SHUFFLE_GLOBAL; o.seed = 1;
+ *   sf_reader *r;
+ *   if (sf_reader_open(&r, "data/train", &o) != 0) { puts(sf_last_error()); ... }
+ *   for (uint64_t epoch = 0; epoch < 10; epoch++) {
+ *       sf_reader_set_epoch(r, epoch);
+ *       const sf_batch *b;
+ *       while ((rc = sf_reader_next(&b, r)) == 0 && b) {
+ *           ... b->fields[k].data, b->ids, b->size ...
+ *           sf_reader_release(r, b);
+ *       }
+ *   }
+ *   sf_reader_close(r);
+ *
+ * Order and ranks: the epoch's order depends only on (seed, epoch, shuffle
+ * mode); batches are cut with a global batch of batch_size * world_size, so
+ * every rank gets the same number of batches, and the union over ranks is
+ * the dataset (plus wrap-around padding for uneven = PAD, minus the tail for
+ * drop_last / uneven = DROP). See reader/sampler.h for the exact rules.
+ *
+ * Memory: all batch data lives in one page-aligned anonymous mapping (the
+ * slab) of `prefetch` slots allocated at open; nothing proportional to the
+ * data is allocated afterwards. A slot holds, for each field, a dense
+ * [batch_size, ...] array (fixed and inline fields; each array starts on a
+ * page boundary) or packed bytes + offsets (variable-length fields, capacity
+ * batch_size × the longest value of that field in the dataset).
+ *
+ * Threads: sf_reader_next, set_epoch, restore and close belong to one
+ * consumer thread; sf_reader_release and sf_reader_stats may be called from
+ * any thread. The reader runs its own I/O threads.
+ */
+#ifndef SHARDFEED_READER_H
+#define SHARDFEED_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfeed/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sf_reader sf_reader;
+
+/* Sample order within an epoch. */
+enum sf_reader_shuffle {
+    SF_READER_SHUFFLE_NONE = 0,   /* dataset order */
+    SF_READER_SHUFFLE_GLOBAL = 1, /* a full permutation per epoch */
+    SF_READER_SHUFFLE_BLOCK = 2   /* runs of block_size consecutive ids, shuffled in windows:
+                                     near-sequential I/O, cheaper on cold storage */
+};
+
+/* What happens to the last global batch when it is not full (world_size > 1). */
+enum sf_reader_uneven {
+    SF_READER_UNEVEN_PAD = 0, /* pad by wrapping around to the start of the epoch's order */
+    SF_READER_UNEVEN_DROP = 1 /* cut it to a multiple of world_size */
+};
+
+enum sf_reader_engine {
+    SF_ENGINE_AUTO = 0,  /* io_uring; pread (with a one-line notice) where io_uring is blocked
+                            (ENOSYS, EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM) */
+    SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
+    SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
+    SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */
+};
+
+/* O_DIRECT (bypass the page cache: cold reads without evicting anything).
+ * Possible when every payload field's file offset and size and its place in
+ * the slot are multiples of 4096: pack with --align 4096 (or more) and use
+ * fields whose byte size is a multiple of 4096. Not with the mmap engine. */
+enum sf_reader_direct {
+    SF_DIRECT_AUTO = 0, /* buffered (page cache); the same as OFF in this version */
+    SF_DIRECT_ON = 1,   /* O_DIRECT, or SF_E_UNSUPPORTED from open saying why not */
+    SF_DIRECT_OFF = 2   /* buffered */
+};
+
+enum sf_reader_verify {
+    SF_VERIFY_ON = 0, /* default: hash each record's payload in the slot, compare with its index entry */
+    SF_VERIFY_OFF = 1
+};
+
+enum sf_reader_on_corrupt {
+    SF_ON_CORRUPT_ERROR = 0, /* sf_reader_next fails with SF_E_CHECKSUM naming file, record, offset */
+    SF_ON_CORRUPT_SKIP = 1   /* substitute the next intact sample (id+1, id+2, ... modulo the
+                                dataset size); counted in stats and in the batch */
+};
+
+#define SF_READER_OPTS_VERSION 1
+#define SF_READER_DEFAULT_BATCH 32u
+#define SF_READER_DEFAULT_PREFETCH 4u
+
+/* Every member's zero value means its default. */
+typedef struct sf_reader_opts {
+    unsigned version;     /* SF_READER_OPTS_VERSION */
+    uint32_t batch_size;  /* samples per batch per rank; 0: 32 */
+    int shuffle;          /* enum sf_reader_shuffle */
+    uint32_t block_size;  /* BLOCK: consecutive ids per run; 0: 64 */
+    uint32_t window;      /* BLOCK: positions shuffled together; 0: 16 × block_size */
+    uint64_t seed;
+    uint32_t rank;        /* this process's rank, < world_size */
+    uint32_t world_size;  /* 0: 1 */
+    int drop_last;        /* nonzero: drop the last partial global batch */
+    int uneven;           /* enum sf_reader_uneven */
+    uint32_t prefetch;    /* batch slots (read-ahead + held by the caller); 0: 4 */
+    int engine;           /* enum sf_reader_engine */
+    int direct;           /* enum sf_reader_direct */
+    int verify;           /* enum sf_reader_verify */
+    int on_corrupt;       /* enum sf_reader_on_corrupt */
+    uint32_t io_threads;  /* I/O threads; 0: chosen from the engine and the CPU count */
+    uint32_t queue_depth; /* io_uring: reads in flight per ring; 0: 32 */
+} sf_reader_opts;
+
+#define SF_READER_OPTS_INIT                                                                        \
+    {SF_READER_OPTS_VERSION, 0, SF_READER_SHUFFLE_NONE, 0, 0, 0, 0, 0, 0, SF_READER_UNEVEN_PAD,   \
+     0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0}
+
+/* One field of a batch. Storage kinds are enum sf_field_storage
+ * (shardfeed/dataset.h): 0 fixed, 1 variable length, 2 inline. */
+typedef struct sf_batch_field {
+    const char *name;
+    int dtype;             /* SPEC.md "Data types" code */
+    int storage;           /* enum sf_field_storage */
+    size_t elem_size;      /* bytes per element */
+    uint32_t ndim;         /* per-sample shape (fixed and inline fields) */
+    uint64_t shape[8];
+    uint64_t item_size;    /* bytes per sample (fixed, inline); 0 for variable length */
+    void *data;            /* fixed, inline: dense [size, shape...], C order, little-endian;
+                              variable: the samples' bytes packed back to back */
+    const uint64_t *offsets; /* variable: size + 1 byte offsets into data; NULL otherwise */
+    uint64_t bytes;        /* bytes of data in use */
+} sf_batch_field;
+
+typedef struct sf_batch {
+    uint64_t epoch;
+    uint64_t index;        /* batch number within the epoch for this rank */
+    uint32_t size;         /* samples in the batch: batch_size, or fewer for a short last batch */
+    uint32_t num_fields;   /* fields in schema order */
+    const sf_batch_field *fields;
+    const uint64_t *ids;   /* size global sample ids, as the order scheduled them */
+    const uint64_t *source_ids; /* size ids whose data the batch holds: equal to ids except
+                                   where a corrupt sample was substituted (on_corrupt = SKIP) */
+    uint32_t substituted;  /* how many samples of this batch were substituted */
+} sf_batch;
+
+/* Opens the dataset in `dir` (as sf_dataset_open does: manifest, shard
+ * headers, footers and indexes are checked), allocates the slab and starts
+ * the I/O threads. Reading starts with the first sf_reader_next; the reader
+ * is at epoch 0, batch 0. opts may be NULL for all defaults.
+ * Errors: SF_E_INVALID (bad option, message names it), SF_E_UNSUPPORTED
+ * (direct = ON not possible, engine not available), -ENOMEM, or any
+ * sf_dataset_open error. */
+SF_API int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts);
+
+/* Stops the I/O threads and frees everything, batches still held included.
+ * NULL ok. */
+SF_API void sf_reader_close(sf_reader *r);
+
+/* Positions the reader at the start of `epoch`. Read-ahead already done for
+ * that position is kept; anything else is discarded. Batches the caller
+ * holds stay valid until released. */
+SF_API int sf_reader_set_epoch(sf_reader *r, uint64_t epoch);
+
+/* Batches per epoch for this rank: the same for every epoch and every rank. */
+SF_API uint64_t sf_reader_num_batches(const sf_reader *r);
+/* Samples per epoch for this rank (padding included, drops excluded). */
+SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
+
+/* The next batch, in order. Returns 0 with *out set; at the end of an epoch
+ * returns 0 with *out = NULL once, and moves on to the next epoch (so a
+ * following call returns that epoch's first batch). Blocks while the batch
+ * is being read. A batch stays valid, and its slot is never reused, until
+ * sf_reader_release.
+ * Errors: SF_E_STATE when the caller holds all `prefetch` batches (release
+ * one first); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error()
+ * naming the shard file, record and byte offset; -errno for an I/O error.
+ * After an error the position is unchanged: calling again retries the same
+ * batch. */
+SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
+
+/* Gives a batch's slot back. SF_E_INVALID for a batch not held. */
+SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
+
+/* The field called `name` of a batch, or NULL. */
+SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name);
+
+/* Resume state: O(1), independent of the dataset size. */
+typedef struct sf_resume_state {
+    uint64_t epoch;
+    uint64_t next_batch; /* batch that sf_reader_next returns next; num_batches: the end marker */
+} sf_resume_state;
+
+/* Where the reader is now. After sf_reader_restore with this state (in this
+ * or a new reader opened with the same options) the batches that follow are
+ * exactly those an uninterrupted run would have returned. */
+SF_API int sf_reader_state(sf_resume_state *out, const sf_reader *r);
+/* SF_E_INVALID when next_batch > num_batches. */
+SF_API int sf_reader_restore(sf_reader *r, const sf_resume_state *state);
+
+typedef struct sf_reader_statistics {
+    uint64_t bytes_read;      /* payload bytes read from the shards (substitutes included) */
+    uint64_t samples;         /* samples delivered in batches */
+    uint64_t batches;         /* batches delivered */
+    uint64_t corrupt_substitutions; /* samples of delivered batches replaced because their
+                                       checksum failed */
+    double wait_seconds;      /* time the caller spent blocked in sf_reader_next */
+    double io_seconds;        /* I/O thread-seconds in reads (syscalls, ring waits, copies) */
+    double checksum_seconds;  /* I/O thread-seconds hashing records */
+    /* What the reader runs with, after defaults and fallbacks: */
+    const char *engine;       /* "uring", "pread" or "mmap" */
+    int direct;               /* 1: O_DIRECT */
+    int registered_buffers;   /* io_uring: 1 when the whole slab is registered (reads go
+                                 straight into fixed buffers) */
+    uint64_t registered_bytes; /* io_uring: bytes of the slab registered as fixed buffers
+                                  (all of it unless RLIMIT_MEMLOCK is small) */
+    uint32_t io_threads;
+    uint32_t queue_depth;
+    uint32_t prefetch;
+    uint64_t slab_bytes;      /* size of the batch slab */
+} sf_reader_statistics;
+
+SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

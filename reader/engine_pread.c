@@ -1,0 +1,172 @@
+/* The pread and mmap engines: each I/O thread takes one sample at a time and
+ * copies its payload fields into the slot, with pread(2) (buffered or
+ * O_DIRECT fds) or memcpy from a read-only map of the shard, hashing each
+ * piece as soon as it is copied (warm data is memory-bound: hashing from L2
+ * instead of re-reading the slot from DRAM is most of the checksum cost). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include "format/error_internal.h"
+#include "loader_internal.h"
+
+/* ---- shared: copy in pieces, hash each piece while it is hot ---- */
+
+static int copy_thread_init(sf_io_thread *t)
+{
+    t->ctx = XXH3_createState();
+    return t->ctx ? 0 : sf_fail(-ENOMEM, "out of memory");
+}
+
+static void copy_thread_fini(sf_io_thread *t)
+{
+    XXH3_freeState(t->ctx);
+    t->ctx = NULL;
+}
+
+typedef int (*copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                       uint64_t len);
+
+/* Copies every payload field of `task` into its slot with `copy`, SF_HASH_CHUNK
+ * bytes at a time, feeding each piece to the record hash right after it
+ * lands (the same XXH3-64 as sf_record_hash: streaming over the fields in
+ * order equals hashing their concatenation). */
+static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
+{
+    sf_reader *r = t->r;
+    XXH3_state_t *st = t->ctx;
+    int verify = r->opts.verify == SF_VERIFY_ON;
+    uint64_t io_ns = 0, hash_ns = 0, t0 = sf_now_ns(), t1;
+    int rc = 0;
+    if (verify)
+        XXH3_64bits_reset(st);
+    for (uint32_t k = 0; k < task->nreads && !rc; k++) {
+        sf_read *rd = &task->reads[k];
+        while (rd->done < rd->len) {
+            uint64_t left = rd->len - rd->done;
+            uint64_t n = verify && left > SF_HASH_CHUNK ? SF_HASH_CHUNK : left;
+            rc = copy(r, task, rd->dst + rd->done, rd->off + rd->done, n);
+            if (rc) {
+                sf_loader_task_fail(r, task, rc, "read failed");
+                break;
+            }
+            t1 = sf_now_ns();
+            io_ns += t1 - t0;
+            t0 = t1;
+            if (verify) {
+                XXH3_64bits_update(st, rd->dst + rd->done, n);
+                t0 = sf_now_ns();
+                hash_ns += t0 - t1;
+            }
+            rd->done += n;
+        }
+    }
+    if (verify && !rc) {
+        task->digest = XXH3_64bits_digest(st);
+        task->hashed = 1;
+    }
+    atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
+    sf_loader_task_done(r, task);
+}
+
+/* ---- pread ---- */
+
+static int pread_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                      uint64_t len)
+{
+    (void)r;
+    return sf_pread_full(task->fd, dst, len, off);
+}
+
+static void pread_run(sf_io_thread *t)
+{
+    sf_task *task;
+    while (sf_loader_claim(t->r, &task, 1, 1) == 1)
+        copy_task(t, task, pread_copy);
+}
+
+const sf_engine_ops sf_engine_pread = {
+    .name = "pread",
+    .thread_init = copy_thread_init,
+    .thread_fini = copy_thread_fini,
+    .run = pread_run,
+};
+
+/* ---- mmap ---- */
+
+typedef struct mmap_ctx {
+    uint64_t count;
+    const uint8_t **maps;
+    uint64_t *sizes;
+} mmap_ctx;
+
+static void mmap_close(sf_reader *r)
+{
+    mmap_ctx *c = r->engine_ctx;
+    if (!c)
+        return;
+    for (uint64_t i = 0; i < c->count; i++)
+        if (c->maps[i])
+            munmap((void *)c->maps[i], c->sizes[i]);
+    free(c->maps);
+    free(c->sizes);
+    free(c);
+    r->engine_ctx = NULL;
+}
+
+static int mmap_open(sf_reader *r)
+{
+    uint64_t count = r->ds->manifest.shard_count;
+    mmap_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return sf_fail(-ENOMEM, "out of memory");
+    r->engine_ctx = c;
+    c->maps = calloc(count ? count : 1, sizeof *c->maps);
+    c->sizes = calloc(count ? count : 1, sizeof *c->sizes);
+    if (!c->maps || !c->sizes) {
+        mmap_close(r);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    c->count = count;
+    for (uint64_t i = 0; i < count; i++) {
+        const sf_open_shard *s = &r->ds->shards[i];
+        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            mmap_close(r);
+            return sf_fail(-e, "%s/%s: mmap failed: %s", r->ds->dir, s->name, strerror(e));
+        }
+        c->maps[i] = p;
+        c->sizes[i] = s->meta.file_size;
+    }
+    return 0;
+}
+
+static int mmap_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                     uint64_t len)
+{
+    const mmap_ctx *c = r->engine_ctx;
+    /* Ranges are inside the file: sf_index_check placed every record before
+     * the index when the dataset was opened. */
+    memcpy(dst, c->maps[task->shard] + off, len);
+    return 0;
+}
+
+static void mmap_run(sf_io_thread *t)
+{
+    sf_task *task;
+    while (sf_loader_claim(t->r, &task, 1, 1) == 1)
+        copy_task(t, task, mmap_copy);
+}
+
+const sf_engine_ops sf_engine_mmap = {
+    .name = "mmap",
+    .open = mmap_open,
+    .close = mmap_close,
+    .thread_init = copy_thread_init,
+    .thread_fini = copy_thread_fini,
+    .run = mmap_run,
+};

@@ -1,0 +1,215 @@
+/* The streaming reader's internals, shared by reader.c (scheduling, the
+ * consumer side, checksums), slab.c (the batch memory) and the I/O engines
+ * (engine_*.c).
+ *
+ * Pipeline. The slab holds K slots. A slot is FREE, LOADING (assigned to a
+ * batch; its sample tasks are being read by the I/O threads), READY, or HELD
+ * (delivered to the caller). The scheduler (under r->lock) gives free slots
+ * to the next batches of the schedule position, in order, and prepares one
+ * task per sample: where each payload field lies in the shard file and where
+ * it goes in the slot. I/O threads claim tasks in batch order and read them
+ * through the engine; when a task's reads are done the thread hashes it
+ * (sf_loader_task_done); the thread finishing a slot's last task runs
+ * sf_loader_batch_ready (substitution of corrupt samples, the stage hook)
+ * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
+ * order.
+ *
+ * A reposition (set_epoch, restore, an error) bumps r->gen: slots loading for
+ * the old generation give back their unclaimed tasks and are freed as soon
+ * as their claimed reads finish; held slots stay valid.
+ */
+#ifndef SF_READER_LOADER_INTERNAL_H
+#define SF_READER_LOADER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "dataset_internal.h"
+#include "reader/sampler.h"
+#include "shardfeed/reader.h"
+
+#define SF_DIRECT_ALIGN 4096u /* O_DIRECT granularity we require (safe for 512e/4Kn) */
+#define SF_IO_CHUNK (1u << 30) /* largest single read we submit */
+/* Engines that copy synchronously (pread, mmap) copy and hash in pieces of
+ * this size, so each piece is hashed while it is still in L2. */
+#define SF_HASH_CHUNK (256u << 10)
+
+/* One read of one payload field of one sample. */
+typedef struct sf_read {
+    uint64_t off;  /* file offset */
+    uint64_t len;  /* bytes */
+    uint64_t done; /* bytes read so far (engines resubmit the remainder) */
+    uint8_t *dst;  /* in the slab */
+} sf_read;
+
+typedef struct sf_slot sf_slot;
+
+/* One sample of a batch being loaded. */
+typedef struct sf_task {
+    sf_slot *slot;
+    uint32_t pos;       /* position in the batch */
+    uint32_t nreads;    /* = schema n_payload */
+    uint64_t id;        /* sample id being read */
+    uint64_t shard, local;
+    uint64_t offset;    /* record offset in the shard file */
+    uint64_t checksum;  /* expected, from the index */
+    int fd;             /* buffered or O_DIRECT fd of the shard */
+    uint32_t file_idx;  /* index of fd among the engine's files (registered file slot) */
+    int err;            /* 0, or the read error */
+    int corrupt;        /* checksum mismatch, to be substituted (on_corrupt = SKIP) */
+    int hashed;         /* the engine hashed the payload as it arrived: digest is set */
+    uint64_t digest;
+    uint32_t next_read; /* engine use: first read not yet submitted */
+    uint32_t inflight;  /* engine use: reads submitted and not completed */
+    sf_read *reads;     /* nreads entries (into slot->reads) */
+} sf_task;
+
+enum sf_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
+
+struct sf_slot {
+    uint32_t index;      /* position in r->slots */
+    int state;           /* enum sf_slot_state, under r->lock */
+    uint64_t gen;        /* r->gen when scheduled */
+    uint8_t *base;       /* slot_bytes of the slab */
+    sf_batch batch;      /* what the caller sees */
+    sf_batch_field *fields;
+    uint64_t *ids, *source_ids;
+    uint64_t *var_off;   /* n_var arrays of batch_size + 1 offsets */
+    sf_task *tasks;      /* batch_size */
+    sf_read *reads;      /* batch_size * n_payload */
+    uint32_t claimed;    /* tasks handed to I/O threads, under r->lock */
+    atomic_uint remaining; /* tasks not finished (claimed or not) */
+    atomic_int err;      /* first hard error of the batch */
+    atomic_uint corrupt; /* tasks that failed their checksum */
+    char errmsg[512];    /* detail of err (written by the thread that set err) */
+};
+
+/* Where fields live inside a slot (slab.c). */
+typedef struct sf_slot_layout {
+    uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
+    uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes */
+    uint64_t var_max[SF_MAX_FIELDS];   /* var fields: longest value in the dataset */
+    uint64_t slot_bytes;               /* page multiple */
+    int var_unaligned;                 /* a var field whose length in some record is not a
+                                          multiple of SF_DIRECT_ALIGN, or -1 */
+} sf_slot_layout;
+
+/* Hook for a device stage (the GPU issue): called once at open with the slab
+ * (before io_uring registers it: pin it here, e.g. cudaHostRegister), and at
+ * the batch-ready point of every batch, from the I/O thread that completed
+ * it, before sf_reader_next can return it (enqueue the slot's device copy
+ * here). A nonzero return from on_ready fails that batch with that code. */
+typedef struct sf_reader_stage {
+    void *ctx;
+    int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);
+    int (*on_ready)(void *ctx, uint32_t slot, const sf_batch *batch);
+    void (*on_close)(void *ctx, void *slab, uint64_t bytes);
+} sf_reader_stage;
+
+typedef struct sf_engine_ops sf_engine_ops;
+
+/* Per I/O thread. */
+typedef struct sf_io_thread {
+    struct sf_reader *r;
+    unsigned idx;
+    pthread_t tid;
+    void *ctx;   /* engine state (a ring, ...) */
+    int init_rc; /* result of the engine's thread_init */
+    char errmsg[512]; /* its detail */
+} sf_io_thread;
+
+struct sf_engine_ops {
+    const char *name;
+    /* Once per reader, after the slab exists (maps, ...). May be NULL. */
+    int (*open)(struct sf_reader *r);
+    void (*close)(struct sf_reader *r);
+    /* In the I/O thread, before it runs. Returns 0 or a negative code with
+     * sf_fail detail (ENOSYS/EPERM from io_uring setup make auto fall back). */
+    int (*thread_init)(sf_io_thread *t);
+    void (*thread_fini)(sf_io_thread *t);
+    /* The thread's loop: claim tasks with sf_loader_claim, read them, call
+     * sf_loader_task_done for each; return when claim says stop (after all
+     * reads in flight have completed). */
+    void (*run)(sf_io_thread *t);
+};
+
+extern const sf_engine_ops sf_engine_uring, sf_engine_pread, sf_engine_mmap;
+
+struct sf_reader {
+    sf_dataset *ds;
+    const sf_schema *schema;
+    sf_reader_opts opts;  /* defaults resolved */
+    sf_sampler *sampler;
+    uint64_t num_batches;
+    uint64_t n;           /* samples in the dataset */
+
+    /* slab */
+    sf_slot_layout layout;
+    uint8_t *slab;
+    uint64_t slab_bytes;
+    sf_slot *slots;
+    sf_reader_stage stage;
+
+    /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
+    int direct;
+    int *direct_fds;      /* shard_count, or NULL */
+
+    /* engine */
+    const sf_engine_ops *engine;
+    void *engine_ctx;     /* per-reader engine state */
+    sf_io_thread *threads;
+    uint32_t nthreads;
+    uint64_t registered;  /* uring: bytes of the slab registered in every ring */
+
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;  /* I/O threads wait for tasks */
+    pthread_cond_t ready_cv; /* the consumer waits for a batch */
+    int stop;
+    uint32_t threads_inited;
+    uint64_t gen;
+    int started;          /* the first sf_reader_next has scheduled */
+    /* delivery position: the batch sf_reader_next returns next */
+    uint64_t del_epoch, del_index;
+    /* schedule position: the next batch to give a slot to */
+    uint64_t sched_epoch, sched_index;
+    uint32_t held;
+
+    /* stats */
+    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
+    uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
+};
+
+/* sf_reader_open with a device stage (NULL: none). */
+int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
+                          const sf_reader_stage *stage);
+
+/* ---- slab.c ---- */
+/* Computes the slot layout (scans the indexes for variable-length maxima). */
+int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size);
+/* Maps `bytes` of page-aligned, pre-faulted anonymous memory. */
+int sf_slab_alloc(uint8_t **out, uint64_t bytes);
+void sf_slab_free(uint8_t *slab, uint64_t bytes);
+/* The slab, for a device stage: the one large allocation of the reader. */
+void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
+
+/* ---- reader.c, for the engines ---- */
+/* Claims up to `max` tasks in batch order. With `block`, waits until there
+ * is at least one or the reader stops. Returns the count; 0 means stop (when
+ * blocking) or nothing now (when not). */
+unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
+/* Called by the engine once all of a task's reads have finished (t->err set
+ * on failure): checks the record, finishes the slot when it was the last. */
+void sf_loader_task_done(sf_reader *r, sf_task *t);
+/* Sets t->err and its detail on the slot (first error wins). */
+void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
+
+static inline uint64_t sf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#endif

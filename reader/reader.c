@@ -1,0 +1,899 @@
+/* The streaming reader: options, open/close, the schedule of batches into
+ * slots, in-order delivery, record checksums and the substitution of
+ * corrupt samples. The I/O itself is in engine_*.c behind sf_engine_ops,
+ * the batch memory in slab.c; loader_internal.h describes the pipeline. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/error_internal.h"
+#include "loader_internal.h"
+
+_Static_assert((int)SF_READER_SHUFFLE_NONE == (int)SF_SHUFFLE_NONE &&
+                   (int)SF_READER_SHUFFLE_GLOBAL == (int)SF_SHUFFLE_GLOBAL &&
+                   (int)SF_READER_SHUFFLE_BLOCK == (int)SF_SHUFFLE_BLOCK,
+               "public shuffle modes mirror the sampler's");
+_Static_assert((int)SF_READER_UNEVEN_PAD == (int)SF_UNEVEN_PAD &&
+                   (int)SF_READER_UNEVEN_DROP == (int)SF_UNEVEN_DROP,
+               "public uneven policies mirror the sampler's");
+
+#define MAX_PREFETCH 1024u
+#define MAX_THREADS 256u
+#define MAX_QUEUE_DEPTH 4096u
+#define SUBST_MAX_TRIES 4096u /* consecutive corrupt ids tried before giving up */
+
+static unsigned ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+/* ---- options -------------------------------------------------------------- */
+
+static int resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
+{
+    static const sf_reader_opts def = SF_READER_OPTS_INIT;
+    if (!in)
+        in = &def;
+    if (in->version < 1 || in->version > SF_READER_OPTS_VERSION)
+        return sf_fail(SF_E_INVALID,
+                       "sf_reader_opts.version is %u; this library takes 1..%d (start from "
+                       "SF_READER_OPTS_INIT)",
+                       in->version, SF_READER_OPTS_VERSION);
+    *o = *in;
+    if (!o->batch_size)
+        o->batch_size = SF_READER_DEFAULT_BATCH;
+    if (!o->world_size)
+        o->world_size = 1;
+    if (!o->prefetch)
+        o->prefetch = SF_READER_DEFAULT_PREFETCH;
+    if (!o->queue_depth)
+        o->queue_depth = 32;
+    if (o->batch_size > (1u << 24))
+        return sf_fail(SF_E_INVALID, "batch_size %u is above the limit of %u", o->batch_size, 1u << 24);
+    if (o->rank >= o->world_size)
+        return sf_fail(SF_E_INVALID, "rank %u is not below world_size %u", o->rank, o->world_size);
+    if (o->shuffle < SF_READER_SHUFFLE_NONE || o->shuffle > SF_READER_SHUFFLE_BLOCK)
+        return sf_fail(SF_E_INVALID, "shuffle %d: expected none (0), global (1) or block (2)", o->shuffle);
+    if (o->uneven != SF_READER_UNEVEN_PAD && o->uneven != SF_READER_UNEVEN_DROP)
+        return sf_fail(SF_E_INVALID, "uneven %d: expected pad (0) or drop (1)", o->uneven);
+    if (o->engine < SF_ENGINE_AUTO || o->engine > SF_ENGINE_MMAP)
+        return sf_fail(SF_E_INVALID, "engine %d: expected auto, uring, pread or mmap", o->engine);
+    if (o->direct < SF_DIRECT_AUTO || o->direct > SF_DIRECT_OFF)
+        return sf_fail(SF_E_INVALID, "direct %d: expected auto, on or off", o->direct);
+    if (o->verify != SF_VERIFY_ON && o->verify != SF_VERIFY_OFF)
+        return sf_fail(SF_E_INVALID, "verify %d: expected on (0) or off (1)", o->verify);
+    if (o->on_corrupt != SF_ON_CORRUPT_ERROR && o->on_corrupt != SF_ON_CORRUPT_SKIP)
+        return sf_fail(SF_E_INVALID, "on_corrupt %d: expected error (0) or skip (1)", o->on_corrupt);
+    if (o->prefetch > MAX_PREFETCH)
+        return sf_fail(SF_E_INVALID, "prefetch %u is above the limit of %u", o->prefetch, MAX_PREFETCH);
+    if (o->io_threads > MAX_THREADS)
+        return sf_fail(SF_E_INVALID, "io_threads %u is above the limit of %u", o->io_threads, MAX_THREADS);
+    if (o->queue_depth > MAX_QUEUE_DEPTH)
+        return sf_fail(SF_E_INVALID, "queue_depth %u is above the limit of %u", o->queue_depth,
+                       MAX_QUEUE_DEPTH);
+    return 0;
+}
+
+/* Warm (page-cache) reads are memcpy-bound, so the defaults aim at keeping
+ * every core copying: see the measurements in the bench notes. */
+static uint32_t default_threads(const sf_engine_ops *e)
+{
+    unsigned n = ncpu();
+    if (e == &sf_engine_uring)
+        return n < 2 ? 2 : n > 8 ? 8 : n;
+    return n < 2 ? 4 : n > 8 ? 16 : 2 * n;
+}
+
+/* ---- O_DIRECT ------------------------------------------------------------- */
+
+/* Whether every read can be O_DIRECT: file offsets, sizes and slot
+ * destinations all multiples of SF_DIRECT_ALIGN. */
+static int direct_check(const sf_reader *r)
+{
+    const sf_schema *s = r->schema;
+    if (r->opts.engine == SF_ENGINE_MMAP)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "direct: the mmap engine reads through the page cache; use the uring or "
+                       "pread engine for O_DIRECT");
+    if (r->ds->manifest.align % SF_DIRECT_ALIGN)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "direct: records are aligned to %u bytes and O_DIRECT needs %u: repack with "
+                       "--align %u",
+                       r->ds->manifest.align, SF_DIRECT_ALIGN, SF_DIRECT_ALIGN);
+    for (uint32_t f = 0; f < s->field_count; f++) {
+        const sf_field *fd = &s->fields[f];
+        if (fd->storage == SF_STORE_FIXED && fd->item_size % SF_DIRECT_ALIGN)
+            return sf_fail(SF_E_UNSUPPORTED,
+                           "direct: field '%s' is %llu bytes per sample, not a multiple of %u, so "
+                           "it cannot be read with O_DIRECT",
+                           fd->name, (unsigned long long)fd->item_size, SF_DIRECT_ALIGN);
+    }
+    if (r->layout.var_unaligned >= 0)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "direct: variable-length field '%s' has values whose length is not a "
+                       "multiple of %u, so it cannot be read with O_DIRECT",
+                       s->fields[r->layout.var_unaligned].name, SF_DIRECT_ALIGN);
+    return 0;
+}
+
+static int open_direct_fds(sf_reader *r)
+{
+    uint64_t count = r->ds->manifest.shard_count;
+    r->direct_fds = malloc((count ? count : 1) * sizeof *r->direct_fds);
+    if (!r->direct_fds)
+        return sf_fail(-ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < count; i++)
+        r->direct_fds[i] = -1;
+    for (uint64_t i = 0; i < count; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", r->ds->dir, r->ds->shards[i].name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (fd < 0) {
+            if (errno == EINVAL)
+                return sf_fail(SF_E_UNSUPPORTED,
+                               "direct: %s: the file system does not support O_DIRECT (tmpfs?); "
+                               "use direct=off",
+                               path);
+            return sf_fail(-errno, "%s: %s", path, strerror(errno));
+        }
+        r->direct_fds[i] = fd;
+    }
+    return 0;
+}
+
+/* ---- slots ---------------------------------------------------------------- */
+
+static int slots_init(sf_reader *r)
+{
+    const sf_schema *sc = r->schema;
+    uint32_t K = r->opts.prefetch, B = r->opts.batch_size;
+    uint32_t np = sc->n_payload ? sc->n_payload : 1;
+    r->slots = calloc(K, sizeof *r->slots);
+    if (!r->slots)
+        return sf_fail(-ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < K; i++) {
+        sf_slot *s = &r->slots[i];
+        s->index = i;
+        s->base = r->slab + (uint64_t)i * r->layout.slot_bytes;
+        s->fields = calloc(sc->field_count, sizeof *s->fields);
+        s->ids = calloc(B, sizeof *s->ids);
+        s->source_ids = calloc(B, sizeof *s->source_ids);
+        s->var_off = sc->n_var ? calloc((size_t)sc->n_var * (B + 1), sizeof *s->var_off) : NULL;
+        s->tasks = calloc(B, sizeof *s->tasks);
+        s->reads = calloc((size_t)B * np, sizeof *s->reads);
+        if (!s->fields || !s->ids || !s->source_ids || (sc->n_var && !s->var_off) || !s->tasks ||
+            !s->reads)
+            return sf_fail(-ENOMEM, "out of memory");
+        for (uint32_t f = 0; f < sc->field_count; f++) {
+            const sf_field *fd = &sc->fields[f];
+            sf_batch_field *bf = &s->fields[f];
+            bf->name = fd->name;
+            bf->dtype = fd->dtype;
+            bf->storage = fd->storage;
+            bf->elem_size = sf_dtype_size(fd->dtype);
+            bf->ndim = fd->ndim;
+            memcpy(bf->shape, fd->shape, sizeof bf->shape);
+            bf->item_size = fd->storage == SF_STORE_VAR ? 0 : fd->item_size;
+            bf->data = s->base + r->layout.field_off[f];
+            if (fd->storage == SF_STORE_VAR)
+                bf->offsets = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+        }
+        s->batch.num_fields = sc->field_count;
+        s->batch.fields = s->fields;
+        s->batch.ids = s->ids;
+        s->batch.source_ids = s->source_ids;
+        for (uint32_t j = 0; j < B; j++) {
+            s->tasks[j].slot = s;
+            s->tasks[j].pos = j;
+            s->tasks[j].nreads = sc->n_payload;
+            s->tasks[j].reads = s->reads + (size_t)j * np;
+        }
+    }
+    return 0;
+}
+
+static void slots_free(sf_reader *r)
+{
+    for (uint32_t i = 0; r->slots && i < r->opts.prefetch; i++) {
+        sf_slot *s = &r->slots[i];
+        free(s->fields);
+        free(s->ids);
+        free(s->source_ids);
+        free(s->var_off);
+        free(s->tasks);
+        free(s->reads);
+    }
+    free(r->slots);
+    r->slots = NULL;
+}
+
+/* Points position `pos` of slot `s` at sample `id`: the reads of its payload
+ * fields (file range -> place in the slot) and its inline values (copied now,
+ * from the index). With `repack`, the position already holds a sample and the
+ * variable-length fields' packed bytes after it are moved to fit the new
+ * lengths (corrupt-sample substitution, after the whole batch was read). */
+static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, int repack)
+{
+    const sf_schema *sc = r->schema;
+    sf_task *t = &s->tasks[pos];
+    uint64_t local, shard = sf_dataset_locate(r->ds, id, &local);
+    sf_index_entry e;
+    sf_dataset_entry(&e, r->ds, shard, local);
+    uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
+    /* Cannot fail: every entry passed sf_index_check at open. */
+    (void)sf_record_layout(sc, r->ds->manifest.align, e.var_len, off, len, &record_size);
+    t->id = id;
+    t->shard = shard;
+    t->local = local;
+    t->offset = e.offset;
+    t->checksum = e.checksum;
+    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
+    t->file_idx = (uint32_t)shard;
+    t->err = 0;
+    t->corrupt = 0;
+    t->hashed = 0;
+    t->next_read = 0;
+    t->inflight = 0;
+    uint32_t B = r->opts.batch_size, k = 0;
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        const sf_field *fd = &sc->fields[f];
+        uint8_t *arr = s->base + r->layout.field_off[f];
+        if (fd->storage == SF_STORE_INLINE) {
+            memcpy(arr + pos * fd->item_size, e.inline_val[sc->inline_slot[f]], fd->item_size);
+            continue;
+        }
+        uint8_t *dst;
+        if (fd->storage == SF_STORE_FIXED) {
+            dst = arr + pos * fd->item_size;
+        } else {
+            uint64_t *vo = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+            if (repack) {
+                uint64_t old = vo[pos + 1] - vo[pos];
+                if (len[k] != old) {
+                    uint64_t end = vo[s->batch.size];
+                    memmove(arr + vo[pos] + len[k], arr + vo[pos + 1], end - vo[pos + 1]);
+                    for (uint32_t j = pos + 1; j <= s->batch.size; j++)
+                        vo[j] = vo[j] - old + len[k];
+                }
+            } else {
+                vo[pos + 1] = vo[pos] + len[k];
+            }
+            dst = arr + vo[pos];
+        }
+        t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst};
+        k++;
+    }
+}
+
+static void set_field_bytes(sf_reader *r, sf_slot *s)
+{
+    const sf_schema *sc = r->schema;
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        sf_batch_field *bf = &s->fields[f];
+        bf->bytes = bf->offsets ? bf->offsets[s->batch.size] : s->batch.size * bf->item_size;
+    }
+}
+
+/* Under r->lock: gives free slot `s` the batch (epoch, index) of the
+ * sampler's current epoch. */
+static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t index)
+{
+    uint32_t count = sf_sampler_batch(r->sampler, index, s->ids);
+    s->state = SLOT_LOADING;
+    s->gen = r->gen;
+    s->claimed = 0;
+    s->batch.epoch = epoch;
+    s->batch.index = index;
+    s->batch.size = count;
+    s->batch.substituted = 0;
+    memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
+    for (uint32_t v = 0; v < r->schema->n_var; v++)
+        s->var_off[(size_t)v * (r->opts.batch_size + 1)] = 0;
+    for (uint32_t pos = 0; pos < count; pos++)
+        place_sample(r, s, pos, s->ids[pos], 0);
+    set_field_bytes(r, s);
+    atomic_store(&s->err, 0);
+    atomic_store(&s->corrupt, 0);
+    s->errmsg[0] = '\0';
+    atomic_store(&s->remaining, count);
+}
+
+/* Under r->lock: fills every free slot with the next batches. Read-ahead
+ * runs on into the next epoch, so epochs follow each other without a gap. */
+static void schedule_locked(sf_reader *r)
+{
+    if (!r->started || r->stop || r->num_batches == 0)
+        return;
+    int any = 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        sf_slot *s = &r->slots[i];
+        if (s->state != SLOT_FREE)
+            continue;
+        if (r->sched_index >= r->num_batches) {
+            r->sched_epoch++;
+            r->sched_index = 0;
+            sf_sampler_set_epoch(r->sampler, r->sched_epoch);
+        }
+        prepare_slot(r, s, r->sched_epoch, r->sched_index++);
+        any = 1;
+    }
+    if (any)
+        pthread_cond_broadcast(&r->work_cv);
+}
+
+/* Under r->lock: moves the delivery position, dropping read-ahead that does
+ * not belong to it. Loading slots give back their unclaimed tasks and are
+ * freed once their reads in flight finish (batch_ready sees the old gen). */
+static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int force)
+{
+    if (!force && epoch == r->del_epoch && index == r->del_index)
+        return;
+    r->gen++;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        sf_slot *s = &r->slots[i];
+        if (s->state == SLOT_READY) {
+            s->state = SLOT_FREE;
+        } else if (s->state == SLOT_LOADING) {
+            unsigned unclaimed = s->batch.size - s->claimed;
+            s->claimed = s->batch.size;
+            if (unclaimed && atomic_fetch_sub(&s->remaining, unclaimed) == unclaimed)
+                s->state = SLOT_FREE;
+        }
+    }
+    r->del_epoch = r->sched_epoch = epoch;
+    r->del_index = r->sched_index = index;
+    sf_sampler_set_epoch(r->sampler, epoch);
+    schedule_locked(r);
+}
+
+/* ---- the I/O threads' side ------------------------------------------------- */
+
+unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        if (r->stop)
+            break;
+        while (n < max) {
+            sf_slot *best = NULL;
+            for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+                sf_slot *s = &r->slots[i];
+                if (s->state != SLOT_LOADING || s->gen != r->gen || s->claimed >= s->batch.size)
+                    continue;
+                if (!best || s->batch.epoch < best->batch.epoch ||
+                    (s->batch.epoch == best->batch.epoch && s->batch.index < best->batch.index))
+                    best = s;
+            }
+            if (!best)
+                break;
+            while (n < max && best->claimed < best->batch.size)
+                out[n++] = &best->tasks[best->claimed++];
+        }
+        if (n || !block)
+            break;
+        pthread_cond_wait(&r->work_cv, &r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+static void vtask_fail(sf_reader *r, sf_task *t, int err, const char *fmt, va_list ap)
+{
+    if (!t->err)
+        t->err = err;
+    sf_slot *s = t->slot;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->err, &expected, err))
+        return;
+    int n = snprintf(s->errmsg, sizeof s->errmsg, "%s/%s: record %llu (sample %llu) at byte %llu: ",
+                     r->ds->dir, r->ds->shards[t->shard].name, (unsigned long long)t->local,
+                     (unsigned long long)t->id, (unsigned long long)t->offset);
+    if (n > 0 && (size_t)n < sizeof s->errmsg)
+        vsnprintf(s->errmsg + n, sizeof s->errmsg - (size_t)n, fmt, ap);
+}
+
+__attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, sf_task *t, int err,
+                                                             const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vtask_fail(r, t, err, fmt, ap);
+    va_end(ap);
+}
+
+void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
+{
+    task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
+}
+
+/* Hashes the task's payload fields where they landed in the slot.
+ * Returns 0, SF_E_CHECKSUM, or -ENOMEM. */
+static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
+{
+    if (t->hashed) {
+        *got = t->digest;
+        return *got == t->checksum ? 0 : SF_E_CHECKSUM;
+    }
+    const uint8_t *ptr[SF_MAX_FIELDS];
+    uint64_t len[SF_MAX_FIELDS];
+    for (uint32_t k = 0; k < t->nreads; k++) {
+        ptr[k] = t->reads[k].dst;
+        len[k] = t->reads[k].len;
+    }
+    uint64_t t0 = sf_now_ns();
+    int rc = sf_record_hash(got, ptr, len, t->nreads);
+    atomic_fetch_add_explicit(&r->st_hash_ns, sf_now_ns() - t0, memory_order_relaxed);
+    if (rc)
+        return rc;
+    return *got == t->checksum ? 0 : SF_E_CHECKSUM;
+}
+
+/* Reads candidate after candidate (id+1, id+2, ... modulo n) into the
+ * position of corrupt task `t`, synchronously through the buffered fd,
+ * until one is intact. Runs at the batch-ready point, so the rest of the
+ * batch is complete and packed variable-length bytes can be moved. */
+static void substitute(sf_reader *r, sf_slot *s, sf_task *t)
+{
+    uint64_t bad = t->id, cand = bad;
+    uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
+    for (uint64_t i = 0; i < tries; i++) {
+        cand = (cand + 1) % r->n;
+        place_sample(r, s, t->pos, cand, 1);
+        int fd = r->ds->shards[t->shard].fd, rc = 0;
+        uint64_t t0 = sf_now_ns();
+        for (uint32_t k = 0; k < t->nreads && !rc; k++) {
+            sf_read *rd = &t->reads[k];
+            rc = sf_pread_full(fd, rd->dst, rd->len, rd->off);
+            if (!rc)
+                rd->done = rd->len;
+        }
+        atomic_fetch_add_explicit(&r->st_io_ns, sf_now_ns() - t0, memory_order_relaxed);
+        if (rc) {
+            sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
+            return;
+        }
+        for (uint32_t k = 0; k < t->nreads; k++)
+            atomic_fetch_add_explicit(&r->st_bytes, t->reads[k].len, memory_order_relaxed);
+        uint64_t got;
+        rc = check_task(r, t, &got);
+        if (rc == 0) {
+            s->source_ids[t->pos] = cand;
+            s->batch.substituted++;
+            return;
+        }
+        if (rc != SF_E_CHECKSUM) {
+            sf_loader_task_fail(r, t, rc, "hashing failed");
+            return;
+        }
+    }
+    task_failf(r, t, SF_E_CHECKSUM,
+               "checksum mismatch, and no intact sample among the %llu that follow sample %llu",
+               (unsigned long long)tries, (unsigned long long)bad);
+}
+
+/* The batch-ready point: the slot's last task has finished. Substitutes
+ * corrupt samples, runs the device stage, and hands the slot to delivery
+ * (or frees it when a reposition made it stale). */
+static void batch_ready(sf_reader *r, sf_slot *s)
+{
+    pthread_mutex_lock(&r->lock);
+    int live = s->gen == r->gen && !r->stop;
+    pthread_mutex_unlock(&r->lock);
+    if (live && !atomic_load(&s->err) && atomic_load(&s->corrupt)) {
+        for (uint32_t pos = 0; pos < s->batch.size && !atomic_load(&s->err); pos++)
+            if (s->tasks[pos].corrupt)
+                substitute(r, s, &s->tasks[pos]);
+        set_field_bytes(r, s);
+    }
+    if (live && !atomic_load(&s->err) && r->stage.on_ready) {
+        int rc = r->stage.on_ready(r->stage.ctx, s->index, &s->batch);
+        int expected = 0;
+        if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
+            snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device stage failed: %s",
+                     (unsigned long long)s->batch.index, (unsigned long long)s->batch.epoch,
+                     sf_strerror(rc));
+    }
+    pthread_mutex_lock(&r->lock);
+    if (s->gen != r->gen) {
+        s->state = SLOT_FREE;
+        schedule_locked(r);
+    } else {
+        s->state = SLOT_READY;
+        pthread_cond_broadcast(&r->ready_cv);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void sf_loader_task_done(sf_reader *r, sf_task *t)
+{
+    sf_slot *s = t->slot;
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < t->nreads; k++)
+        bytes += t->reads[k].done;
+    atomic_fetch_add_explicit(&r->st_bytes, bytes, memory_order_relaxed);
+    if (!t->err && r->opts.verify == SF_VERIFY_ON) {
+        uint64_t got;
+        int rc = check_task(r, t, &got);
+        if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
+            t->corrupt = 1;
+            atomic_fetch_add(&s->corrupt, 1);
+        } else if (rc == SF_E_CHECKSUM) {
+            task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
+                       (unsigned long long)t->checksum, (unsigned long long)got);
+        } else if (rc) {
+            sf_loader_task_fail(r, t, rc, "hashing failed");
+        }
+    }
+    if (atomic_fetch_sub(&s->remaining, 1) == 1)
+        batch_ready(r, s);
+}
+
+/* ---- engine start/stop ------------------------------------------------------ */
+
+static void *io_main(void *arg)
+{
+    sf_io_thread *t = arg;
+    sf_reader *r = t->r;
+    int rc = r->engine->thread_init ? r->engine->thread_init(t) : 0;
+    if (rc)
+        snprintf(t->errmsg, sizeof t->errmsg, "%s", sf_last_error());
+    pthread_mutex_lock(&r->lock);
+    t->init_rc = rc;
+    r->threads_inited++;
+    pthread_cond_broadcast(&r->ready_cv);
+    pthread_mutex_unlock(&r->lock);
+    if (rc == 0)
+        r->engine->run(t);
+    if (r->engine->thread_fini)
+        r->engine->thread_fini(t);
+    return NULL;
+}
+
+static void stop_engine(sf_reader *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->work_cv);
+    pthread_mutex_unlock(&r->lock);
+    for (uint32_t i = 0; i < r->nthreads; i++)
+        pthread_join(r->threads[i].tid, NULL);
+    free(r->threads);
+    r->threads = NULL;
+    r->nthreads = 0;
+    if (r->engine && r->engine->close)
+        r->engine->close(r);
+    r->engine = NULL;
+}
+
+static int start_engine(sf_reader *r, const sf_engine_ops *ops)
+{
+    r->engine = ops;
+    r->stop = 0;
+    r->threads_inited = 0;
+    r->registered = ops == &sf_engine_uring ? r->slab_bytes : 0;
+    uint32_t want = r->opts.io_threads ? r->opts.io_threads : default_threads(ops);
+    int rc = ops->open ? ops->open(r) : 0;
+    if (rc) {
+        r->engine = NULL;
+        return rc;
+    }
+    r->threads = calloc(want, sizeof *r->threads);
+    if (!r->threads) {
+        stop_engine(r);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < want; i++) {
+        sf_io_thread *t = &r->threads[i];
+        t->r = r;
+        t->idx = i;
+        int e = pthread_create(&t->tid, NULL, io_main, t);
+        if (e) {
+            rc = sf_fail(-e, "cannot start I/O thread: %s", strerror(e));
+            break;
+        }
+        r->nthreads++;
+    }
+    pthread_mutex_lock(&r->lock);
+    while (r->threads_inited < r->nthreads)
+        pthread_cond_wait(&r->ready_cv, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    for (uint32_t i = 0; i < r->nthreads && !rc; i++)
+        if (r->threads[i].init_rc)
+            rc = sf_fail(r->threads[i].init_rc, "%s", r->threads[i].errmsg);
+    if (rc)
+        stop_engine(r);
+    return rc;
+}
+
+static int start_io(sf_reader *r)
+{
+    switch (r->opts.engine) {
+    case SF_ENGINE_URING: return start_engine(r, &sf_engine_uring);
+    case SF_ENGINE_PREAD: return start_engine(r, &sf_engine_pread);
+    case SF_ENGINE_MMAP: return start_engine(r, &sf_engine_mmap);
+    default: break;
+    }
+    int rc = start_engine(r, &sf_engine_uring);
+    if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -ENOMEM) {
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            fprintf(stderr, "shardfeed: io_uring is not available (%s%s): using the pread engine\n",
+                    sf_strerror(rc),
+                    rc == -ENOMEM ? "; its rings count against RLIMIT_MEMLOCK: raise it with ulimit -l"
+                                  : "; containers often block it with seccomp");
+        rc = start_engine(r, &sf_engine_pread);
+    }
+    return rc;
+}
+
+/* ---- public API -------------------------------------------------------------- */
+
+int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
+                          const sf_reader_stage *stage)
+{
+    if (!out || !dir)
+        return sf_fail(SF_E_INVALID, "sf_reader_open: NULL argument");
+    *out = NULL;
+    sf_reader_opts o;
+    int rc = resolve_opts(&o, opts);
+    if (rc)
+        return rc;
+    sf_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return sf_fail(-ENOMEM, "out of memory");
+    r->opts = o;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->work_cv, NULL);
+    pthread_cond_init(&r->ready_cv, NULL);
+    if (stage)
+        r->stage = *stage;
+    if ((rc = sf_dataset_open(&r->ds, dir)))
+        goto fail;
+    r->schema = &r->ds->manifest.schema;
+    r->n = r->ds->manifest.record_count;
+    if (r->n == 0) {
+        rc = sf_fail(SF_E_INVALID, "%s: the dataset has no samples", dir);
+        goto fail;
+    }
+    sf_sampler_config sc = {
+        .n = r->n,
+        .seed = o.seed,
+        .shuffle = o.shuffle,
+        .block_size = o.block_size,
+        .window = o.window,
+        .batch_size = o.batch_size,
+        .rank = o.rank,
+        .world_size = o.world_size,
+        .drop_last = o.drop_last,
+        .uneven = o.uneven,
+    };
+    if ((rc = sf_sampler_create(&r->sampler, &sc)))
+        goto fail;
+    r->num_batches = sf_sampler_num_batches(r->sampler);
+    if ((rc = sf_slab_layout(&r->layout, r->ds, o.batch_size)))
+        goto fail;
+    if (o.direct == SF_DIRECT_ON) {
+        if ((rc = direct_check(r)) || (rc = open_direct_fds(r)))
+            goto fail;
+        r->direct = 1;
+    }
+    if (r->layout.slot_bytes > UINT64_MAX / o.prefetch) {
+        rc = sf_fail(SF_E_LIMIT, "batch slab too large");
+        goto fail;
+    }
+    r->slab_bytes = r->layout.slot_bytes * o.prefetch;
+    if ((rc = sf_slab_alloc(&r->slab, r->slab_bytes)) || (rc = slots_init(r)))
+        goto fail;
+    if (r->stage.on_slab &&
+        (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
+        rc = sf_fail(rc, "device stage: cannot take the batch slab: %s", sf_strerror(rc));
+        r->stage.on_close = NULL;
+        goto fail;
+    }
+    if ((rc = start_io(r)))
+        goto fail;
+    *out = r;
+    return 0;
+fail:
+    sf_reader_close(r);
+    return rc;
+}
+
+int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
+{
+    return sf_reader_open_staged(out, dir, opts, NULL);
+}
+
+void sf_reader_close(sf_reader *r)
+{
+    if (!r)
+        return;
+    if (r->engine)
+        stop_engine(r);
+    if (r->stage.on_close && r->slab)
+        r->stage.on_close(r->stage.ctx, r->slab, r->slab_bytes);
+    slots_free(r);
+    sf_slab_free(r->slab, r->slab_bytes);
+    if (r->direct_fds) {
+        for (uint64_t i = 0; i < r->ds->manifest.shard_count; i++)
+            if (r->direct_fds[i] >= 0)
+                close(r->direct_fds[i]);
+        free(r->direct_fds);
+    }
+    sf_sampler_free(r->sampler);
+    sf_dataset_close(r->ds);
+    pthread_cond_destroy(&r->ready_cv);
+    pthread_cond_destroy(&r->work_cv);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+uint64_t sf_reader_num_batches(const sf_reader *r)
+{
+    return r ? r->num_batches : 0;
+}
+
+uint64_t sf_reader_samples_per_epoch(const sf_reader *r)
+{
+    return r ? sf_sampler_samples_per_epoch(r->sampler) : 0;
+}
+
+int sf_reader_set_epoch(sf_reader *r, uint64_t epoch)
+{
+    if (!r)
+        return sf_fail(SF_E_INVALID, "sf_reader_set_epoch: NULL reader");
+    pthread_mutex_lock(&r->lock);
+    reposition_locked(r, epoch, 0, 0);
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sf_reader_state(sf_resume_state *out, const sf_reader *r)
+{
+    if (!out || !r)
+        return sf_fail(SF_E_INVALID, "sf_reader_state: NULL argument");
+    sf_reader *rw = (sf_reader *)r; /* the lock is not part of the value */
+    pthread_mutex_lock(&rw->lock);
+    out->epoch = r->del_epoch;
+    out->next_batch = r->del_index;
+    pthread_mutex_unlock(&rw->lock);
+    return 0;
+}
+
+int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
+{
+    if (!r || !state)
+        return sf_fail(SF_E_INVALID, "sf_reader_restore: NULL argument");
+    if (state->next_batch > r->num_batches)
+        return sf_fail(SF_E_INVALID, "resume state: batch %llu, but an epoch has %llu batches (were the options the same?)",
+                       (unsigned long long)state->next_batch, (unsigned long long)r->num_batches);
+    pthread_mutex_lock(&r->lock);
+    reposition_locked(r, state->epoch, state->next_batch, 0);
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sf_reader_next(const sf_batch **out, sf_reader *r)
+{
+    if (!out || !r)
+        return sf_fail(SF_E_INVALID, "sf_reader_next: NULL argument");
+    *out = NULL;
+    pthread_mutex_lock(&r->lock);
+    if (!r->started) {
+        r->started = 1;
+        schedule_locked(r);
+    }
+    int rc = 0;
+    for (;;) {
+        if (r->del_index >= r->num_batches) {
+            /* End of the epoch: say so once, then continue with the next. */
+            r->del_epoch++;
+            r->del_index = 0;
+            break;
+        }
+        if (r->held >= r->opts.prefetch) {
+            rc = sf_fail(SF_E_STATE,
+                         "the caller holds all %u batch slots (prefetch = %u): release a batch "
+                         "before asking for the next",
+                         r->held, r->opts.prefetch);
+            break;
+        }
+        sf_slot *s = NULL;
+        for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+            sf_slot *c = &r->slots[i];
+            if ((c->state == SLOT_READY || c->state == SLOT_LOADING) && c->gen == r->gen &&
+                c->batch.epoch == r->del_epoch && c->batch.index == r->del_index) {
+                s = c;
+                break;
+            }
+        }
+        if (s && s->state == SLOT_READY) {
+            int err = atomic_load(&s->err);
+            if (err) {
+                /* Drop it and everything read ahead; the next call retries. */
+                rc = sf_fail(err, "%s", s->errmsg);
+                s->state = SLOT_FREE;
+                reposition_locked(r, r->del_epoch, r->del_index, 1);
+                break;
+            }
+            s->state = SLOT_HELD;
+            r->held++;
+            r->del_index++;
+            r->st_batches++;
+            r->st_samples += s->batch.size;
+            r->st_subst += s->batch.substituted;
+            *out = &s->batch;
+            break;
+        }
+        if (!s)
+            schedule_locked(r);
+        uint64_t t0 = sf_now_ns();
+        pthread_cond_wait(&r->ready_cv, &r->lock);
+        r->st_wait_ns += sf_now_ns() - t0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int sf_reader_release(sf_reader *r, const sf_batch *batch)
+{
+    if (!r || !batch)
+        return sf_fail(SF_E_INVALID, "sf_reader_release: NULL argument");
+    pthread_mutex_lock(&r->lock);
+    int rc = 0;
+    sf_slot *s = NULL;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++)
+        if (&r->slots[i].batch == batch)
+            s = &r->slots[i];
+    if (!s || s->state != SLOT_HELD) {
+        rc = sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds");
+    } else {
+        s->state = SLOT_FREE;
+        r->held--;
+        schedule_locked(r);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name)
+{
+    if (!b || !name)
+        return NULL;
+    for (uint32_t f = 0; f < b->num_fields; f++)
+        if (strcmp(b->fields[f].name, name) == 0)
+            return &b->fields[f];
+    return NULL;
+}
+
+int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
+{
+    if (!out || !r)
+        return sf_fail(SF_E_INVALID, "sf_reader_stats: NULL argument");
+    sf_reader *rw = (sf_reader *)r; /* the lock is not part of the value */
+    memset(out, 0, sizeof *out);
+    out->bytes_read = atomic_load(&rw->st_bytes);
+    out->io_seconds = (double)atomic_load(&rw->st_io_ns) * 1e-9;
+    out->checksum_seconds = (double)atomic_load(&rw->st_hash_ns) * 1e-9;
+    pthread_mutex_lock(&rw->lock);
+    out->samples = r->st_samples;
+    out->batches = r->st_batches;
+    out->corrupt_substitutions = r->st_subst;
+    out->wait_seconds = (double)r->st_wait_ns * 1e-9;
+    pthread_mutex_unlock(&rw->lock);
+    out->engine = r->engine ? r->engine->name : "none";
+    out->direct = r->direct;
+    out->registered_bytes = r->registered;
+    out->registered_buffers = r->registered && r->registered == r->slab_bytes;
+    out->io_threads = r->nthreads;
+    out->queue_depth = r->engine == &sf_engine_uring ? r->opts.queue_depth : 1;
+    out->prefetch = r->opts.prefetch;
+    out->slab_bytes = r->slab_bytes;
+    return 0;
+}
