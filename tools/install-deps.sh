@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       liburing-dev libzstd-dev libxxhash-dev libcriterion-dev
-      python3 python3-numpy dataset-fashion-mnist bc)
+      python3 python3-numpy python3-dev libdlpack-dev python3-torch
+      dataset-fashion-mnist bc)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

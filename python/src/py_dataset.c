@@ -1,0 +1,302 @@
+/* _shardfeed.Dataset: an sf_dataset for inspection and random access. Values
+ * are read-only views of the shard mmaps (or of the loaded index, for inline
+ * fields) that keep the dataset open while they are alive. */
+#include "py_internal.h"
+
+static const char *storage_name(int storage)
+{
+    switch (storage) {
+    case SF_FIELD_FIXED:
+        return "fixed";
+    case SF_FIELD_VAR:
+        return "variable";
+    case SF_FIELD_INLINE:
+        return "inline";
+    default:
+        return "unknown";
+    }
+}
+
+static void dataset_maybe_free(sf_py_dataset *d)
+{
+    if (d->ds && d->closing && d->live == 0) {
+        sf_dataset_close(d->ds);
+        d->ds = NULL;
+    }
+}
+
+void sf_py_dataset_view_gone(sf_py_dataset *d)
+{
+    d->live--;
+    dataset_maybe_free(d);
+}
+
+static int dataset_usable(sf_py_dataset *d)
+{
+    if (!d->ds || d->closing) {
+        PyErr_SetString(PyExc_ValueError, "shardfeed: the dataset is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&:Dataset", kwlist, PyUnicode_FSConverter, &path))
+        return NULL;
+    sf_py_dataset *self = (sf_py_dataset *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    sf_dataset *ds = NULL;
+    int rc;
+    const char *p = PyBytes_AS_STRING(path);
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_dataset_open(&ds, p);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (rc < 0) {
+        Py_DECREF(self);
+        return sf_py_raise(rc);
+    }
+    self->ds = ds;
+    return (PyObject *)self;
+}
+
+static void dataset_dealloc(sf_py_dataset *self)
+{
+    self->closing = 1;
+    self->live = 0; /* views hold references: none is alive here */
+    dataset_maybe_free(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *dataset_num_samples(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(sf_dataset_num_samples(self->ds));
+}
+
+static PyObject *dataset_align(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    return PyLong_FromUnsignedLong(sf_dataset_align(self->ds));
+}
+
+/* fields() -> list of (name, dtype code, dtype name, npy descr, shape,
+ * storage name, item_size) */
+static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    uint32_t n = sf_dataset_num_fields(self->ds);
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (uint32_t k = 0; k < n; k++) {
+        sf_field_info fi;
+        int rc = sf_dataset_field(&fi, self->ds, k);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return sf_py_raise(rc);
+        }
+        PyObject *shape = PyTuple_New(fi.ndim);
+        if (!shape) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (uint32_t i = 0; i < fi.ndim; i++)
+            PyTuple_SET_ITEM(shape, i, PyLong_FromUnsignedLongLong(fi.shape[i]));
+        PyObject *item = Py_BuildValue("(sissNsK)", fi.name, fi.dtype, fi.dtype_name,
+                                       fi.npy_descr, shape, storage_name(fi.storage),
+                                       (unsigned long long)fi.item_size);
+        if (!item) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, item);
+    }
+    return out;
+}
+
+/* shards() -> list of (name, first_sample, num_samples, file_size) */
+static PyObject *dataset_shards(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    uint64_t n = sf_dataset_num_shards(self->ds);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out)
+        return NULL;
+    for (uint64_t k = 0; k < n; k++) {
+        sf_shard_info si;
+        int rc = sf_dataset_shard(&si, self->ds, k);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return sf_py_raise(rc);
+        }
+        PyObject *item = Py_BuildValue("(sKKK)", si.name, (unsigned long long)si.first_sample,
+                                       (unsigned long long)si.num_samples,
+                                       (unsigned long long)si.file_size);
+        if (!item) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, item);
+    }
+    return out;
+}
+
+static int sample_arg(sf_py_dataset *self, PyObject *arg, uint64_t *out)
+{
+    long long i = PyLong_AsLongLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    uint64_t n = sf_dataset_num_samples(self->ds);
+    if (i < 0)
+        i += (long long)n;
+    if (i < 0 || (uint64_t)i >= n) {
+        PyErr_Format(PyExc_IndexError, "shardfeed: sample %lld out of range (the dataset has %llu)",
+                     i, (unsigned long long)n);
+        return -1;
+    }
+    *out = (uint64_t)i;
+    return 0;
+}
+
+static PyObject *dataset_key(sf_py_dataset *self, PyObject *arg)
+{
+    if (!dataset_usable(self))
+        return NULL;
+    uint64_t i;
+    if (sample_arg(self, arg, &i) < 0)
+        return NULL;
+    const char *key;
+    size_t len;
+    int rc = sf_dataset_key(&key, &len, self->ds, i);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    return PyUnicode_DecodeASCII(key, (Py_ssize_t)len, "strict");
+}
+
+static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    uint64_t n = sf_dataset_num_samples(self->ds);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *key;
+        size_t len;
+        int rc = sf_dataset_key(&key, &len, self->ds, i);
+        PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeASCII(key, (Py_ssize_t)len, "strict");
+        if (!s) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, s);
+    }
+    return out;
+}
+
+/* get(sample, field, check) -> a read-only Array [shape...] (fixed, inline),
+ * a 1-D Array (variable length, numeric), or bytes (variable length, dtype
+ * bytes: a copy). */
+static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
+{
+    PyObject *sample;
+    unsigned int field;
+    int check = 1;
+    if (!PyArg_ParseTuple(args, "OI|p:get", &sample, &field, &check))
+        return NULL;
+    if (!dataset_usable(self))
+        return NULL;
+    uint64_t i;
+    if (sample_arg(self, sample, &i) < 0)
+        return NULL;
+    sf_field_info fi;
+    int rc = sf_dataset_field(&fi, self->ds, field);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    const void *data;
+    uint64_t size;
+    sf_dataset *ds = self->ds;
+    self->live++; /* a close() from another thread meanwhile waits for this call */
+    Py_BEGIN_ALLOW_THREADS /* may fault pages in and hash the record */
+    rc = sf_dataset_get(&data, &size, ds, i, field, check);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyObject *ret = sf_py_raise(rc);
+        sf_py_dataset_view_gone(self);
+        return ret;
+    }
+    PyObject *ret;
+    if (fi.storage == SF_FIELD_VAR) {
+        if (fi.dtype == 0) {
+            ret = PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
+        } else {
+            uint64_t n = fi.elem_size ? size / fi.elem_size : size;
+            ret = sf_py_array_new((PyObject *)self, (void *)data, fi.dtype, 1, &n, 1);
+        }
+    } else {
+        ret = sf_py_array_new((PyObject *)self, (void *)data, fi.dtype, (int)fi.ndim, fi.shape, 1);
+    }
+    sf_py_dataset_view_gone(self);
+    return ret;
+}
+
+static PyObject *dataset_close(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    self->closing = 1;
+    dataset_maybe_free(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *dataset_get_closed(sf_py_dataset *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->closing || !self->ds);
+}
+
+static PyMethodDef dataset_methods[] = {
+    {"num_samples", (PyCFunction)dataset_num_samples, METH_NOARGS, "samples in the dataset"},
+    {"align", (PyCFunction)dataset_align, METH_NOARGS, "record alignment in bytes"},
+    {"fields", (PyCFunction)dataset_fields, METH_NOARGS,
+     "fields() -> [(name, dtype code, dtype name, npy descr, shape, storage, item_size)]"},
+    {"shards", (PyCFunction)dataset_shards, METH_NOARGS,
+     "shards() -> [(name, first_sample, num_samples, file_size)]"},
+    {"key", (PyCFunction)dataset_key, METH_O, "key(sample) -> str"},
+    {"keys", (PyCFunction)dataset_keys, METH_NOARGS, "keys() -> [str], in sample order"},
+    {"get", (PyCFunction)dataset_get, METH_VARARGS,
+     "get(sample, field, check=True) -> read-only Array (or bytes for a bytes field)"},
+    {"close", (PyCFunction)dataset_close, METH_NOARGS,
+     "close(): freed once no view of its memory is alive"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef dataset_getset[] = {
+    {"closed", (getter)dataset_get_closed, NULL, "close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject sf_py_dataset_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardfeed._shardfeed.Dataset",
+    .tp_basicsize = sizeof(sf_py_dataset),
+    .tp_dealloc = (destructor)dataset_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Dataset(path): an opened dataset (sf_dataset). Use shardfeed.open().",
+    .tp_methods = dataset_methods,
+    .tp_getset = dataset_getset,
+    .tp_new = dataset_new,
+};

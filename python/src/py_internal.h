@@ -1,0 +1,114 @@
+/* shardfeed's CPython extension (_shardfeed): shared declarations.
+ *
+ * Objects and who keeps what alive:
+ *
+ *   Reader  owns an sf_reader. close() only marks it closing; the sf_reader
+ *           is freed when no Batch of it is alive any more.
+ *   Batch   one sf_batch held by the caller; holds a strong reference to its
+ *           Reader. Its dealloc calls sf_reader_release (thread-safe).
+ *   Array   a view of memory owned by `owner` (a Batch, or a Dataset for
+ *           random access); holds a strong reference to the owner. Exports
+ *           the buffer protocol and, for batch memory, DLPack: every
+ *           DLManagedTensor holds a reference to the Array, dropped by its
+ *           deleter (which takes the GIL: consumers may call it from any
+ *           thread).
+ *   Dataset owns an sf_dataset (random access through its mmaps); freed when
+ *           closed and no Array of it is alive.
+ *
+ * Only the public headers of the library are used. */
+#ifndef SF_PY_INTERNAL_H
+#define SF_PY_INTERNAL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <shardfeed/shardfeed.h>
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *sf_py_newref(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#define Py_NewRef(o) sf_py_newref((PyObject *)(o))
+#endif
+#ifndef Py_IS_TYPE
+#define Py_IS_TYPE(o, t) (Py_TYPE(o) == (t))
+#endif
+#if PY_VERSION_HEX < 0x03090000
+#define PyObject_CallOneArg(f, a) PyObject_CallFunctionObjArgs((f), (a), NULL)
+#endif
+
+/* Fixed fields have up to 8 dimensions; a batch adds one in front. */
+#define SF_PY_MAX_DIMS 9
+
+/* PyMethodDef wants a PyCFunction; going through void(*)(void) keeps
+ * -Wcast-function-type quiet for METH_VARARGS | METH_KEYWORDS methods. */
+#define SF_PY_KW(fn) ((PyCFunction)(void (*)(void))(fn))
+
+extern PyObject *sf_py_error;
+extern PyTypeObject sf_py_array_type;
+extern PyTypeObject sf_py_reader_type;
+extern PyTypeObject sf_py_batch_type;
+extern PyTypeObject sf_py_dataset_type;
+
+/* Raises shardfeed.Error for a failed library call: the message is
+ * sf_strerror(rc) plus sf_last_error(); .code is rc, .errno is -rc for an
+ * errno code (None otherwise). Returns NULL. */
+PyObject *sf_py_raise(int rc);
+
+/* ---- Array ---- */
+typedef struct sf_py_array {
+    PyObject_HEAD
+    PyObject *owner; /* keeps `data` valid */
+    void *data;
+    int dtype;       /* SPEC.md dtype code (0 = bytes, exported as uint8) */
+    int readonly;    /* buffer protocol read-only; no DLPack export */
+    int ndim;
+    Py_ssize_t itemsize;
+    Py_ssize_t nbytes;
+    Py_ssize_t shape[SF_PY_MAX_DIMS];
+    Py_ssize_t strides[SF_PY_MAX_DIMS]; /* bytes, C order */
+} sf_py_array;
+
+/* A C-contiguous view of `data`. `shape` has `ndim` entries. NULL with an
+ * exception set on failure. */
+PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, const uint64_t *shape,
+                          int readonly);
+
+/* Whether `dtype` is a dtype code this module knows. */
+int sf_py_dtype_known(int dtype);
+/* Little-endian NumPy descr of a dtype code ("<f4"), "|u1" for bytes. */
+const char *sf_py_dtype_descr(int dtype);
+
+/* ---- Reader / Batch ---- */
+typedef struct sf_py_reader {
+    PyObject_HEAD
+    sf_reader *r;
+    pid_t pid;       /* process that opened it: a forked child must not touch it */
+    int closing;     /* close() was called */
+    int busy;        /* a call runs with the GIL released */
+    Py_ssize_t live; /* Batch objects alive */
+} sf_py_reader;
+
+typedef struct sf_py_batch {
+    PyObject_HEAD
+    sf_py_reader *reader;
+    const sf_batch *b;
+} sf_py_batch;
+
+/* ---- Dataset ---- */
+typedef struct sf_py_dataset {
+    PyObject_HEAD
+    sf_dataset *ds;
+    int closing;
+    Py_ssize_t live; /* Arrays viewing its memory */
+} sf_py_dataset;
+
+/* Called by an Array's dealloc when its owner is a Dataset. */
+void sf_py_dataset_view_gone(sf_py_dataset *d);
+
+#endif

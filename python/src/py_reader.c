@@ -1,0 +1,399 @@
+/* _shardfeed.Reader (an sf_reader) and _shardfeed.Batch (one batch the
+ * caller holds). The GIL is released while sf_reader_next waits. */
+#include "py_internal.h"
+
+#include <unistd.h>
+
+/* Frees the sf_reader once it is closing, no batch of it is alive and no
+ * call is running on it. */
+static void reader_maybe_free(sf_py_reader *self)
+{
+    if (self->r && self->closing && self->live == 0 && !self->busy) {
+        sf_reader *r = self->r;
+        self->r = NULL;
+        if (self->pid == getpid()) {
+            Py_BEGIN_ALLOW_THREADS
+            sf_reader_close(r);
+            Py_END_ALLOW_THREADS
+        }
+        /* In a forked child the reader's threads do not exist: leak it. */
+    }
+}
+
+static int reader_usable(sf_py_reader *self)
+{
+    if (!self->r || self->closing) {
+        PyErr_SetString(PyExc_ValueError, "shardfeed: the reader is closed");
+        return 0;
+    }
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "shardfeed: this reader was opened in another process (before a fork); "
+                        "open a new Loader in this process");
+        return 0;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "shardfeed: the reader is in use by another thread (one thread iterates "
+                        "a Loader at a time)");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path",     "batch_size", "shuffle",     "seed",       "rank",
+                             "world_size", "drop_last", "uneven",     "prefetch",   "engine",
+                             "direct",   "verify",     "on_corrupt",  "block_size", "window",
+                             "io_threads", "queue_depth", NULL};
+    PyObject *path = NULL;
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    unsigned int batch_size = 0, rank = 0, world_size = 0, prefetch = 0, block_size = 0,
+                 window = 0, io_threads = 0, queue_depth = 0;
+    unsigned long long seed = 0;
+    int shuffle = 0, drop_last = 0, uneven = 0, engine = 0, direct = 0, verify = 1, on_corrupt = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIII:Reader", kwlist,
+                                     PyUnicode_FSConverter, &path, &batch_size, &shuffle, &seed,
+                                     &rank, &world_size, &drop_last, &uneven, &prefetch, &engine,
+                                     &direct, &verify, &on_corrupt, &block_size, &window,
+                                     &io_threads, &queue_depth))
+        return NULL;
+    o.batch_size = batch_size;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.drop_last = drop_last;
+    o.uneven = uneven;
+    o.prefetch = prefetch;
+    o.engine = engine;
+    o.direct = direct;
+    o.verify = verify ? SF_VERIFY_ON : SF_VERIFY_OFF;
+    o.on_corrupt = on_corrupt;
+    o.block_size = block_size;
+    o.window = window;
+    o.io_threads = io_threads;
+    o.queue_depth = queue_depth;
+
+    sf_py_reader *self = (sf_py_reader *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    self->pid = getpid();
+    sf_reader *r = NULL;
+    int rc;
+    const char *p = PyBytes_AS_STRING(path);
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_reader_open(&r, p, &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (rc < 0) {
+        Py_DECREF(self);
+        return sf_py_raise(rc);
+    }
+    self->r = r;
+    return (PyObject *)self;
+}
+
+static void reader_dealloc(sf_py_reader *self)
+{
+    /* Batches hold references: none is alive here. */
+    self->closing = 1;
+    self->busy = 0;
+    reader_maybe_free(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *reader_next(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!reader_usable(self))
+        return NULL;
+    sf_py_batch *batch = PyObject_New(sf_py_batch, &sf_py_batch_type);
+    if (!batch)
+        return NULL;
+    batch->reader = NULL;
+    batch->b = NULL;
+    const sf_batch *b = NULL;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_reader_next(&b, self->r);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0 || !b) {
+        Py_DECREF(batch);
+        PyObject *ret = rc < 0 ? sf_py_raise(rc) : Py_NewRef(Py_None);
+        reader_maybe_free(self); /* close() from another thread meanwhile */
+        return ret;
+    }
+    batch->reader = (sf_py_reader *)Py_NewRef((PyObject *)self);
+    batch->b = b;
+    self->live++;
+    return (PyObject *)batch;
+}
+
+static PyObject *reader_set_epoch(sf_py_reader *self, PyObject *arg)
+{
+    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+    if (e == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (!reader_usable(self))
+        return NULL;
+    int rc = sf_reader_set_epoch(self->r, e);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reader_restore(sf_py_reader *self, PyObject *args)
+{
+    unsigned long long e, b;
+    if (!PyArg_ParseTuple(args, "KK:restore", &e, &b))
+        return NULL;
+    if (!reader_usable(self))
+        return NULL;
+    sf_resume_state s = {e, b};
+    int rc = sf_reader_restore(self->r, &s);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reader_state(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!reader_usable(self))
+        return NULL;
+    sf_resume_state s;
+    int rc = sf_reader_state(&s, self->r);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    return Py_BuildValue("(KK)", (unsigned long long)s.epoch, (unsigned long long)s.next_batch);
+}
+
+static PyObject *reader_num_batches(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->r)
+        return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
+    return PyLong_FromUnsignedLongLong(sf_reader_num_batches(self->r));
+}
+
+static PyObject *reader_samples_per_epoch(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->r)
+        return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
+    return PyLong_FromUnsignedLongLong(sf_reader_samples_per_epoch(self->r));
+}
+
+static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->r)
+        return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
+    sf_reader_statistics s;
+    int rc = sf_reader_stats(&s, self->r);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    return Py_BuildValue(
+        "{sKsKsKsKsdsdsdsssNsKsIsIsIsK}", "bytes_read", (unsigned long long)s.bytes_read,
+        "samples", (unsigned long long)s.samples, "batches", (unsigned long long)s.batches,
+        "corrupt_substitutions", (unsigned long long)s.corrupt_substitutions, "wait_seconds",
+        s.wait_seconds, "io_seconds", s.io_seconds, "checksum_seconds", s.checksum_seconds,
+        "engine", s.engine ? s.engine : "", "direct", PyBool_FromLong(s.direct),
+        "registered_bytes", (unsigned long long)s.registered_bytes, "io_threads",
+        (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
+        (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
+}
+
+static PyObject *reader_close(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    self->closing = 1;
+    reader_maybe_free(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reader_get_live(sf_py_reader *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(self->live);
+}
+
+static PyObject *reader_get_closed(sf_py_reader *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->closing || !self->r);
+}
+
+static PyObject *reader_get_freed(sf_py_reader *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(!self->r);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"next", (PyCFunction)reader_next, METH_NOARGS,
+     "next() -> Batch, or None once at the end of an epoch (then the next epoch starts)"},
+    {"set_epoch", (PyCFunction)reader_set_epoch, METH_O, "set_epoch(epoch)"},
+    {"restore", (PyCFunction)reader_restore, METH_VARARGS, "restore(epoch, next_batch)"},
+    {"state", (PyCFunction)reader_state, METH_NOARGS, "state() -> (epoch, next_batch)"},
+    {"num_batches", (PyCFunction)reader_num_batches, METH_NOARGS, "batches per epoch (this rank)"},
+    {"samples_per_epoch", (PyCFunction)reader_samples_per_epoch, METH_NOARGS,
+     "samples per epoch (this rank)"},
+    {"stats", (PyCFunction)reader_stats, METH_NOARGS, "stats() -> dict (sf_reader_stats)"},
+    {"close", (PyCFunction)reader_close, METH_NOARGS,
+     "close(): no more batches; the reader is freed when no batch is alive"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef reader_getset[] = {
+    {"live", (getter)reader_get_live, NULL, "batches alive", NULL},
+    {"closed", (getter)reader_get_closed, NULL, "close() was called", NULL},
+    {"freed", (getter)reader_get_freed, NULL, "the sf_reader was freed", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject sf_py_reader_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardfeed._shardfeed.Reader",
+    .tp_basicsize = sizeof(sf_py_reader),
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Reader(path, batch_size=0, shuffle=0, seed=0, rank=0, world_size=0, drop_last=False, "
+              "uneven=0, prefetch=0, engine=0, direct=0, verify=True, on_corrupt=0, block_size=0, "
+              "window=0, io_threads=0, queue_depth=0): the C streaming reader (sf_reader_opts; "
+              "0 means the default). Use shardfeed.Loader.",
+    .tp_methods = reader_methods,
+    .tp_getset = reader_getset,
+    .tp_new = reader_new,
+};
+
+/* ---- Batch ---- */
+
+static void batch_dealloc(sf_py_batch *self)
+{
+    sf_py_reader *reader = self->reader;
+    const sf_batch *b = self->b;
+    PyObject_Free(self);
+    if (!reader)
+        return;
+    if (reader->r && reader->pid == getpid())
+        sf_reader_release(reader->r, b); /* thread-safe; cannot fail for a held batch */
+    reader->live--;
+    reader_maybe_free(reader);
+    Py_DECREF(reader);
+}
+
+static PyObject *ids_copy(const uint64_t *ids, uint32_t n)
+{
+    /* A copy (a bytearray of little-endian int64): ids kept for logging do
+     * not pin the batch's slot. */
+    return PyByteArray_FromStringAndSize((const char *)ids, (Py_ssize_t)n * 8);
+}
+
+static PyObject *batch_ids(sf_py_batch *self, PyObject *unused)
+{
+    (void)unused;
+    return ids_copy(self->b->ids, self->b->size);
+}
+
+static PyObject *batch_source_ids(sf_py_batch *self, PyObject *unused)
+{
+    (void)unused;
+    return ids_copy(self->b->source_ids, self->b->size);
+}
+
+/* fields() -> tuple of (name, storage, dtype, value): value is an Array
+ * [size, shape...] for fixed and inline fields, (data, offsets) for
+ * variable-length ones: data a 1-D Array of the packed values (uint8 for
+ * dtype bytes), offsets an int64 Array of size + 1 byte offsets. */
+static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
+{
+    (void)unused;
+    const sf_batch *b = self->b;
+    PyObject *out = PyTuple_New(b->num_fields);
+    if (!out)
+        return NULL;
+    for (uint32_t k = 0; k < b->num_fields; k++) {
+        const sf_batch_field *f = &b->fields[k];
+        PyObject *value;
+        if (f->storage == SF_FIELD_VAR) {
+            uint64_t esz = f->elem_size ? f->elem_size : 1;
+            uint64_t n = f->bytes / esz;
+            uint64_t noff = (uint64_t)b->size + 1;
+            PyObject *data = sf_py_array_new((PyObject *)self, f->data, f->dtype, 1, &n, 0);
+            PyObject *offs = data ? sf_py_array_new((PyObject *)self, (void *)f->offsets, 9 /* int64 */,
+                                                    1, &noff, 0)
+                                  : NULL;
+            value = offs ? PyTuple_Pack(2, data, offs) : NULL;
+            Py_XDECREF(data);
+            Py_XDECREF(offs);
+        } else {
+            uint64_t shape[SF_PY_MAX_DIMS];
+            uint32_t nd = f->ndim < SF_PY_MAX_DIMS - 1 ? f->ndim : SF_PY_MAX_DIMS - 1;
+            shape[0] = b->size;
+            for (uint32_t i = 0; i < nd; i++)
+                shape[i + 1] = f->shape[i];
+            value = sf_py_array_new((PyObject *)self, f->data, f->dtype, (int)nd + 1, shape, 0);
+        }
+        PyObject *item = value ? Py_BuildValue("(siiN)", f->name, f->storage, f->dtype, value) : NULL;
+        if (!item) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k, item);
+    }
+    return out;
+}
+
+static PyObject *batch_get_epoch(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(self->b->epoch);
+}
+
+static PyObject *batch_get_index(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(self->b->index);
+}
+
+static PyObject *batch_get_size(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(self->b->size);
+}
+
+static PyObject *batch_get_substituted(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(self->b->substituted);
+}
+
+static PyMethodDef batch_methods[] = {
+    {"fields", (PyCFunction)batch_fields, METH_NOARGS,
+     "fields() -> tuple of (name, storage, dtype, Array or (data, offsets))"},
+    {"ids", (PyCFunction)batch_ids, METH_NOARGS, "ids() -> bytearray of int64 sample ids (a copy)"},
+    {"source_ids", (PyCFunction)batch_source_ids, METH_NOARGS,
+     "source_ids() -> bytearray of int64: the ids whose data the batch holds"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef batch_getset[] = {
+    {"epoch", (getter)batch_get_epoch, NULL, "epoch", NULL},
+    {"index", (getter)batch_get_index, NULL, "batch number within the epoch (this rank)", NULL},
+    {"size", (getter)batch_get_size, NULL, "samples in the batch", NULL},
+    {"substituted", (getter)batch_get_substituted, NULL, "corrupt samples substituted", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject sf_py_batch_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardfeed._shardfeed.Batch",
+    .tp_basicsize = sizeof(sf_py_batch),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch held from a Reader; its slot is released when this object and every "
+              "Array/tensor made from it are gone.",
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};

@@ -1,0 +1,105 @@
+"""A minimal writer of shardfeed datasets, from SPEC.md alone, for tests that need what
+`shardfeed pack` does not produce yet (variable-length fields). No fsync, no resume:
+test data only. XXH3-64 comes from libxxhash through ctypes."""
+import ctypes
+import ctypes.util
+import os
+import struct
+
+import numpy as np
+
+_lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+_lib.XXH3_64bits.restype = ctypes.c_uint64
+_lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+FIXED, VAR, INLINE = 0, 1, 2
+DTYPES = {"bytes": (0, 1), "bool": (1, 1), "uint8": (2, 1), "int8": (3, 1), "uint16": (4, 2),
+          "int16": (5, 2), "uint32": (6, 4), "int32": (7, 4), "uint64": (8, 8), "int64": (9, 8),
+          "float16": (10, 2), "float32": (11, 4), "float64": (12, 8), "complex64": (13, 8),
+          "complex128": (14, 16)}
+
+
+def xxh3(b):
+    b = bytes(b)
+    return _lib.XXH3_64bits(b, len(b))
+
+
+def align_up(v, a):
+    return (v + a - 1) // a * a
+
+
+def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5F5EED):
+    """fields: [(name, dtype name, storage, shape)] (shape () for scalars, ignored for VAR);
+    samples: [{name: value}] with values numpy arrays (fixed, inline, numeric VAR) or bytes
+    (VAR of dtype bytes). Keys are the sample numbers."""
+    os.makedirs(out)
+    table = b""
+    desc = []
+    for name, dt, storage, shape in fields:
+        code, esz = DTYPES[dt]
+        if storage == VAR:
+            shape, item = (0,), 0
+        else:
+            item = int(np.prod(shape, dtype=np.int64)) * esz
+        table += (name.encode().ljust(64, b"\0") + struct.pack("<BBBB4x", code, len(shape), storage, 0)
+                  + struct.pack("<8Q", *(list(shape) + [0] * (8 - len(shape)))) + struct.pack("<Q", item))
+        desc.append((name, code, esz, storage))
+    schema_hash = xxh3(table)
+    n_var = sum(1 for d in desc if d[3] == VAR)
+    n_inline = sum(1 for d in desc if d[3] == INLINE)
+    entry_size = 32 + 8 * (n_var + n_inline)
+    per_shard = per_shard or len(samples)
+    shard_table = b""
+    for si, first in enumerate(range(0, len(samples), per_shard)):
+        chunk = samples[first:first + per_shard]
+        data_offset = align_up(128, align)
+        body = bytearray(data_offset - 128)
+        pos = data_offset
+        entries, keys = b"", b""
+        for k, s in enumerate(chunk):
+            key = str(first + k).encode()
+            rec_off = pos
+            end = pos
+            payload, var_lens, inline = b"", [], b""
+            for name, code, esz, storage in desc:
+                v = s[name]
+                raw = bytes(v) if isinstance(v, (bytes, bytearray)) else np.ascontiguousarray(v).astype(
+                    np.dtype(v.dtype).newbyteorder("<")).tobytes()
+                if storage == INLINE:
+                    inline += raw.ljust(8, b"\0")
+                    continue
+                start = align_up(end, align)  # rec_off is aligned: the first field starts there
+                body += bytes(start - pos) + raw
+                pos = end = start + len(raw)
+                payload += raw
+                if storage == VAR:
+                    var_lens.append(len(raw))
+            size = end - rec_off
+            entries += struct.pack("<QQQIHH", rec_off, size, xxh3(payload), len(keys), len(key), 0)
+            entries += struct.pack(f"<{len(var_lens)}Q", *var_lens) + inline
+            keys += key
+            nxt = align_up(pos, align)
+            body += bytes(nxt - pos)
+            pos = nxt
+        index = entries + keys
+        assert len(entries) == entry_size * len(chunk)
+        index_offset = pos
+        head = struct.pack("<8sHHIIIQQQQQQIIQQ24x", b"\x89SFSHRD\n", 1, 0, 0, 0, align, si, len(chunk),
+                           first, data_offset, index_offset, len(index), entry_size, len(desc),
+                           schema_hash, dataset_id)
+        hsum = xxh3(head)
+        isum = xxh3(index)
+        foot = struct.pack("<QQQQQ8x", index_offset, len(index), len(chunk), isum, hsum)
+        foot += struct.pack("<Q", xxh3(foot)) + b"\x89SFSEND\n"
+        blob = head + struct.pack("<Q", hsum) + bytes(body) + index + foot
+        with open(os.path.join(out, "shard-%06d.sfs" % si), "wb") as f:
+            f.write(blob)
+        shard_table += struct.pack("<QQQQQ8x", len(chunk), first, len(blob), hsum, isum)
+    nshards = len(shard_table) // 48
+    man = struct.pack("<8sHHIIIQQIIQ8x", b"\x89SFMANI\n", 1, 0, 0, 0, len(desc), nshards, len(samples),
+                      align, 0, dataset_id)
+    man += table + shard_table
+    man += struct.pack("<Q", xxh3(man))
+    with open(os.path.join(out, "manifest.sfm"), "wb") as f:
+        f.write(man)
+    return out

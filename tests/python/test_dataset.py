@@ -1,0 +1,142 @@
+"""shardfeed.open(): inspection and random access. See sfpytest.py for how to run it by hand."""
+import gc
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sfpytest import (HAVE_TORCH, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
+                      torch, write_synthetic)
+
+N = 57
+TMP = SRC = DS = None
+
+
+def setUpModule():
+    global TMP, SRC, DS
+    TMP = scratch("dataset-")
+    SRC = os.path.join(TMP, "npy")
+    write_synthetic(SRC, N, shape=(2, 5), dtype=np.float64,
+                    extra={"mask": lambda i: np.arange(12, dtype=np.uint8).reshape(3, 4) * i % 7 == 0,
+                           "half": lambda i: np.full((3,), i, dtype=np.float16),
+                           "small": lambda i: np.int16(-i),
+                           "u16": lambda i: np.arange(3, dtype=np.uint16) * i,
+                           "u32": lambda i: np.uint32(i + 2 ** 31),
+                           "u64": lambda i: np.arange(2, dtype=np.uint64) + 2 ** 63,
+                           "i8": lambda i: np.arange(-4, 4, dtype=np.int8).reshape(2, 4),
+                           "c64": lambda i: np.full((2,), i - 1j, dtype=np.complex64),
+                           "c128": lambda i: np.complex128(i + 2j)})
+    DS = pack(SRC, os.path.join(TMP, "ds"), "--shard-size", "8KiB")
+
+
+def tearDownModule():
+    remove(TMP)
+
+
+class Inspect(unittest.TestCase):
+    def test_schema(self):
+        ds = shardfeed.open(DS)
+        self.assertEqual(len(ds), N)
+        by = {f.name: f for f in ds.fields}
+        self.assertEqual(sorted(by), ["c128", "c64", "half", "i8", "img", "label", "mask", "small",
+                                      "u16", "u32", "u64"])
+        self.assertEqual((by["img"].dtype, by["img"].shape, by["img"].storage), ("float64", (2, 5), "fixed"))
+        self.assertEqual((by["label"].dtype, by["label"].shape, by["label"].storage), ("int64", (), "inline"))
+        self.assertEqual(by["mask"].dtype, "bool")
+        self.assertEqual(by["half"].descr, "<f2")
+        self.assertEqual(by["small"].item_size, 2)
+        self.assertEqual(ds.class_names, [])
+        self.assertEqual(ds.align, 4096)
+        self.assertIn("57 samples", repr(ds))
+
+    def test_shards(self):
+        ds = shardfeed.open(DS)
+        shards = ds.shards
+        self.assertGreater(len(shards), 1)
+        self.assertEqual(sum(s.num_samples for s in shards), N)
+        first = 0
+        for s in shards:
+            self.assertEqual(s.first_sample, first)
+            self.assertEqual(os.path.getsize(os.path.join(DS, s.name)), s.file_size)
+            first += s.num_samples
+
+    def test_keys(self):
+        ds = shardfeed.open(DS)
+        keys = ds.keys()
+        self.assertEqual(sorted(keys, key=int), [str(i) for i in range(N)])
+        self.assertEqual(keys, [str(i) for i in range(N)])  # natural order
+        for i in (0, 9, 10, N - 1):
+            self.assertEqual(ds.key(i), keys[i])
+            self.assertEqual(ds.index(keys[i]), i)
+        self.assertEqual(ds.key(-1), keys[-1])
+
+
+class RandomAccess(unittest.TestCase):
+    def test_values(self):
+        ds = shardfeed.open(DS)
+        for i in list(range(N)) + [-1, -N]:
+            s = ds[i]
+            key = ds.key(i)
+            self.assertEqual(sorted(s), sorted(f.name for f in ds.fields))
+            for name, v in s.items():
+                ref = load_source(SRC, name, key)
+                self.assertIsInstance(v, np.ndarray)
+                self.assertEqual(v.dtype, ref.dtype, name)
+                self.assertEqual(v.shape, ref.shape, name)
+                np.testing.assert_array_equal(v, ref)
+        self.assertEqual(len(ds[2:5]), 3)
+        self.assertEqual(sum(1 for _ in ds), N)
+
+    def test_views_are_read_only_and_keep_the_dataset(self):
+        ds = shardfeed.open(DS)
+        img = ds[N - 1]["img"]
+        label = ds[N - 1]["label"]
+        self.assertFalse(img.flags.writeable)
+        with self.assertRaises(ValueError):
+            img[0, 0] = 1.0
+        ds.close()
+        del ds
+        gc.collect()
+        np.testing.assert_array_equal(img, load_source(SRC, "img", str(N - 1)))
+        self.assertEqual(label, load_source(SRC, "label", str(N - 1)))
+
+    def test_no_dlpack_for_mmap_memory(self):
+        ds = shardfeed._shardfeed.Dataset(DS)
+        a = ds.get(0, 0, True)
+        self.assertTrue(a.readonly)
+        with self.assertRaises(BufferError):
+            a.__dlpack__()
+
+
+class EveryDtypeThroughTheLoader(unittest.TestCase):
+    def check(self, output):
+        ds = shardfeed.open(DS)
+        n = 0
+        for b in shardfeed.Loader(DS, 10, seed=1, output=output):
+            for j, i in enumerate(as_numpy(b.ids)):
+                ref = ds[int(i)]
+                for name, v in ref.items():
+                    got = as_numpy(b[name][j])
+                    self.assertEqual(got.dtype, v.dtype, name)
+                    np.testing.assert_array_equal(got, v, name)
+                n += 1
+        self.assertEqual(n, N)
+
+    def test_numpy(self):
+        self.check("numpy")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_torch(self):
+        self.check("torch")
+        b = next(iter(shardfeed.Loader(DS, 10, output="torch")))
+        self.assertEqual(b["mask"].dtype, torch.bool)
+        self.assertEqual(b["half"].dtype, torch.float16)
+        self.assertEqual(b["c64"].dtype, torch.complex64)
+        # torch without unsigned 16/32/64-bit types: numpy arrays for those
+        self.assertEqual(isinstance(b["u16"], np.ndarray), not hasattr(torch, "uint16"))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,229 @@
+"""shardfeed.Loader and shardfeed.open: errors (missing data, corrupt records,
+bad options, misuse). See sfpytest.py for how to run it by hand."""
+import gc
+import os
+import shutil
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sfpytest import as_numpy, load_source, pack, remove, scratch, shardfeed, write_synthetic  # noqa: E402
+
+N = 120
+B = 8
+BAD = 37  # the sample whose record is corrupted
+TMP = SRC = DS = BAD_DS = BAD_SHARD = None
+
+
+def setUpModule():
+    global TMP, SRC, DS, BAD_DS, BAD_SHARD
+    TMP = scratch("errors-")
+    SRC = os.path.join(TMP, "npy")
+    write_synthetic(SRC, N, seed=4)
+    DS = pack(SRC, os.path.join(TMP, "ds"), "--align", "64", "--shard-size", "20KiB")
+    BAD_DS = os.path.join(TMP, "bad")
+    shutil.copytree(DS, BAD_DS)
+    # Flip one byte in the middle of sample BAD's image, in whichever shard holds it.
+    ds = shardfeed.open(DS)
+    needle = load_source(SRC, "img", ds.key(BAD)).tobytes()
+    for s in ds.shards:
+        if s.first_sample <= BAD < s.first_sample + s.num_samples:
+            BAD_SHARD = s.name
+    path = os.path.join(BAD_DS, BAD_SHARD)
+    with open(path, "r+b") as f:
+        data = f.read()
+        at = data.find(needle)
+        assert at > 0 and data.find(needle, at + 1) < 0
+        f.seek(at + len(needle) // 2)
+        f.write(bytes([data[at + len(needle) // 2] ^ 0x40]))
+    assert ds.shards[0].name != BAD_SHARD or len(ds.shards) == 1
+
+
+def tearDownModule():
+    remove(TMP)
+
+
+def loader(path=None, **kw):
+    kw.setdefault("output", "numpy")
+    kw.setdefault("shuffle", "none")
+    return shardfeed.Loader(path or DS, kw.pop("batch_size", B), **kw)
+
+
+class Missing(unittest.TestCase):
+    def test_missing_dir(self):
+        missing = os.path.join(TMP, "no-such-dataset")
+        for open_it in (lambda: loader(missing), lambda: shardfeed.open(missing)):
+            with self.assertRaises(shardfeed.Error) as cm:
+                open_it()
+            e = cm.exception
+            self.assertIsInstance(e, RuntimeError)
+            self.assertIn(missing, str(e))
+            self.assertEqual(e.errno, 2)  # ENOENT
+            self.assertEqual(e.code, -2)
+
+    def test_not_a_dataset(self):
+        with self.assertRaises(shardfeed.Error) as cm:
+            loader(SRC)
+        self.assertIn("manifest", str(cm.exception))
+
+    def test_missing_shard(self):
+        d = os.path.join(TMP, "noshard")
+        shutil.copytree(DS, d)
+        name = shardfeed.open(DS).shards[-1].name
+        os.remove(os.path.join(d, name))
+        with self.assertRaises(shardfeed.Error) as cm:
+            loader(d)
+        self.assertIn(name, str(cm.exception))
+
+
+class Corrupt(unittest.TestCase):
+    def test_error_names_the_shard(self):
+        ld = loader(BAD_DS, on_corrupt="error")
+        got = []
+        with self.assertRaises(shardfeed.Error) as cm:
+            for b in ld:
+                got.append(b.index)
+        e = cm.exception
+        self.assertEqual(e.code, shardfeed.E_CHECKSUM)
+        self.assertIn(BAD_SHARD, str(e))
+        self.assertEqual(got, list(range(BAD // B)))  # every batch before the bad one
+
+    def test_skip_substitutes(self):
+        ld = loader(BAD_DS, on_corrupt="skip")
+        ds = shardfeed.open(DS)
+        subs = 0
+        for b in ld:
+            ids, src = as_numpy(b.ids), as_numpy(b.source_ids)
+            self.assertEqual(b["img"].shape[0], B if b.index < len(ld) - 1 else N - (len(ld) - 1) * B)
+            for j in range(b.size):
+                if ids[j] != src[j]:
+                    subs += 1
+                    self.assertEqual(ids[j], BAD)
+                    self.assertEqual(b.substituted, 1)
+                np.testing.assert_array_equal(b["img"][j], load_source(SRC, "img", ds.key(int(src[j]))))
+        self.assertEqual(subs, 1)
+        self.assertEqual(ld.stats()["corrupt_substitutions"], 1)
+
+    def test_verify_off_reads_the_bytes_as_they_are(self):
+        ld = loader(BAD_DS, verify=False)
+        ds = shardfeed.open(DS)
+        for b in ld:
+            ids = as_numpy(b.ids)
+            for j in range(b.size):
+                same = np.array_equal(b["img"][j], load_source(SRC, "img", ds.key(int(ids[j]))))
+                self.assertEqual(same, ids[j] != BAD)
+
+    def test_error_then_retry(self):
+        ld = loader(BAD_DS)
+        it = iter(ld)
+        for _ in range(BAD // B):
+            next(it)
+        for _ in range(2):  # the position is unchanged after an error
+            with self.assertRaises(shardfeed.Error):
+                next(it)
+        self.assertEqual(ld.state_dict()["next_batch"], BAD // B)
+
+    def test_random_access_checks_the_record(self):
+        ds = shardfeed.open(BAD_DS)
+        with self.assertRaises(shardfeed.Error) as cm:
+            ds[BAD]
+        self.assertEqual(cm.exception.code, shardfeed.E_CHECKSUM)
+        ds[BAD - 1]
+        unchecked = shardfeed.open(BAD_DS, verify=False)[BAD]["img"]
+        self.assertFalse(np.array_equal(unchecked, load_source(SRC, "img", ds.key(BAD))))
+
+
+class Options(unittest.TestCase):
+    def test_bad_values(self):
+        for kw, exc, text in (
+                ({"batch_size": 0}, ValueError, "batch_size"),
+                ({"batch_size": 2.5}, TypeError, "batch_size"),
+                ({"shuffle": "random"}, ValueError, "shuffle"),
+                ({"on_corrupt": "ignore"}, ValueError, "on_corrupt"),
+                ({"prefetch": 0}, ValueError, "prefetch"),
+                ({"rank": 2, "world_size": 2}, ValueError, "rank"),
+                ({"world_size": 0}, ValueError, "world_size"),
+                ({"output": "jax"}, ValueError, "output"),
+                ({"varlen": "ragged"}, ValueError, "varlen"),
+                ({"engine": "aio"}, ValueError, "engine"),
+                ({"seed": "1"}, TypeError, "seed")):
+            with self.assertRaisesRegex(exc, text, msg=str(kw)):
+                loader(**kw)
+
+    def test_c_validation_reaches_python(self):
+        with self.assertRaises(shardfeed.Error) as cm:
+            shardfeed._shardfeed.Reader(DS, batch_size=4, shuffle=7)
+        self.assertEqual(cm.exception.code, shardfeed.E_INVALID)
+        self.assertIn("shuffle", str(cm.exception))
+
+    def test_shuffle_bool(self):
+        self.assertEqual(loader(shuffle=True).shuffle, "global")
+        self.assertEqual(loader(shuffle=False).shuffle, "none")
+
+    def test_seed_range(self):
+        a = [as_numpy(b.ids).tolist() for b in loader(shuffle="global", seed=-1)]
+        b = [as_numpy(b.ids).tolist() for b in loader(shuffle="global", seed=2 ** 64 - 1)]
+        self.assertEqual(a, b)
+
+
+class Misuse(unittest.TestCase):
+    def test_closed(self):
+        ld = loader()
+        ld.close()
+        ld.close()  # twice is fine
+        for f in (lambda: iter(ld), lambda: ld.set_epoch(1), lambda: ld.load_state_dict({})):
+            with self.assertRaisesRegex(ValueError, "closed"):
+                f()
+        self.assertIn("batches", ld.stats())  # still answers
+
+    def test_closed_midway(self):
+        ld = loader()
+        it = iter(ld)
+        next(it)
+        ld.close()
+        with self.assertRaises(RuntimeError):
+            next(it)
+
+    def test_set_epoch_retires_iterators(self):
+        ld = loader()
+        it = iter(ld)
+        next(it)
+        ld.set_epoch(3)
+        with self.assertRaisesRegex(RuntimeError, "replaced"):
+            next(it)
+        self.assertEqual(next(iter(ld)).epoch, 3)
+
+    def test_bad_state(self):
+        ld = loader()
+        s = ld.state_dict()
+        s["next_batch"] = len(ld) + 1
+        with self.assertRaises(ValueError):
+            ld.load_state_dict(s)
+        with self.assertRaises(TypeError):
+            ld.load_state_dict([1, 2])
+        s = ld.state_dict()
+        s["version"] = 99
+        with self.assertRaisesRegex(ValueError, "version"):
+            ld.load_state_dict(s)
+
+    def test_dataset_index_errors(self):
+        ds = shardfeed.open(DS)
+        with self.assertRaises(IndexError):
+            ds[N]
+        with self.assertRaises(IndexError):
+            ds[-N - 1]
+        with self.assertRaises(KeyError):
+            ds.index("no-such-key")
+        ds.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            ds[0]
+
+    def test_error_is_catchable_as_runtime_error(self):
+        self.assertTrue(issubclass(shardfeed.Error, RuntimeError))
+        gc.collect()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,466 @@
+"""shardfeed.Loader: values, order, epochs, resume, ranks, output kinds, memory lifetime.
+See sfpytest.py for how to run it by hand."""
+import gc
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, epoch_ids, load_source, pack,  # noqa: E402
+                      remove, scratch, shardfeed, torch, write_synthetic)
+
+N = 203          # not a multiple of any batch size used
+B = 16
+TMP = SRC = DS = None
+
+
+def setUpModule():
+    global TMP, SRC, DS
+    TMP = scratch("loader-")
+    SRC = os.path.join(TMP, "npy")
+    write_synthetic(SRC, N, extra={"flag": lambda i: np.array([i % 3 == 0, i % 2 == 0])})
+    DS = pack(SRC, os.path.join(TMP, "ds"), "--align", "64", "--shard-size", "40KiB")
+
+
+def tearDownModule():
+    remove(TMP)
+
+
+def loader(**kw):
+    kw.setdefault("output", "numpy")
+    return shardfeed.Loader(DS, kw.pop("batch_size", B), **kw)
+
+
+class Values(unittest.TestCase):
+    def check_epoch(self, ld):
+        ds = shardfeed.open(DS)
+        self.assertGreater(len(ds.shards), 1)
+        seen = []
+        for k, b in enumerate(ld):
+            self.assertIsInstance(b, shardfeed.Batch)
+            self.assertEqual(b.index, k)
+            ids = as_numpy(b.ids)
+            self.assertEqual(len(ids), b.size)
+            img, label, flag = as_numpy(b["img"]), as_numpy(b["label"]), as_numpy(b["flag"])
+            self.assertEqual(img.shape, (b.size, 3, 8, 8))
+            self.assertEqual(img.dtype, np.float32)
+            self.assertEqual(label.dtype, np.int64)
+            self.assertEqual(flag.dtype, np.bool_)
+            for j, i in enumerate(ids):
+                key = ds.key(int(i))
+                np.testing.assert_array_equal(img[j], load_source(SRC, "img", key))
+                self.assertEqual(label[j], load_source(SRC, "label", key))
+                np.testing.assert_array_equal(flag[j], load_source(SRC, "flag", key))
+            seen.extend(ids.tolist())
+        self.assertEqual(sorted(seen), list(range(N)))
+        self.assertEqual(k + 1, len(ld))
+        self.assertEqual(b.size, N % B)  # the short last batch
+
+    def test_numpy(self):
+        self.check_epoch(loader(seed=3))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_torch(self):
+        ld = loader(seed=3, output="torch")
+        b = next(iter(ld))
+        self.assertIsInstance(b["img"], torch.Tensor)
+        self.assertIsInstance(b.ids, torch.Tensor)
+        self.assertEqual(b["flag"].dtype, torch.bool)
+        self.check_epoch(loader(seed=3, output="torch"))
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_auto_is_torch(self):
+        self.assertEqual(shardfeed.Loader(DS, B).output, "torch")
+
+    def test_dlpack_objects(self):
+        b = next(iter(loader(output="dlpack", shuffle="none")))
+        a = b["img"]
+        self.assertTrue(hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"))
+        self.assertEqual(a.__dlpack_device__(), (1, 0))
+        self.assertEqual(a.shape, (B, 3, 8, 8))
+        x = np.from_dlpack(a) if hasattr(np, "from_dlpack") else np.asarray(a)
+        np.testing.assert_array_equal(x[5], load_source(SRC, "img", shardfeed.open(DS).key(5)))
+        np.testing.assert_array_equal(np.asarray(a), x)  # buffer protocol too
+        if HAVE_TORCH:
+            np.testing.assert_array_equal(torch.from_dlpack(a).numpy(), x)
+
+    def test_shuffle_none_is_dataset_order(self):
+        ids = sum(epoch_ids(loader(shuffle="none")), [])
+        self.assertEqual(ids, list(range(N)))
+
+    def test_block_shuffle(self):
+        ids = sum(epoch_ids(loader(shuffle="block", block_size=8, window=32)), [])
+        self.assertEqual(sorted(ids), list(range(N)))
+        self.assertNotEqual(ids, list(range(N)))
+
+    def test_len_and_drop_last(self):
+        self.assertEqual(len(loader()), (N + B - 1) // B)
+        ld = loader(drop_last=True)
+        self.assertEqual(len(ld), N // B)
+        sizes = [b.size for b in ld]
+        self.assertEqual(sizes, [B] * (N // B))
+        self.assertEqual(ld.samples_per_epoch, N // B * B)
+
+    def test_stats(self):
+        ld = loader()
+        for _ in ld:
+            pass
+        s = ld.stats()
+        for k in ("bytes_read", "samples", "batches", "corrupt_substitutions", "wait_seconds",
+                  "io_seconds", "checksum_seconds", "engine", "io_threads", "prefetch",
+                  "slab_bytes"):
+            self.assertIn(k, s)
+        self.assertEqual(s["samples"], N)
+        self.assertEqual(s["batches"], len(ld))
+        self.assertEqual(s["prefetch"], 4)
+        self.assertGreaterEqual(s["bytes_read"], N * 3 * 8 * 8 * 4)
+
+
+class Order(unittest.TestCase):
+    def test_deterministic_per_seed_and_epoch(self):
+        a, b = loader(seed=11), loader(seed=11)
+        a0, b0 = epoch_ids(a), epoch_ids(b)
+        self.assertEqual(a0, b0)
+        self.assertEqual(a.epoch, 1)  # advanced by itself
+        a1, b1 = epoch_ids(a), epoch_ids(b)
+        self.assertEqual(a1, b1)
+        self.assertNotEqual(a0, a1)
+        self.assertNotEqual(a0, epoch_ids(loader(seed=12)))
+        c = loader(seed=11)
+        c.set_epoch(1)
+        self.assertEqual(epoch_ids(c), a1)
+        c.set_epoch(0)
+        self.assertEqual(epoch_ids(c), a0)
+
+    def test_batch_epoch_and_index(self):
+        ld = loader()
+        ld.set_epoch(5)
+        bs = [(b.epoch, b.index) for b in ld]
+        self.assertEqual(bs, [(5, k) for k in range(len(ld))])
+        self.assertEqual(ld.epoch, 6)
+
+    def test_abandoned_iteration_restarts_the_epoch(self):
+        ld = loader(seed=2)
+        full = epoch_ids(loader(seed=2))
+        it = iter(ld)
+        next(it)
+        next(it)
+        self.assertEqual(epoch_ids(ld), full)  # iter() starts the epoch over
+        with self.assertRaises(RuntimeError):
+            next(it)  # replaced by the newer iterator
+
+
+class Resume(unittest.TestCase):
+    def test_state_dict_resumes_exactly(self):
+        full = epoch_ids(loader(seed=7))
+        for k in (0, 1, 5, len(full) - 1, len(full)):
+            ld = loader(seed=7)
+            it = iter(ld)
+            for _ in range(k):
+                next(it)
+            state = ld.state_dict()
+            self.assertEqual((state["epoch"], state["next_batch"]), (0, k))
+            state = json.loads(json.dumps(state))  # checkpoints go through json/pickle
+            new = loader(seed=7)
+            new.load_state_dict(pickle.loads(pickle.dumps(state)))
+            self.assertEqual(new.state_dict()["next_batch"], k)
+            self.assertEqual(epoch_ids(new), full[k:], f"resume after {k} batches")
+            # and then the next epoch, as an uninterrupted run would
+            self.assertEqual(new.epoch, 1)
+            ref = loader(seed=7)
+            ref.set_epoch(1)
+            self.assertEqual(epoch_ids(new), epoch_ids(ref))
+
+    def test_state_in_a_later_epoch(self):
+        ld = loader(seed=7)
+        for _ in range(3):
+            epoch_ids(ld)
+        it = iter(ld)
+        next(it)
+        s = ld.state_dict()
+        self.assertEqual((s["epoch"], s["next_batch"]), (3, 1))
+        ref = loader(seed=7)
+        ref.set_epoch(3)
+        new = loader(seed=7)
+        new.load_state_dict(s)
+        self.assertEqual(epoch_ids(new), epoch_ids(ref)[1:])
+
+    def test_state_after_an_epoch_ends(self):
+        ld = loader(seed=7)
+        epoch_ids(ld)
+        s = ld.state_dict()
+        self.assertEqual((s["epoch"], s["next_batch"]), (1, 0))
+
+    def test_mismatching_options_are_refused(self):
+        s = loader(seed=7).state_dict()
+        for kw, name in (({"seed": 8}, "seed"), ({"batch_size": B + 1}, "batch_size"),
+                         ({"shuffle": "none"}, "shuffle"), ({"drop_last": True}, "drop_last"),
+                         ({"world_size": 2, "rank": 0}, "world_size")):
+            kw.setdefault("seed", 7)
+            with self.assertRaisesRegex(ValueError, name):
+                loader(**kw).load_state_dict(s)
+        with self.assertRaisesRegex(ValueError, "lacks"):
+            loader(seed=7).load_state_dict({"epoch": 0})
+
+    def test_rank_is_not_part_of_the_match(self):
+        s = loader(seed=7, rank=0, world_size=2).state_dict()
+        loader(seed=7, rank=1, world_size=2).load_state_dict(s)
+
+
+class Ranks(unittest.TestCase):
+    def check_world(self, world, **kw):
+        single = sum(epoch_ids(loader(seed=5, **kw)), [])
+        per_rank = [epoch_ids(loader(seed=5, rank=r, world_size=world, **kw)) for r in range(world)]
+        nb = len(per_rank[0])
+        for r in range(world):
+            self.assertEqual(len(per_rank[r]), nb, f"rank {r} batch count")
+            self.assertEqual(len(loader(seed=5, rank=r, world_size=world, **kw)), nb)
+        # (batch, rank) order concatenated is the single-process order S,
+        # plus wrap-around padding S[0], S[1], ... (SPEC: sampler rules)
+        cat = [i for j in range(nb) for r in range(world) for i in per_rank[r][j]]
+        m = min(N, len(cat))
+        self.assertEqual(cat[:m], single[:m])
+        return cat, single, per_rank
+
+    def test_world_2_and_3_pad(self):
+        for world in (2, 3):
+            cat, single, per_rank = self.check_world(world)
+            self.assertEqual(set(cat), set(range(N)), "complete")
+            pad = len(cat) - N
+            self.assertLess(pad, world)
+            self.assertEqual(cat[N:], single[:pad], "padding wraps around to the epoch's start")
+            sizes = {sum(len(b) for b in rb) for rb in per_rank}
+            self.assertEqual(len(sizes), 1, "same samples on every rank")
+            # disjoint apart from the padding
+            self.assertEqual(len(cat) - len(set(cat)), pad)
+
+    def test_world_3_drop(self):
+        cat, single, _ = self.check_world(3, uneven="drop")
+        self.assertEqual(len(cat), len(set(cat)), "disjoint")
+        self.assertEqual(cat, single[:len(cat)])
+        self.assertGreater(len(cat), N - 3)
+
+    def test_env_defaults(self):
+        code = ("import json, shardfeed; l = shardfeed.Loader(%r, %d, seed=5, output='numpy'); "
+                "print(json.dumps([l.rank, l.world_size, [b.ids.tolist() for b in l]]))" % (DS, B))
+        env = dict(os.environ, RANK="1", WORLD_SIZE="3")
+        p = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rank, world, ids = json.loads(p.stdout)
+        self.assertEqual((rank, world), (1, 3))
+        self.assertEqual(ids, epoch_ids(loader(seed=5, rank=1, world_size=3)))
+        # explicit arguments win over the environment
+        code2 = ("import shardfeed; l = shardfeed.Loader(%r, %d, rank=0, world_size=1, "
+                 "output='numpy'); print(l.rank, l.world_size, len(l))" % (DS, B))
+        p = subprocess.run([PYTHON, "-c", code2], env=env, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.split(), ["0", "1", str(len(loader()))])
+        # a bad value names the variable
+        env = dict(os.environ, RANK="x", WORLD_SIZE="2")
+        p = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("RANK", p.stderr)
+        env = dict(os.environ, RANK="2", WORLD_SIZE="2")
+        p = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("RANK (environment) = 2", p.stderr)
+
+    def test_env_ignored_when_absent(self):
+        saved = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
+        try:
+            ld = loader()
+            self.assertEqual((ld.rank, ld.world_size), (0, 1))
+        finally:
+            os.environ.update(saved)
+
+
+class Lifetime(unittest.TestCase):
+    def expected(self, ids, field="img"):
+        ds = shardfeed.open(DS)
+        return np.stack([load_source(SRC, field, ds.key(int(i))) for i in ids])
+
+    def check_outlives(self, output):
+        # 3 slots: `first` pins one, the loop variable and the next batch use two
+        ld = loader(seed=9, output=output, prefetch=3)
+        reader = ld._reader
+        first = None
+        for b in ld:
+            if first is None:
+                first, first_ids = b["img"], as_numpy(b.ids).copy()
+        # the first tensor outlived its step, the loader's later reads (which
+        # cycled through the other slots many times) and the loader itself
+        del b, ld
+        gc.collect()
+        self.assertFalse(reader.freed)
+        np.testing.assert_array_equal(as_numpy(first), self.expected(first_ids))
+        self.assertEqual(reader.live, 1)
+        del first
+        gc.collect()
+        self.assertEqual(reader.live, 0)
+        self.assertTrue(reader.freed)
+
+    def test_numpy_outlives_step_and_loader(self):
+        self.check_outlives("numpy")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_torch_outlives_step_and_loader(self):
+        self.check_outlives("torch")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_views_keep_the_batch(self):
+        ld = loader(seed=9, output="torch", prefetch=2)
+        it = iter(ld)
+        b = next(it)
+        view = b["img"][3:5, 1]  # a view of a view
+        ids = b.ids[3:5].clone()
+        del b
+        for _ in range(4):  # would reuse the slot if the view did not hold it
+            next(it)
+        np.testing.assert_array_equal(view.numpy(), self.expected(ids)[:, 1])
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_tensor_freed_in_another_thread(self):
+        ld = loader(output="torch", prefetch=2)
+        it = iter(ld)
+        box = [next(it)["img"]]
+        t = threading.Thread(target=box.clear)
+        t.start()
+        t.join()
+        for _ in range(3):
+            next(it)
+        self.assertEqual(ld._reader.live, 0)
+
+    def test_close_with_batches_alive(self):
+        ld = loader(seed=1)
+        b = next(iter(ld))
+        img = b["img"]
+        ids = b.ids.copy()
+        ld.close()
+        self.assertTrue(ld.closed)
+        with self.assertRaises(ValueError):
+            iter(ld)
+        del b
+        gc.collect()
+        np.testing.assert_array_equal(img, self.expected(ids))
+        reader = ld._reader
+        self.assertFalse(reader.freed)
+        del img
+        gc.collect()
+        self.assertTrue(reader.freed)
+
+    def check_too_many_held(self, output):
+        ld = loader(prefetch=3, output=output)
+        it = iter(ld)
+        held = [next(it) for _ in range(3)]
+        with self.assertRaises(shardfeed.Error) as cm:
+            next(it)
+        e = cm.exception
+        self.assertIsInstance(e, RuntimeError)
+        self.assertEqual(e.code, shardfeed.E_STATE)
+        self.assertIn("prefetch", str(e))
+        # giving one back lets the same iterator go on, with the batch it failed on
+        held.pop(0)
+        gc.collect()
+        self.assertEqual(next(it).index, 3)
+
+    def test_too_many_held_numpy(self):
+        self.check_too_many_held("numpy")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_too_many_held_torch(self):
+        self.check_too_many_held("torch")
+
+    def test_too_many_held_by_a_list(self):
+        with self.assertRaisesRegex(RuntimeError, "holds all 2 batch slots"):
+            list(loader(prefetch=2))
+
+    def test_for_loop_with_two_slots(self):
+        self.assertEqual(len(epoch_ids(loader(prefetch=2))), len(loader()))
+
+
+class Threads(unittest.TestCase):
+    def test_gil_released_while_waiting(self):
+        # Another Python thread keeps running while the loader reads.
+        ticks = [0]
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                ticks[0] += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        try:
+            for _ in range(3):
+                epoch_ids(loader(verify=True))
+        finally:
+            stop.set()
+            t.join()
+        self.assertGreater(ticks[0], 0)
+
+    def test_iterated_in_a_worker_thread(self):
+        out = []
+        ld = loader(seed=4)
+        t = threading.Thread(target=lambda: out.append(epoch_ids(ld)))
+        t.start()
+        t.join()
+        self.assertEqual(out[0], epoch_ids(loader(seed=4)))
+
+
+class Device(unittest.TestCase):
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_cuda(self):
+        if torch.cuda.is_available():
+            ld = loader(output="torch", device="cuda")
+            b = next(iter(ld))
+            self.assertEqual(b["img"].device.type, "cuda")
+            return
+        for dev in ("cuda", "cuda:0", torch.device("cuda", 1)):
+            with self.assertRaisesRegex(shardfeed.Error, "no CUDA device") as cm:
+                loader(output="torch", device=dev)
+            self.assertEqual(cm.exception.code, shardfeed.E_NOT_SUPPORTED)
+        with self.assertRaisesRegex(ValueError, "expected 'cpu', 'cuda'"):
+            loader(output="torch", device="meta")
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_local_rank_picks_the_cuda_device(self):
+        class FakeCuda:
+            @staticmethod
+            def is_available():
+                return True
+
+            @staticmethod
+            def device_count():
+                return 4
+
+        class FakeTorch:
+            device = torch.device
+            cuda = FakeCuda
+
+        saved = os.environ.get("LOCAL_RANK")
+        try:
+            os.environ["LOCAL_RANK"] = "3"
+            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda:3")
+            self.assertEqual(str(shardfeed._resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
+            del os.environ["LOCAL_RANK"]
+            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda")
+            self.assertIsNone(shardfeed._resolve_device("cpu", FakeTorch))
+            with self.assertRaisesRegex(shardfeed.Error, "only 4 CUDA"):
+                shardfeed._resolve_device("cuda:4", FakeTorch)
+        finally:
+            os.environ.pop("LOCAL_RANK", None)
+            if saved is not None:
+                os.environ["LOCAL_RANK"] = saved
+
+    def test_cpu_device_is_the_default(self):
+        self.assertEqual(loader().device, "cpu")
+
+
+if __name__ == "__main__":
+    unittest.main()
