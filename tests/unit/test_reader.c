@@ -8,6 +8,7 @@
  * tree: a real disk, where O_DIRECT works (tmpfs would refuse it). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/capability.h>
@@ -774,7 +775,18 @@ static int drop_ipc_lock(void)
     if (syscall(SYS_capset, &h, c) != 0)
         return -1;
     struct rlimit rl = {512 << 10, 512 << 10};
-    return setrlimit(RLIMIT_MEMLOCK, &rl);
+    if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+        return -1;
+    /* Locked memory is accounted per user: as root, become a uid of our own
+     * so concurrent test processes do not share one budget. */
+    if (geteuid() == 0) {
+        if (chmod(g_root, 0755) != 0) /* mkdtemp made it 0700 */
+            return -1;
+        uid_t id = (uid_t)(60000 + getpid() % 5000);
+        if (setgroups(0, NULL) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 Test(reader, uring_reads_into_unregistered_slab_under_a_small_memlock_limit, .timeout = 120)
