@@ -8,7 +8,6 @@
  * tree: a real disk, where O_DIRECT works (tmpfs would refuse it). */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <grp.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/capability.h>
@@ -46,7 +45,11 @@ static void scratch_fini(void)
 
 static void scratch_init(void)
 {
-    snprintf(g_root, sizeof g_root, "reader-test-XXXXXX");
+    /* Sticky and world-writable, like /tmp: the memlock test runs as another
+     * uid and must still be able to remove its own scratch directory. */
+    if (mkdir("reader-scratch", 01777) == 0 || errno == EEXIST)
+        chmod("reader-scratch", 01777);
+    snprintf(g_root, sizeof g_root, "reader-scratch/reader-test-XXXXXX");
     cr_assert_not_null(mkdtemp(g_root), "mkdtemp: %s", strerror(errno));
 }
 
@@ -763,6 +766,14 @@ Test(reader, rss_is_flat_over_epochs_and_the_slab_is_the_only_large_allocation)
 /* Drops CAP_IPC_LOCK (tests run as root in CI, which hides the limit) and
  * sets a small RLIMIT_MEMLOCK, as an ordinary user has. Criterion runs each
  * test in its own process, so this does not leak into other tests. */
+static uid_t g_chown_to;
+
+static int chown_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return lchown(path, g_chown_to, g_chown_to);
+}
+
 static int drop_ipc_lock(void)
 {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
@@ -780,10 +791,13 @@ static int drop_ipc_lock(void)
     /* Locked memory is accounted per user: as root, become a uid of our own
      * so concurrent test processes do not share one budget. */
     if (geteuid() == 0) {
-        if (chmod(g_root, 0755) != 0) /* mkdtemp made it 0700 */
+        /* The scratch tree becomes that user's, so it can read it and the
+         * suite's fini can remove it. */
+        g_chown_to = (uid_t)(60000 + getpid() % 5000);
+        if (nftw(g_root, chown_entry, 16, FTW_PHYS) != 0)
             return -1;
-        uid_t id = (uid_t)(60000 + getpid() % 5000);
-        if (setgroups(0, NULL) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0)
+        uid_t id = g_chown_to;
+        if (setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0)
             return -1;
     }
     return 0;
