@@ -58,8 +58,10 @@ typedef struct sf_device_ops {
 extern const sf_device_ops sf_device_host;
 extern const sf_device_ops sf_device_cuda;
 
-/* Test hook for the host implementation: each copy sleeps this long first. */
+/* Test hooks of the host implementation: each copy sleeps this long first;
+ * how many copies found their host slot changed since they were enqueued. */
 void sf_device_host_set_delay_us(unsigned us);
+unsigned long sf_device_host_violations(void);
 
 /* 1 when CUDA support was compiled in. */
 int sf_device_cuda_compiled(void);

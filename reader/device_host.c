@@ -7,11 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "device.h"
 #include "format/error_internal.h"
 
 static atomic_uint copy_delay_us;
+static atomic_ulong copy_violations;
+
+unsigned long sf_device_host_violations(void)
+{
+    return atomic_load(&copy_violations);
+}
+
+/* What the slot's ranges hold: a copy must deliver the bytes the slot held
+ * when it was enqueued. A difference means the reader overwrote a host slot
+ * whose copy was still pending: the bug this implementation exists to catch. */
+static uint64_t ranges_hash(const uint8_t *base, const sf_copy_range *r, uint32_t n)
+{
+    uint64_t h = 0;
+    for (uint32_t k = 0; k < n; k++)
+        h = h * 31 + XXH3_64bits(base + r[k].off, r[k].len);
+    return h;
+}
 
 void sf_device_host_set_delay_us(unsigned us)
 {
@@ -24,6 +42,7 @@ typedef struct host_slot {
     uint8_t *dev;                /* "device" buffer */
     sf_copy_range ranges[MAX_RANGES];
     uint32_t nranges;
+    uint64_t expect;             /* ranges_hash of the host slot at enqueue time */
     int pending;                 /* a copy is queued or running */
     uint64_t seq;                /* copies enqueued, for FIFO order */
 } host_slot;
@@ -73,6 +92,8 @@ static void *copy_thread(void *arg)
         const uint8_t *src = d->slab + (uint64_t)idx * d->slot_bytes;
         for (uint32_t k = 0; k < n; k++)
             memcpy(pick->dev + ranges[k].off, src + ranges[k].off, ranges[k].len);
+        if (ranges_hash(pick->dev, ranges, n) != pick->expect)
+            atomic_fetch_add(&copy_violations, 1);
         pthread_mutex_lock(&d->lock);
         pick->pending = 0;
         pthread_cond_broadcast(&d->done);
@@ -130,6 +151,7 @@ static int host_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, u
         pthread_cond_wait(&d->done, &d->lock);
     memcpy(s->ranges, ranges, n * sizeof *ranges);
     s->nranges = n;
+    s->expect = ranges_hash(d->slab + (uint64_t)slot * d->slot_bytes, ranges, n);
     s->seq = d->next_seq++;
     s->pending = 1;
     pthread_cond_signal(&d->work);

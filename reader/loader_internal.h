@@ -71,6 +71,7 @@ enum sf_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
 struct sf_slot {
     uint32_t index;      /* position in r->slots */
     int state;           /* enum sf_slot_state, under r->lock */
+    int device_busy;     /* a device copy may still read the host slot: on_reuse first */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
@@ -96,17 +97,31 @@ typedef struct sf_slot_layout {
                                           multiple of SF_DIRECT_ALIGN, or -1 */
 } sf_slot_layout;
 
-/* Hook for a device stage (the GPU issue): called once at open with the slab
- * (before io_uring registers it: pin it here, e.g. cudaHostRegister), and at
- * the batch-ready point of every batch, from the I/O thread that completed
- * it, before sf_reader_next can return it (enqueue the slot's device copy
- * here). A nonzero return from on_ready fails that batch with that code. */
+/* A device stage (device_stage.c, or a test's): called once at open with
+ * the slab (before io_uring registers it: pin it here), at the batch-ready
+ * point of every batch from the I/O thread that completed it, before
+ * sf_reader_next can return it (enqueue the slot's device copy and fill the
+ * batch's device fields here; a nonzero return fails that batch), when the
+ * caller releases a slot (on_release: fence the device buffer after work on
+ * `stream`, and wait until the copy no longer reads the host slot), and before
+ * new reads overwrite a slot that was freed without a release (on_reuse).
+ * Any member may be NULL. */
 typedef struct sf_reader_stage {
     void *ctx;
     int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);
-    int (*on_ready)(void *ctx, uint32_t slot, const sf_batch *batch);
+    int (*on_ready)(void *ctx, uint32_t slot, sf_batch *batch);
+    int (*on_release)(void *ctx, uint32_t slot, void *stream);
+    void (*on_reuse)(void *ctx, uint32_t slot);
     void (*on_close)(void *ctx, void *slab, uint64_t bytes);
 } sf_reader_stage;
+
+/* The stage that delivers to opts->device (CUDA or host-copy). Fills
+ * *stage; on_close frees it. */
+int sf_device_stage_create(sf_reader_stage *stage, const sf_reader_opts *opts);
+/* Device memory the stage holds (0 for other stages). */
+uint64_t sf_device_stage_bytes(const sf_reader_stage *stage);
+/* Waits for slot's copy (0 at once for other stages). */
+int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
 
 typedef struct sf_engine_ops sf_engine_ops;
 

@@ -63,6 +63,9 @@ static int resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
         return sf_fail(SF_E_INVALID, "uneven %d: expected pad (0) or drop (1)", o->uneven);
     if (o->engine < SF_ENGINE_AUTO || o->engine > SF_ENGINE_MMAP)
         return sf_fail(SF_E_INVALID, "engine %d: expected auto, uring, pread or mmap", o->engine);
+    if (o->device < SF_DEVICE_CPU || o->device > SF_DEVICE_HOST_COPY || o->device_index < 0)
+        return sf_fail(SF_E_INVALID, "device %d:%d: expected cpu, cuda:N or host-copy", o->device,
+                       o->device_index);
     if (o->direct < SF_DIRECT_AUTO || o->direct > SF_DIRECT_OFF)
         return sf_fail(SF_E_INVALID, "direct %d: expected auto, on or off", o->direct);
     if (o->verify != SF_VERIFY_ON && o->verify != SF_VERIFY_OFF)
@@ -314,6 +317,13 @@ static void schedule_locked(sf_reader *r)
         sf_slot *s = &r->slots[i];
         if (s->state != SLOT_FREE)
             continue;
+        if (s->device_busy) {
+            /* Freed without a release (read-ahead dropped by a reposition):
+             * its copy may still be reading the host slot. Rare and short. */
+            if (r->stage.on_reuse)
+                r->stage.on_reuse(r->stage.ctx, s->index);
+            s->device_busy = 0;
+        }
         if (r->sched_index >= r->num_batches) {
             r->sched_epoch++;
             r->sched_index = 0;
@@ -492,6 +502,7 @@ static void batch_ready(sf_reader *r, sf_slot *s)
         set_field_bytes(r, s);
     }
     if (live && !atomic_load(&s->err) && r->stage.on_ready) {
+        s->device_busy = 1;
         int rc = r->stage.on_ready(r->stage.ctx, s->index, &s->batch);
         int expected = 0;
         if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
@@ -653,6 +664,8 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     pthread_cond_init(&r->ready_cv, NULL);
     if (stage)
         r->stage = *stage;
+    else if (o.device != SF_DEVICE_CPU && (rc = sf_device_stage_create(&r->stage, &o)))
+        goto fail;
     if ((rc = sf_dataset_open(&r->ds, dir)))
         goto fail;
     r->schema = &r->ds->manifest.schema;
@@ -692,7 +705,7 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
         goto fail;
     if (r->stage.on_slab &&
         (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
-        rc = sf_fail(rc, "device stage: cannot take the batch slab: %s", sf_strerror(rc));
+        rc = sf_fail_prefix(rc, "device stage");
         r->stage.on_close = NULL;
         goto fail;
     }
@@ -841,25 +854,48 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
     return rc;
 }
 
-int sf_reader_release(sf_reader *r, const sf_batch *batch)
+int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
 {
     if (!r || !batch)
         return sf_fail(SF_E_INVALID, "sf_reader_release: NULL argument");
-    pthread_mutex_lock(&r->lock);
-    int rc = 0;
     sf_slot *s = NULL;
     for (uint32_t i = 0; i < r->opts.prefetch; i++)
         if (&r->slots[i].batch == batch)
             s = &r->slots[i];
-    if (!s || s->state != SLOT_HELD) {
-        rc = sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds");
-    } else {
-        s->state = SLOT_FREE;
-        r->held--;
-        schedule_locked(r);
-    }
+    pthread_mutex_lock(&r->lock);
+    int held = s && s->state == SLOT_HELD;
+    pthread_mutex_unlock(&r->lock);
+    if (!held)
+        return sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds");
+    /* Still HELD, so no other thread touches the slot: the device may wait
+     * here, outside the lock. */
+    int rc = 0;
+    if (r->stage.on_release && s->device_busy)
+        rc = r->stage.on_release(r->stage.ctx, s->index, stream);
+    pthread_mutex_lock(&r->lock);
+    s->device_busy = 0;
+    s->state = SLOT_FREE;
+    r->held--;
+    schedule_locked(r);
     pthread_mutex_unlock(&r->lock);
     return rc;
+}
+
+int sf_reader_release(sf_reader *r, const sf_batch *batch)
+{
+    return sf_reader_release_after(r, batch, NULL);
+}
+
+int sf_batch_wait(sf_reader *r, const sf_batch *batch)
+{
+    if (!r || !batch)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait: NULL argument");
+    if (batch->device == SF_DEVICE_CPU)
+        return 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++)
+        if (&r->slots[i].batch == batch)
+            return sf_device_stage_wait(&r->stage, i);
+    return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
 }
 
 const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name)
@@ -895,5 +931,8 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->queue_depth = r->engine == &sf_engine_uring ? r->opts.queue_depth : 1;
     out->prefetch = r->opts.prefetch;
     out->slab_bytes = r->slab_bytes;
+    out->device = r->opts.device == SF_DEVICE_CUDA ? "cuda"
+                  : r->opts.device == SF_DEVICE_HOST_COPY ? "host-copy" : "cpu";
+    out->device_bytes = sf_device_stage_bytes(&r->stage);
     return 0;
 }

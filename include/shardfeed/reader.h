@@ -93,6 +93,16 @@ enum sf_reader_on_corrupt {
                                 dataset size); counted in stats and in the batch */
 };
 
+/* Where batches are delivered. */
+enum sf_reader_device {
+    SF_DEVICE_CPU = 0,  /* batches stay in the (host) slab */
+    SF_DEVICE_CUDA = 1, /* cuda:device_index: the slab is page-locked, each slot has a CUDA
+                           stream, an event and a device buffer from a pool allocated at open;
+                           a ready batch is copied with cudaMemcpyAsync on its slot's stream */
+    SF_DEVICE_HOST_COPY = 2 /* for tests and CI: a copy thread stands in for the GPU, with
+                               the same slot protocol and "device" buffers in host memory */
+};
+
 #define SF_READER_OPTS_VERSION 1
 #define SF_READER_DEFAULT_BATCH 32u
 #define SF_READER_DEFAULT_PREFETCH 4u
@@ -116,11 +126,13 @@ typedef struct sf_reader_opts {
     int on_corrupt;       /* enum sf_reader_on_corrupt */
     uint32_t io_threads;  /* I/O threads; 0: chosen from the engine and the CPU count */
     uint32_t queue_depth; /* io_uring: reads in flight per ring; 0: 32 */
+    int device;           /* enum sf_reader_device */
+    int device_index;     /* CUDA device ordinal (cuda:N) */
 } sf_reader_opts;
 
 #define SF_READER_OPTS_INIT                                                                        \
     {SF_READER_OPTS_VERSION, 0, SF_READER_SHUFFLE_NONE, 0, 0, 0, 0, 0, 0, SF_READER_UNEVEN_PAD,   \
-     0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0}
+     0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0, SF_DEVICE_CPU, 0}
 
 /* One field of a batch. Storage kinds are enum sf_field_storage
  * (shardfeed/dataset.h): 0 fixed, 1 variable length, 2 inline. */
@@ -136,6 +148,9 @@ typedef struct sf_batch_field {
                               variable: the samples' bytes packed back to back */
     const uint64_t *offsets; /* variable: size + 1 byte offsets into data; NULL otherwise */
     uint64_t bytes;        /* bytes of data in use */
+    void *device_data;     /* device != CPU: the same bytes in device memory, valid once
+                              the batch's device_event has completed; NULL on CPU. (Offsets
+                              of variable-length fields stay in host memory.) */
 } sf_batch_field;
 
 typedef struct sf_batch {
@@ -148,6 +163,10 @@ typedef struct sf_batch {
     const uint64_t *source_ids; /* size ids whose data the batch holds: equal to ids except
                                    where a corrupt sample was substituted (on_corrupt = SKIP) */
     uint32_t substituted;  /* how many samples of this batch were substituted */
+    int device;            /* enum sf_reader_device the batch was delivered to */
+    void *device_stream;   /* CUDA: the slot's cudaStream_t that carries the copy */
+    void *device_event;    /* CUDA: a cudaEvent_t recorded after the copy: make your stream
+                              wait on it (cudaStreamWaitEvent) before using device_data */
 } sf_batch;
 
 /* Opens the dataset in `dir` (as sf_dataset_open does: manifest, shard
@@ -185,8 +204,19 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
 
-/* Gives a batch's slot back. SF_E_INVALID for a batch not held. */
+/* Gives a batch's slot back. SF_E_INVALID for a batch not held. With a
+ * device, the caller must be done with device_data: use
+ * sf_reader_release_after when work using it may still be queued. */
 SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
+
+/* Gives a batch's slot back once the work queued so far on `stream` (a
+ * cudaStream_t, NULL: none) has finished: the next copy into the slot's
+ * device buffer waits for it on the GPU, and nobody waits on the host. */
+SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream);
+
+/* Blocks until a device batch's copy has completed (for callers without a
+ * CUDA stream of their own). 0 at once for CPU batches. */
+SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
 
 /* The field called `name` of a batch, or NULL. */
 SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name);
@@ -224,6 +254,8 @@ typedef struct sf_reader_statistics {
     uint32_t queue_depth;
     uint32_t prefetch;
     uint64_t slab_bytes;      /* size of the batch slab */
+    const char *device;       /* "cpu", "cuda" or "host-copy" */
+    uint64_t device_bytes;    /* device memory held (constant after open) */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);

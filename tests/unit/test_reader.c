@@ -854,7 +854,7 @@ static int on_slab(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64
     return 0;
 }
 
-static int on_ready(void *ctx, uint32_t slot, const sf_batch *b)
+static int on_ready(void *ctx, uint32_t slot, sf_batch *b)
 {
     stage_log *l = ctx;
     __atomic_add_fetch(&l->ready, 1, __ATOMIC_SEQ_CST);
@@ -877,7 +877,7 @@ Test(reader, device_stage_sees_the_slab_and_every_ready_batch)
 {
     test_ds d = make_ds("a", 50, 4096, 4096);
     stage_log log = {0};
-    sf_reader_stage stage = {&log, on_slab, on_ready, on_close};
+    sf_reader_stage stage = {&log, on_slab, on_ready, NULL, NULL, on_close};
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.batch_size = 10;
     sf_reader *r = NULL;

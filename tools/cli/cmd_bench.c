@@ -12,7 +12,7 @@
     "usage: shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"                          \
     "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"      \
     "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"        \
-    "           [--skip-corrupt] [--json]\n"
+    "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"
 
 static double now_s(void)
 {
@@ -40,7 +40,7 @@ static int parse_choice(const char *s, const char *const *names, int count)
 int cmd_bench(int argc, char **argv)
 {
     enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_ENGINE, O_DIRECT, O_NOVERIFY, O_PREFETCH,
-           O_THREADS, O_QD, O_SKIP, O_JSON };
+           O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE };
     static const struct option longopts[] = {
         {"batch-size", required_argument, NULL, O_BATCH}, {"epochs", required_argument, NULL, O_EPOCHS},
         {"shuffle", required_argument, NULL, O_SHUFFLE},  {"seed", required_argument, NULL, O_SEED},
@@ -48,6 +48,7 @@ int cmd_bench(int argc, char **argv)
         {"no-verify", no_argument, NULL, O_NOVERIFY},     {"prefetch", required_argument, NULL, O_PREFETCH},
         {"threads", required_argument, NULL, O_THREADS},  {"queue-depth", required_argument, NULL, O_QD},
         {"skip-corrupt", no_argument, NULL, O_SKIP},      {"json", no_argument, NULL, O_JSON},
+        {"device", required_argument, NULL, O_DEVICE},
         {"help", no_argument, NULL, 'h'},                 {NULL, 0, NULL, 0}};
     static const char *const shuffles[] = {"none", "global", "block"};
     static const char *const engines[] = {"auto", "uring", "pread", "mmap"};
@@ -102,6 +103,20 @@ int cmd_bench(int argc, char **argv)
                 o.queue_depth = (uint32_t)v;
             break;
         case O_JSON: json = 1; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") == 0) {
+                o.device = SF_DEVICE_CPU;
+            } else if (strcmp(optarg, "host-copy") == 0) {
+                o.device = SF_DEVICE_HOST_COPY;
+            } else if (strcmp(optarg, "cuda") == 0) {
+                o.device = SF_DEVICE_CUDA;
+            } else if (strncmp(optarg, "cuda:", 5) == 0 && !cli_parse_uint(optarg + 5, &v) && v < 1024) {
+                o.device = SF_DEVICE_CUDA;
+                o.device_index = (int)v;
+            } else {
+                bad = "--device takes cpu, cuda, cuda:N or host-copy";
+            }
+            break;
         default:
             fprintf(c == 'h' ? stdout : stderr,
                     BENCH_USAGE "Reads every batch of every epoch through the reader (checksums on\n"
@@ -137,6 +152,11 @@ int cmd_bench(int argc, char **argv)
             for (uint32_t f = 0; f < b->num_fields; f++)
                 if (b->fields[f].storage != SF_FIELD_INLINE)
                     bytes += b->fields[f].bytes;
+            /* A device consumer uses the batch once its copy is done. */
+            if (b->device != SF_DEVICE_CPU && (rc = sf_batch_wait(r, b)) != 0) {
+                sf_reader_release(r, b);
+                break;
+            }
             sf_reader_release(r, b);
         }
     }
@@ -167,13 +187,13 @@ int cmd_bench(int argc, char **argv)
         printf("\"options\":{\"batch_size\":%u,\"epochs\":%llu,\"shuffle\":\"%s\",\"seed\":%llu,"
                "\"engine\":\"%s\",\"engine_requested\":\"%s\",\"direct\":%s,\"verify\":%s,"
                "\"on_corrupt\":\"%s\",\"prefetch\":%u,\"io_threads\":%u,\"queue_depth\":%u,"
-               "\"registered_bytes\":%llu,\"slab_bytes\":%llu}}\n",
+               "\"registered_bytes\":%llu,\"slab_bytes\":%llu,\"device\":\"%s\",\"device_bytes\":%llu}}\n",
                o.batch_size, (unsigned long long)epochs, shuffles[o.shuffle],
                (unsigned long long)o.seed, st.engine, engines[o.engine], st.direct ? "true" : "false",
                o.verify == SF_VERIFY_ON ? "true" : "false",
                o.on_corrupt == SF_ON_CORRUPT_SKIP ? "skip" : "error", st.prefetch, st.io_threads,
                st.queue_depth, (unsigned long long)st.registered_bytes,
-               (unsigned long long)st.slab_bytes);
+               (unsigned long long)st.slab_bytes, st.device, (unsigned long long)st.device_bytes);
     } else {
         char b1[32], b2[32];
         printf("%s: %llu samples in %llu batches, %llu epoch(s), %.3f s (open %.3f s)\n", dir,
@@ -192,6 +212,9 @@ int cmd_bench(int argc, char **argv)
                o.verify == SF_VERIFY_ON ? "" : " (verify off)");
         if (st.corrupt_substitutions)
             printf("  %llu corrupt sample(s) substituted\n", (unsigned long long)st.corrupt_substitutions);
+        if (o.device != SF_DEVICE_CPU)
+            printf("  delivered to %s: %s of device memory, allocated once\n", st.device,
+                   cli_bytes(b2, sizeof b2, (double)st.device_bytes));
     }
     sf_reader_close(r);
     return EXIT_OK;
