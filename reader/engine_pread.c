@@ -1,4 +1,4 @@
-/* The pread and mmap engines: each I/O thread takes one sample at a time and
+/* The pread and mmap engines: each I/O thread takes samples in small groups and
  * copies its payload fields into the slot, with pread(2) (buffered or
  * O_DIRECT fds) or memcpy from a read-only map of the shard, hashing each
  * piece as soon as it is copied (warm data is memory-bound: hashing from L2
@@ -81,11 +81,32 @@ static int pread_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uin
     return sf_pread_full(task->fd, dst, len, off);
 }
 
+/* Tasks taken per claim: one large sample, or enough small ones to make
+ * about 256 KiB, so small samples do not pay for the reader's lock each. */
+#define CLAIM_BYTES (256u << 10)
+#define CLAIM_MAX 256u
+
+static unsigned claim_size(const sf_reader *r)
+{
+    uint64_t per = 0;
+    for (uint32_t f = 0; f < r->schema->field_count; f++)
+        per += r->schema->fields[f].storage == SF_STORE_FIXED ? r->schema->fields[f].item_size : 0;
+    uint64_t n = per ? CLAIM_BYTES / per : CLAIM_MAX;
+    return n < 1 ? 1 : n > CLAIM_MAX ? CLAIM_MAX : (unsigned)n;
+}
+
+static void copy_run(sf_io_thread *t, copy_fn copy)
+{
+    sf_task *tasks[CLAIM_MAX];
+    unsigned want = claim_size(t->r), got;
+    while ((got = sf_loader_claim(t->r, tasks, want, 1)) > 0)
+        for (unsigned i = 0; i < got; i++)
+            copy_task(t, tasks[i], copy);
+}
+
 static void pread_run(sf_io_thread *t)
 {
-    sf_task *task;
-    while (sf_loader_claim(t->r, &task, 1, 1) == 1)
-        copy_task(t, task, pread_copy);
+    copy_run(t, pread_copy);
 }
 
 const sf_engine_ops sf_engine_pread = {
@@ -157,9 +178,7 @@ static int mmap_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint
 
 static void mmap_run(sf_io_thread *t)
 {
-    sf_task *task;
-    while (sf_loader_claim(t->r, &task, 1, 1) == 1)
-        copy_task(t, task, mmap_copy);
+    copy_run(t, mmap_copy);
 }
 
 const sf_engine_ops sf_engine_mmap = {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/le.h"
 #include "loader_internal.h"
 
 _Static_assert((int)SF_READER_SHUFFLE_NONE == (int)SF_SHUFFLE_NONE &&
@@ -220,11 +221,54 @@ static void slots_free(sf_reader *r)
  * from the index). With `repack`, the position already holds a sample and the
  * variable-length fields' packed bytes after it are moved to fit the new
  * lengths (corrupt-sample substitution, after the whole batch was read). */
+/* place_sample for schemas without variable-length fields, the common case
+ * and the hot path for small samples: it runs under r->lock for every
+ * sample, so it reads the three things it needs straight from the index
+ * bytes (validated at open) instead of decoding whole entries. */
+static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t pos, uint64_t id,
+                               uint64_t shard, uint64_t local)
+{
+    const sf_schema *sc = r->schema;
+    const uint8_t *ent = r->ds->shards[shard].meta.index + local * sc->entry_size;
+    const uint8_t *inl = ent + SF_INDEX_ENTRY_BASE; /* no variable-length slots before them */
+    t->id = id;
+    t->shard = shard;
+    t->local = local;
+    t->offset = sf_get_le64(ent);
+    t->checksum = sf_get_le64(ent + 16);
+    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
+    t->file_idx = (uint32_t)shard;
+    t->err = 0;
+    t->corrupt = 0;
+    t->hashed = 0;
+    t->next_read = 0;
+    t->inflight = 0;
+    uint64_t field_start = 0;
+    uint32_t k = 0;
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        const sf_field *fd = &sc->fields[f];
+        uint8_t *dst = s->base + r->layout.field_off[f] + pos * fd->item_size;
+        if (fd->storage == SF_STORE_INLINE) {
+            memcpy(dst, inl + 8 * (uint32_t)sc->inline_slot[f], fd->item_size);
+            continue;
+        }
+        /* The record layout of SPEC.md: each payload field aligned. */
+        if (k)
+            field_start = sf_align_up(field_start, r->ds->manifest.align);
+        t->reads[k++] = (sf_read){t->offset + field_start, fd->item_size, 0, dst};
+        field_start += fd->item_size;
+    }
+}
+
 static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, int repack)
 {
     const sf_schema *sc = r->schema;
     sf_task *t = &s->tasks[pos];
     uint64_t local, shard = sf_dataset_locate(r->ds, id, &local);
+    if (sc->n_var == 0) {
+        place_fixed_sample(r, s, t, pos, id, shard, local);
+        return;
+    }
     sf_index_entry e;
     sf_dataset_entry(&e, r->ds, shard, local);
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
