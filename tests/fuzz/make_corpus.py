@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""Regenerates the seed corpora under tests/fuzz/corpus/<target>/.
+
+  /usr/bin/python3 tests/fuzz/make_corpus.py path/to/shardfeed
+
+Seeds are small (the whole corpus stays well under 200 KB) and deterministic
+(fixed inputs, so packing gives the same bytes). The input layouts are the
+ones documented at the top of each tests/fuzz/fuzz_*.c. Commit the output;
+libFuzzer's own discoveries go to a scratch directory (tests/fuzz/run.sh),
+not here.
+"""
+import io
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def out(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def npy_bytes(arr, version=None):
+    b = io.BytesIO()
+    if version is None:
+        np.save(b, arr)
+    else:
+        np.lib.format.write_array(b, arr, version=version)
+    return b.getvalue()
+
+
+def raw_npy(header, data, major=1):
+    """A hand-written v1.0/2.0 file around `header` (a dict literal)."""
+    h = header.encode()
+    prefix = 10 if major == 1 else 12
+    pad = 64 - (prefix + len(h) + 1) % 64
+    n = len(h) + pad + 1
+    size = struct.pack("<H", n) if major == 1 else struct.pack("<I", n)
+    return b"\x93NUMPY" + bytes([major, 0]) + size + h + b" " * pad + b"\n" + data
+
+
+def npy_seeds():
+    t = "fuzz_npy"
+    out(t, "f32_3x2", npy_bytes(np.arange(6, dtype="<f4").reshape(3, 2)))
+    out(t, "u8_scalar", npy_bytes(np.uint8(7)))
+    out(t, "i64_scalar", npy_bytes(np.int64(-3)))
+    out(t, "be_i32_2x3_fortran", npy_bytes(np.asfortranarray(np.arange(6, dtype=">i4").reshape(2, 3))))
+    out(t, "be_c16_2", npy_bytes(np.array([1 + 2j, -3.5 + 0.25j], dtype=">c16")))
+    out(t, "f16_2x2x2_fortran", npy_bytes(np.asfortranarray(np.arange(8, dtype="<f2").reshape(2, 2, 2))))
+    out(t, "bool_4", npy_bytes(np.array([True, False, True, True])))
+    out(t, "empty_0x3", npy_bytes(np.zeros((0, 3), dtype="<u2")))
+    out(t, "v2_u4_5", npy_bytes(np.arange(5, dtype="<u4"), version=(2, 0)))
+    out(t, "v3_i8_2", npy_bytes(np.array([1, -1], dtype="i1"), version=(3, 0)))
+    out(t, "c8_8dims", npy_bytes(np.zeros((1, 2, 1, 2, 1, 1, 2, 1), dtype="<c8")))
+    # Refused ones: the parser's error paths.
+    out(t, "bad_object", raw_npy("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", bytes(16)))
+    out(t, "bad_extra_key", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1, }", bytes(8)))
+    out(t, "bad_structured", raw_npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", bytes(4)))
+    out(t, "long_python2_dims", raw_npy("{'descr': '<u2', 'fortran_order': False, 'shape': (2L, 1L), }", bytes(4)))
+    out(t, "truncated", npy_bytes(np.arange(16, dtype="<f8"))[:-5])
+
+
+def run(*args):
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def pack(sf, arrays, tmp, name, align=64, shard_size="1MiB"):
+    """arrays: {key: {field: ndarray}} -> dataset dir."""
+    src = os.path.join(tmp, name + "-in")
+    dst = os.path.join(tmp, name)
+    os.makedirs(src)
+    for key, fields in arrays.items():
+        for field, a in fields.items():
+            np.save(os.path.join(src, f"{field}_{key}.npy"), a)
+    run(sf, "pack", src, "-o", dst, "-q", "-j", "1", "--align", str(align), "--shard-size", shard_size)
+    return dst
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def dataset_seed(ds):
+    man = read(os.path.join(ds, "manifest.sfm"))
+    shard = read(os.path.join(ds, "shard-000000.sfs"))
+    return man, shard
+
+
+def shard_seed(sel, flags, shard):
+    return bytes([sel, flags]) + shard[:128] + shard[-64:] + index_bytes(shard)
+
+
+def index_bytes(shard):
+    io_, isz = struct.unpack_from("<QQ", shard, 56)
+    return shard[io_:io_ + isz]
+
+
+def synthetic_shard(align, entries, keys, entry_size, data_end):
+    """Header (checksum left to the fuzz target's fix-up flags), footer
+    (zeros), index from (offset, size, checksum, var lens, inline) tuples."""
+    index = b""
+    kpos = 0
+    for (off, size, extra), key in zip(entries, keys):
+        e = struct.pack("<QQQIHH", off, size, 0, kpos, len(key), 0) + extra
+        assert len(e) == entry_size
+        index += e
+        kpos += len(key)
+    index += b"".join(keys)
+    data_off = (128 + align - 1) // align * align
+    h = bytearray(128)
+    h[0:8] = b"\x89SFSHRD\n"
+    struct.pack_into("<HHIII", h, 8, 1, 0, 0, 0, align)
+    struct.pack_into("<QQQQQQ", h, 24, 0, len(entries), 0, data_off, data_end, len(index))
+    struct.pack_into("<II", h, 72, entry_size, 0)
+    return bytes(h) + bytes(64) + index
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sf = os.path.abspath(sys.argv[1])
+    # Hand-made seeds are rewritten; inputs libFuzzer found (named found-*,
+    # picked for the edges they add, see tests/fuzz/run.sh) are kept.
+    for t in ("fuzz_npy", "fuzz_manifest", "fuzz_shard", "fuzz_dataset", "fuzz_roundtrip"):
+        d = os.path.join(CORPUS, t)
+        for name in os.listdir(d) if os.path.isdir(d) else []:
+            if not name.startswith("found-"):
+                os.unlink(os.path.join(d, name))
+    npy_seeds()
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        # img f32 (3,8,8) + label i64 (inline): schema 0 of fuzz_schemas.h.
+        imgs = {str(i): {"img": rng.standard_normal((3, 8, 8), dtype=np.float32),
+                         "label": np.int64(i)} for i in range(3)}
+        a64 = pack(sf, imgs, tmp, "img64")
+        a4096 = pack(sf, {k: imgs[k] for k in ("0", "1")}, tmp, "img4096", align=4096)
+        # two shards: the manifest seed has two descriptors
+        two = pack(sf, imgs, tmp, "img2", shard_size="2000")
+        # inline only (schema 3): records without payload
+        y = pack(sf, {f"k{i}": {"y": np.uint8(i * 7)} for i in range(4)}, tmp, "y", align=1)
+        # uint8 images with padding between fields and records
+        mixed = pack(sf, {f"s.{i}": {"aux": np.arange(13, dtype=np.uint8) + i,
+                                     "img": rng.integers(0, 255, (5, 5)).astype(np.uint8),
+                                     "lbl": np.uint16(i)} for i in range(2)}, tmp, "mixed", align=16)
+
+        for name, ds in (("img64", a64), ("img4096", a4096), ("img2", two), ("y", y), ("mixed", mixed)):
+            man = read(os.path.join(ds, "manifest.sfm"))
+            out("fuzz_manifest", name, b"\x00" + man)
+            if name in ("img64", "y"):
+                # trailer zeroed: only reachable with the re-checksum flag
+                out("fuzz_manifest", name + "-reseal", b"\x01" + man[:-8] + bytes(8))
+            if name == "img2":
+                continue
+            man, shard = dataset_seed(ds)
+            out("fuzz_dataset", name, b"\x00" + struct.pack("<I", len(man)) + man + shard)
+            if name in ("img64", "y"):
+                out("fuzz_dataset", name + "-reseal", b"\x07" + struct.pack("<I", len(man)) + man + shard)
+
+        man, shard = dataset_seed(a64)
+        out("fuzz_shard", "img64", shard_seed(0, 0, shard))
+        out("fuzz_shard", "img64-file", shard_seed(0, 0x0f, shard))
+        man, shard = dataset_seed(y)
+        out("fuzz_shard", "y-file", shard_seed(3, 0x0f, shard))
+        # Variable-length schemas (the packer writes none): built here, the
+        # header checksum left to the fix-up flags (0x0f).
+        # schema 1: one var bytes field "data", entry 40 = 32 + 8 (var len)
+        ents = [(128, 5, struct.pack("<Q", 5)), (192, 0, struct.pack("<Q", 0)), (192, 64, struct.pack("<Q", 64))]
+        out("fuzz_shard", "var1", bytes([1, 0x0f]) + synthetic_shard(64, ents, [b"a", b"b.1", b"c-2"], 40, 256))
+        # schema 2: aux u8(13) fixed, v i32 var, label u16 inline, w f64 var;
+        # entry 56 = 32 + 2 var lens + 1 inline; align 8
+        def e2(off, v, w, lab):
+            size = 13
+            size = (size + 7) // 8 * 8 + 4 * v
+            size = (size + 7) // 8 * 8 + 8 * w
+            return (off, size, struct.pack("<QQQ", 4 * v, 8 * w, lab))
+        r0 = e2(128, 1, 2, 7)
+        r1 = e2((128 + r0[1] + 7) // 8 * 8, 0, 1, 65535)
+        end = (r1[0] + r1[1] + 7) // 8 * 8
+        out("fuzz_shard", "mixed2", bytes([2, 0x0f]) + synthetic_shard(8, [r0, r1], [b"x", b"yy"], 56, end))
+
+    # Round trip: [n][dtype|be][ndim|fortran|zero][d0][d1][d2][b][align][shard size][flags] data...
+    rt = "fuzz_roundtrip"
+    out(rt, "f32_3x2x2_j2", bytes([3, 10, 3, 2, 1, 1, 0, 3, 1, 0x01]) + bytes(range(64)))
+    out(rt, "be_fortran_i16_keys", bytes([5, 0x80 | 4, 0x10 | 2, 3, 2, 0, 0x05, 2, 2, 0x0e]) + b"9a.x-Z1" + bytes(range(200, 256)))
+    out(rt, "c128_scalar_inline_b", bytes([2, 13, 0, 0, 0, 0, 0x01 | (8 << 1), 4, 4, 0x06]) + bytes(range(48)))
+    out(rt, "inline_only_u8", bytes([8, 1, 0, 0, 0, 0, 0x01, 0, 0, 0x02]) + b"\x05\x06")
+    out(rt, "zero_dim_refused", bytes([2, 10, 0x20 | 2, 7, 1, 0, 0, 1, 1, 0]) + b"\x01")
+    out(rt, "bool_fortran_3d_align4096", bytes([4, 0, 0x10 | 3, 1, 2, 3, 0x01 | (1 << 5), 4, 1, 0x0b]) + bytes([1, 0, 1]))
+
+    total = 0
+    for root, _, files in os.walk(CORPUS):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    print(f"corpus: {total} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+#!/usr/bin/python3
+"""Crash safety of `shardfeed pack`: SIGKILL at random moments.
+
+Packs a synthetic input (SF_CRASH_SAMPLES samples of 3x32x32 float32, 64 KiB
+shards, -j 2: about 75 shards) once, completely, into a reference
+directory. Then, until SF_CRASH_RUNS (default 200) packs were killed:
+  1. start the same pack into an empty directory and SIGKILL it after a
+     random delay: in 80% of the runs while shards are being written (from
+     0 to the earliest kill so far that found every shard), else up to the
+     end of the pack (the packer then idles up to 200 ms before writing the
+     manifest, see packer/pack.c run_workers);
+  2. check the partial state: every file under a final name
+     (shard-NNNNNN.sfs, manifest.sfm) is byte-identical to the reference's
+     (so it is complete and valid); a manifest only ever appears with all
+     shards; nothing else but the packer's hidden .NAME.tmp files exists;
+  3. in half of the runs, re-run the pack and kill that too (a resumed run
+     can die as well), and check again;
+  4. re-run the same command to completion: it must succeed, keep the
+     finished shards, leave no temporaries, and produce a directory
+     byte-identical to the reference; `shardfeed verify` must pass.
+
+Environment: SHARDFEED (the binary), SF_SOURCE_DIR (the source tree, for
+tools/make-npy-samples.py), SF_TEST_TMP (scratch space), SF_CRASH_RUNS,
+SF_CRASH_SAMPLES, SF_CRASH_SEED. Prints the counts; exit 0 on success.
+"""
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SF = os.environ.get("SHARDFEED", "shardfeed")
+SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+RUNS = int(os.environ.get("SF_CRASH_RUNS", "200"))
+SAMPLES = int(os.environ.get("SF_CRASH_SAMPLES", "300"))
+SEED = int(os.environ.get("SF_CRASH_SEED", "12345"))
+SHARD_RE = re.compile(r"^shard-\d{6}\.sfs$")
+TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.tmp$")
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg, flush=True)
+    if len(failures) > 20:
+        sys.exit("too many failures")
+
+
+def read_dir(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def pack_cmd(src, out):
+    return [SF, "pack", src, "-o", out, "-j", "2", "--shard-size", "64KiB"]
+
+
+def check_partial(out, ref, what, stats):
+    """Final names hold reference bytes; only temporaries besides."""
+    names = os.listdir(out) if os.path.isdir(out) else []
+    finals = 0
+    for name in names:
+        path = os.path.join(out, name)
+        if SHARD_RE.match(name) or name == "manifest.sfm":
+            with open(path, "rb") as f:
+                data = f.read()
+            if name not in ref:
+                fail(f"{what}: {name} is not part of the dataset")
+            elif data != ref[name]:
+                fail(f"{what}: {name} differs from the reference ({len(data)} vs {len(ref[name])} bytes): "
+                     "a final name holds an incomplete or wrong file")
+            finals += 1
+        elif TEMP_RE.match(name):
+            stats["temps_seen"] += 1
+        else:
+            fail(f"{what}: unexpected file {name}")
+    if "manifest.sfm" in names:
+        missing = [n for n in ref if n not in names]
+        if missing:
+            fail(f"{what}: manifest present but {len(missing)} shard(s) missing, e.g. {missing[0]}")
+        stats["manifest_seen"] += 1
+    return finals
+
+
+def kill_run(cmd, delay, stats, fresh=False):
+    """Starts cmd, SIGKILLs it after `delay` seconds. True if it was killed.
+    A fresh run that finished first lowers the timing estimate."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        p.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
+    _, err = p.communicate()
+    if p.returncode == -signal.SIGKILL:
+        stats["killed"] += 1
+        return True
+    if p.returncode == 0:
+        stats["finished_before_kill"] += 1
+        if fresh:
+            stats["t_pack"] = min(stats["t_pack"], time.monotonic() - t0)
+    else:
+        # a resumed run on a complete dataset says so and exits 1
+        if b"already holds this dataset" not in err:
+            fail(f"pack exited {p.returncode} before the kill: {err.decode(errors='replace')}")
+        stats["refused_complete"] += 1
+    return False
+
+
+def main():
+    base = os.environ.get("SF_TEST_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="sf-crash-", dir=base)
+    rng = random.Random(SEED)
+    t_start = time.monotonic()
+    try:
+        src = os.path.join(tmp, "in")
+        subprocess.run([sys.executable, os.path.join(SRC, "tools", "make-npy-samples.py"), "synthetic", src,
+                        "--count", str(SAMPLES), "--shape", "3,32,32", "--seed", "7"],
+                       check=True, stdout=subprocess.DEVNULL)
+        ref_dir = os.path.join(tmp, "ref")
+        times = []
+        for i in range(3):
+            shutil.rmtree(ref_dir, ignore_errors=True)
+            t0 = time.monotonic()
+            subprocess.run(pack_cmd(src, ref_dir) + ["-q"], check=True)
+            times.append(time.monotonic() - t0)
+        t_ref = min(times)
+        ref = read_dir(ref_dir)
+        n_shards = sum(1 for n in ref if SHARD_RE.match(n))
+        print(f"reference: {SAMPLES} samples, {n_shards} shards, "
+              f"{sum(len(v) for v in ref.values()) / 1e6:.1f} MB, pack takes {t_ref * 1000:.0f} ms", flush=True)
+        if subprocess.run([SF, "verify", ref_dir], stdout=subprocess.DEVNULL).returncode != 0:
+            fail("the reference does not verify")
+        # When the last shard appears is learnt from the kills themselves
+        # (the earliest kill that found every shard), without watching a run.
+        t_shards = t_ref
+
+        stats = dict(killed=0, finished_before_kill=0, refused_complete=0, temps_seen=0, manifest_seen=0,
+                     resumed_ok=0, shards_kept=0, double_kills=0, t_pack=t_ref)
+        finals_at_kill = []
+        out = os.path.join(tmp, "out")
+        run = 0
+        while stats["killed"] < RUNS and run < 3 * RUNS:
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = pack_cmd(src, out)
+            delay = (rng.uniform(0, t_shards) if rng.random() < 0.8
+                     else rng.uniform(t_shards, 1.05 * stats["t_pack"]))
+            if kill_run(cmd, delay, stats, fresh=True):
+                finals = check_partial(out, ref, f"run {run} after kill", stats)
+                finals_at_kill.append(finals)
+                if finals >= n_shards:
+                    t_shards = min(t_shards, delay)
+            else:
+                check_partial(out, ref, f"run {run} (finished before the kill)", stats)
+            if rng.random() < 0.5:
+                if kill_run(cmd, rng.uniform(0, stats["t_pack"]), stats):
+                    stats["double_kills"] += 1
+                check_partial(out, ref, f"run {run} after killing the resumed run", stats)
+            # complete it: the same command again (a complete dataset is refused, untouched)
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if p.returncode != 0 and b"already holds this dataset" not in p.stderr:
+                fail(f"run {run}: re-run failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
+                run += 1
+                continue
+            m = re.search(rb"\((\d+) finished shards kept", p.stdout)
+            if m:
+                stats["shards_kept"] += int(m.group(1))
+            got = read_dir(out)
+            if got != ref:
+                extra = sorted(set(got) - set(ref))
+                missing = sorted(set(ref) - set(got))
+                diff = [n for n in ref if n in got and got[n] != ref[n]]
+                fail(f"run {run}: after re-running, the output differs from the reference "
+                     f"(extra {extra[:3]}, missing {missing[:3]}, different {diff[:3]})")
+                run += 1
+                continue
+            v = subprocess.run([SF, "verify", "-j", "2", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if v.returncode != 0:
+                fail(f"run {run}: verify after re-run exited {v.returncode}: {v.stdout.decode(errors='replace')}")
+                run += 1
+                continue
+            stats["resumed_ok"] += 1
+            run += 1
+
+        finals_at_kill.sort()
+        spread = (f"final-named files present at kill time: min {finals_at_kill[0]}, median "
+                  f"{finals_at_kill[len(finals_at_kill) // 2]}, max {finals_at_kill[-1]} of {len(ref)}"
+                  if finals_at_kill else "no run was killed")
+        print(f"kill runs: {stats['killed']} packs killed with SIGKILL in {run} runs "
+              f"({stats['killed'] - stats['double_kills']} fresh packs, {stats['double_kills']} resumed packs), "
+              f"{stats['finished_before_kill']} finished before their kill; fastest pack "
+              f"{stats['t_pack'] * 1000:.0f} ms, every shard written by {t_shards * 1000:.0f} ms; {spread}",
+              flush=True)
+        print(f"partial states: temporaries seen {stats['temps_seen']} times, manifest seen "
+              f"{stats['manifest_seen']} times (always with every shard); re-runs: {stats['resumed_ok']}/{run} "
+              f"byte-identical to the reference and verified, {stats['shards_kept']} finished shards kept "
+              f"in total; {time.monotonic() - t_start:.1f} s", flush=True)
+        if stats["killed"] < RUNS:
+            fail(f"only {stats['killed']} packs were killed in {run} runs: timing is off")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"FAILED: {len(failures)} problem(s)")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""`shardfeed pack` on a full disk and on a read-only output directory.
+
+Needs root (mount). Runs in a private mount namespace (unshare -m) when it
+can, so an interrupted run leaves no mounts behind; exits 77 (ctest: skipped)
+when it cannot mount.
+
+  full disk: small tmpfs mounts (2 MiB, and sizes around the point where the
+    shards fit but the manifest does not): pack must exit 1 with a message
+    naming the file it could not write and "No space left on device"; no
+    manifest; every file under a final shard name byte-identical to a
+    reference pack (nothing half-written under final names); no temporaries
+    left; inputs untouched. After growing the mount, re-running the same
+    command completes a dataset byte-identical to the reference.
+  read-only: a tmpfs remounted read-only holding (a) nothing, (b) the state
+    of an interrupted pack, (c) a complete dataset (with --force): pack must
+    exit 1 naming the directory, and change nothing. Also a read-only bind
+    mount of the input directory packs fine (inputs are only read).
+
+Environment: SHARDFEED, SF_SOURCE_DIR, SF_TEST_TMP as for the CLI tests.
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SF = os.environ.get("SHARDFEED", "shardfeed")
+SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+SKIP = 77
+SHARD_RE = re.compile(r"^shard-\d{6}\.sfs$")
+TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.tmp$")
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg, flush=True)
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def mount_tmpfs(path, size):
+    os.makedirs(path, exist_ok=True)
+    sh("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path)
+
+
+def umount(path):
+    subprocess.run(["umount", "-l", path], stderr=subprocess.DEVNULL)
+
+
+def tree_digest(d):
+    """{name: sha256} of every file under d."""
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, d)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def read_dir(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def pack(src, out, *extra):
+    return subprocess.run([SF, "pack", src, "-o", out, "-j", "2", "--shard-size", "64KiB", "-q", *extra],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def check_no_half_files(out, ref, what, allow_temps=False):
+    for name in os.listdir(out):
+        with open(os.path.join(out, name), "rb") as f:
+            data = f.read()
+        if SHARD_RE.match(name):
+            if ref.get(name) != data:
+                fail(f"{what}: {name} under a final name differs from the reference ({len(data)} bytes)")
+        elif name == "manifest.sfm":
+            fail(f"{what}: a manifest was written by a failed pack")
+        elif TEMP_RE.match(name):
+            if not allow_temps:
+                fail(f"{what}: temporary {name} left behind after a clean failure")
+        else:
+            fail(f"{what}: unexpected file {name}")
+
+
+def full_disk(tmp, src, ref, ref_pages):
+    """Returns the number of cases run."""
+    mnt = os.path.join(tmp, "full")
+    total = ref_pages * 4096
+    manifest_pages = (len(ref["manifest.sfm"]) + 4095) // 4096
+    shard_pages = ref_pages - manifest_pages
+    # 2 MiB (the brief's case), a few random-ish sizes, and around "every
+    # shard fits, the manifest does not".
+    sizes = ["2M", "1M", "600k", f"{(shard_pages - 1) * 4}k", f"{shard_pages * 4}k",
+             f"{(shard_pages + 1) * 4}k"]
+    manifest_failures = 0
+    for size in sizes:
+        what = f"full disk (tmpfs size={size}, dataset needs {total // 1024} KiB)"
+        before = tree_digest(src)
+        mount_tmpfs(mnt, size)
+        try:
+            out = os.path.join(mnt, "out")
+            p = pack(src, out)
+            err = p.stderr.decode(errors="replace").strip()
+            if p.returncode == 0:
+                # the dataset fitted after all (tmpfs rounding): it must be complete
+                if read_dir(out) != ref:
+                    fail(f"{what}: pack succeeded but the output differs from the reference")
+                print(f"  {what}: fitted, complete", flush=True)
+                continue
+            if p.returncode != 1:
+                fail(f"{what}: exit {p.returncode}, want 1: {err}")
+            m = re.search(r"(/\S+?)(?::| )", err)
+            named = m.group(1) if m else ""
+            if "No space left on device" not in err or not named.startswith(out):
+                fail(f"{what}: error does not name the file and the cause: {err!r}")
+            if "manifest.sfm" in err:
+                manifest_failures += 1
+            check_no_half_files(out, ref, what)
+            finals = sum(1 for n in os.listdir(out) if SHARD_RE.match(n))
+            print(f"  {what}: exit 1, {finals} complete shards kept: {err}", flush=True)
+            # room again: the same command completes the dataset
+            sh("mount", "-o", "remount,size=64M", mnt)
+            p = pack(src, out)
+            if p.returncode != 0:
+                fail(f"{what}: re-run with space failed: {p.stderr.decode(errors='replace')}")
+            elif read_dir(out) != ref:
+                fail(f"{what}: re-run with space did not give the reference bytes")
+        finally:
+            umount(mnt)
+        if tree_digest(src) != before:
+            fail(f"{what}: the input files changed")
+    if manifest_failures == 0:
+        print("  note: no size hit the manifest write itself", flush=True)
+    return len(sizes)
+
+
+def read_only(tmp, src, ref):
+    mnt = os.path.join(tmp, "ro")
+    cases = 0
+    # (a) empty read-only filesystem, the output directory not there yet
+    # (b) read-only, an existing empty output directory
+    # (c) read-only, the state of an interrupted run (some shards, a temporary)
+    # (d) read-only, a complete dataset, with --force
+    shards = sorted(n for n in ref if SHARD_RE.match(n))
+    setups = {
+        "missing output dir": lambda out: None,
+        "empty output dir": lambda out: os.makedirs(out),
+        "interrupted run": lambda out: (os.makedirs(out), [shutil.copy(os.path.join(tmp, "ref", n), out)
+                                                          for n in shards[:3]],
+                                        open(os.path.join(out, "." + shards[3] + ".tmp"), "wb").write(b"x" * 100)),
+        "complete dataset, --force": lambda out: shutil.copytree(os.path.join(tmp, "ref"), out),
+    }
+    for name, setup in setups.items():
+        what = f"read-only output ({name})"
+        before_in = tree_digest(src)
+        mount_tmpfs(mnt, "16M")
+        try:
+            out = os.path.join(mnt, "out")
+            setup(out)
+            sh("mount", "-o", "remount,ro", mnt)
+            before = tree_digest(mnt)
+            p = pack(src, out, *(["--force"] if "force" in name else []))
+            err = p.stderr.decode(errors="replace").strip()
+            if p.returncode != 1:
+                fail(f"{what}: exit {p.returncode}, want 1: {err}")
+            if out not in err or not re.search(r"Read-only file system|not writable", err):
+                fail(f"{what}: error does not name the directory and the cause: {err!r}")
+            if tree_digest(mnt) != before:
+                fail(f"{what}: the read-only directory changed")
+            print(f"  {what}: exit {p.returncode}: {err}", flush=True)
+            cases += 1
+        finally:
+            umount(mnt)
+        if tree_digest(src) != before_in:
+            fail(f"{what}: the input files changed")
+
+    # read-only input: packing only reads it
+    ro_in = os.path.join(tmp, "ro-in")
+    os.makedirs(ro_in)
+    sh("mount", "--bind", src, ro_in)
+    try:
+        sh("mount", "-o", "remount,bind,ro", ro_in)
+        out = os.path.join(tmp, "from-ro-in")
+        p = pack(ro_in, out)
+        if p.returncode != 0 or read_dir(out) != ref:
+            fail(f"read-only input: exit {p.returncode}, output identical: "
+                 f"{p.returncode == 0 and read_dir(out) == ref}: {p.stderr.decode(errors='replace')}")
+        else:
+            print("  read-only input (bind mount): packs, output identical to the reference", flush=True)
+        cases += 1
+    finally:
+        umount(ro_in)
+    return cases
+
+
+def main():
+    if os.environ.get("SF_IN_MOUNT_NS") != "1" and shutil.which("unshare"):
+        if subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            env = dict(os.environ, SF_IN_MOUNT_NS="1")
+            os.execvpe("unshare", ["unshare", "-m", "--propagation", "private", sys.executable,
+                                   os.path.abspath(__file__)], env)
+    base = os.environ.get("SF_TEST_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="sf-disk-", dir=base)
+    try:
+        probe = os.path.join(tmp, "probe")
+        try:
+            mount_tmpfs(probe, "1M")
+            umount(probe)
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            print(f"SKIP: cannot mount a tmpfs here (need root): {e}")
+            return SKIP
+        src = os.path.join(tmp, "in")
+        subprocess.run([sys.executable, os.path.join(SRC, "tools", "make-npy-samples.py"), "synthetic", src,
+                        "--count", "200", "--shape", "3,32,32", "--seed", "3"], check=True,
+                       stdout=subprocess.DEVNULL)
+        ref_dir = os.path.join(tmp, "ref")
+        p = pack(src, ref_dir)
+        if p.returncode != 0:
+            sys.exit(f"reference pack failed: {p.stderr.decode()}")
+        ref = read_dir(ref_dir)
+        pages = sum((len(v) + 4095) // 4096 for v in ref.values())
+        print(f"reference: {len(ref) - 1} shards + manifest, {pages * 4} KiB in pages", flush=True)
+        n = full_disk(tmp, src, ref, pages)
+        n += read_only(tmp, src, ref)
+        print(f"disk error cases: {n}", flush=True)
+    finally:
+        for sub in ("full", "ro", "ro-in", "probe"):
+            umount(os.path.join(tmp, sub))
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"FAILED: {len(failures)} problem(s)")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
