@@ -19,7 +19,8 @@ typedef struct pool {
     pack_shard_result *results;
     _Atomic uint64_t next_shard;
     atomic_int abort;
-    atomic_int running;
+    int running;           /* workers not finished, under lock */
+    pthread_cond_t finished;
     _Atomic uint64_t samples_done, bytes_done;
     pthread_mutex_t lock;
     int error;             /* first failure, under lock */
@@ -45,7 +46,10 @@ static void *worker(void *arg)
             break;
         }
     }
-    atomic_fetch_sub(&p->running, 1);
+    pthread_mutex_lock(&p->lock);
+    p->running--;
+    pthread_cond_signal(&p->finished);
+    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
@@ -98,23 +102,37 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
         return sf_fail(-ENOMEM, "out of memory");
     unsigned started = 0;
     int rc = 0;
-    atomic_store(&p->running, (int)jobs);
+    p->running = (int)jobs;
     for (; started < jobs; started++) {
         if (pthread_create(&threads[started], NULL, worker, p) != 0) {
             atomic_store(&p->abort, 1);
-            atomic_fetch_sub(&p->running, (int)(jobs - started));
+            pthread_mutex_lock(&p->lock);
+            p->running -= (int)(jobs - started);
+            pthread_mutex_unlock(&p->lock);
             rc = sf_fail(-EAGAIN, "cannot start worker threads");
             break;
         }
     }
-    /* The calling thread reports progress while the workers write. */
-    while (atomic_load(&p->running) > 0) {
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        if (opts->progress && atomic_load(&p->running) > 0)
+    /* The calling thread reports progress while the workers write, and
+     * returns the moment the last one finishes. */
+    pthread_mutex_lock(&p->lock);
+    while (p->running > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        if (pthread_cond_timedwait(&p->finished, &p->lock, &until) == ETIMEDOUT && opts->progress &&
+            p->running > 0) {
+            pthread_mutex_unlock(&p->lock);
             opts->progress(opts->progress_ctx, atomic_load(&p->samples_done), total,
                            atomic_load(&p->bytes_done));
+            pthread_mutex_lock(&p->lock);
+        }
     }
+    pthread_mutex_unlock(&p->lock);
     for (unsigned t = 0; t < started; t++)
         pthread_join(threads[t], NULL);
     free(threads);
@@ -165,6 +183,7 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
     }
     if (!rc) {
         pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->finished, NULL);
         p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done,
                                    &p->bytes_done};
         p->reuse = reuse;
@@ -172,6 +191,7 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
         if (jobs > plan.shard_count)
             jobs = (unsigned)plan.shard_count;
         rc = run_workers(p, jobs, opts, in.sample_count);
+        pthread_cond_destroy(&p->finished);
         pthread_mutex_destroy(&p->lock);
     }
     uint64_t manifest_bytes = 0;

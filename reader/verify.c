@@ -43,6 +43,24 @@ static void report(verify_run *v, int code, const char *file, int64_t shard, int
     pthread_mutex_unlock(&v->lock);
 }
 
+/* Damage in the files is a problem to report (exit 2); anything else (out
+ * of memory, an I/O error, a permission) means verification could not run
+ * (exit 1): a dataset is never called corrupt for the machine's sake. */
+static int is_format_error(int rc)
+{
+    return rc <= SF_E_BASE && rc >= SF_E_LAST;
+}
+
+static void environment_error(verify_run *v, int rc, const char *file)
+{
+    pthread_mutex_lock(&v->lock);
+    if (!v->io_error) {
+        v->io_error = rc;
+        snprintf(v->io_message, sizeof v->io_message, "%s/%s: %s", v->dir, file, sf_last_error());
+    }
+    pthread_mutex_unlock(&v->lock);
+}
+
 typedef struct scan_ctx {
     verify_run *v;
     const char *file;
@@ -73,8 +91,12 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        report(v, e == ENOENT ? SF_E_CORRUPT : -e, name, (int64_t)i, -1, 0,
-               e == ENOENT ? "shard file is missing" : strerror(e));
+        if (e == ENOENT) {
+            report(v, SF_E_CORRUPT, name, (int64_t)i, -1, 0, "shard file is missing");
+        } else {
+            sf_fail(-e, "cannot open: %s", strerror(e));
+            environment_error(v, -e, name);
+        }
         return;
     }
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -83,14 +105,17 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     uint64_t bad = 0;
     int rc = sf_shard_load_meta(&meta, fd, &exp, &bad);
     if (rc) {
-        report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
+        if (is_format_error(rc))
+            report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
+        else
+            environment_error(v, rc, name);
         close(fd);
         return;
     }
     scan_ctx c = {v, name, (int64_t)i};
     int64_t n = sf_shard_scan_data(&meta, &m->schema, fd, buf, VERIFY_BUFFER, on_scan_problem, &c);
     if (n < 0)
-        report(v, (int)n, name, (int64_t)i, -1, 0, sf_last_error());
+        environment_error(v, (int)n, name);
     pthread_mutex_lock(&v->lock);
     v->records += meta.header.record_count;
     v->bytes += meta.file_size;
