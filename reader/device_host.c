@@ -115,7 +115,7 @@ static int host_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_
     d->slots = slots;
     d->slot_bytes = slot_bytes;
     d->s = calloc(slots, sizeof *d->s);
-    d->pool = malloc(slot_bytes * slots > 0 ? slot_bytes * slots : 1);
+    d->pool = calloc(1, slot_bytes * slots > 0 ? slot_bytes * slots : 1); /* zeroed, unlike cudaMalloc memory: tests look for stray bytes */
     if (!d->s || !d->pool) {
         free(d->s);
         free(d->pool);
