@@ -67,8 +67,7 @@ static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
         task->digest = XXH3_64bits_digest(st);
         task->hashed = 1;
     }
-    atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
+    sf_loader_time(r, io_ns, hash_ns);
     sf_loader_task_done(r, task);
 }
 

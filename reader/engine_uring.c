@@ -268,7 +268,7 @@ static void enter(sf_io_thread *t, uring_thread *u, int wait)
     do
         rc = wait ? io_uring_submit_and_wait(&u->ring, 1) : io_uring_submit_and_get_events(&u->ring);
     while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
-    atomic_fetch_add_explicit(&t->r->st_io_ns, sf_now_ns() - t0, memory_order_relaxed);
+    sf_loader_time(t->r, sf_now_ns() - t0, 0);
     u->unsubmitted = 0;
     reap(t, u);
 }

@@ -28,6 +28,7 @@
 
 #include "dataset_internal.h"
 #include "reader/sampler.h"
+#include "reader/trace.h"
 #include "shardfeed/reader.h"
 
 #define SF_DIRECT_ALIGN 4096u /* O_DIRECT granularity we require (safe for 512e/4Kn) */
@@ -85,6 +86,8 @@ struct sf_slot {
     atomic_int err;      /* first hard error of the batch */
     atomic_uint corrupt; /* tasks that failed their checksum */
     char errmsg[512];    /* detail of err (written by the thread that set err) */
+    sf_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
+    atomic_uint reads_left; /* tracing: tasks whose reads are not complete */
 };
 
 /* Where fields live inside a slot (slab.c). */
@@ -193,7 +196,13 @@ struct sf_reader {
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
+    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads in the device stage's on_ready */
+    atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
+    uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
+
+    /* tracing (trace.h): the latest trace, older ones chained by prev */
+    _Atomic(sf_trace *) trace;
 };
 
 /* sf_reader_open with a device stage (NULL: none). */
@@ -225,6 +234,26 @@ static inline uint64_t sf_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The trace being recorded, or NULL (one relaxed load and a flag when off). */
+static inline sf_trace *sf_trace_on(const sf_reader *r)
+{
+    sf_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
+    return tr && atomic_load_explicit(&tr->on, memory_order_relaxed) ? tr : NULL;
+}
+
+/* I/O threads account their time here: thread-seconds reading (syscalls,
+ * ring waits, copies) and hashing, for the stats and the trace's runs. */
+static inline void sf_loader_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
+{
+    if (io_ns)
+        atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
+    if (hash_ns)
+        atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
+    sf_trace *tr = sf_trace_on(r);
+    if (tr)
+        sf_trace_io_time(tr, io_ns, hash_ns);
 }
 
 #endif

@@ -27,6 +27,13 @@ _Static_assert((int)SF_READER_UNEVEN_PAD == (int)SF_UNEVEN_PAD &&
 #define MAX_QUEUE_DEPTH 4096u
 #define SUBST_MAX_TRIES 4096u /* consecutive corrupt ids tried before giving up */
 
+/* Stamps a stage of the slot's batch in the trace, if it has a record. */
+static inline void stamp(sf_slot *s, int stage)
+{
+    if (s->trec)
+        sf_trace_stamp(s->trec, stage, sf_now_ns());
+}
+
 static unsigned ncpu(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -347,6 +354,20 @@ static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t inde
     atomic_store(&s->err, 0);
     atomic_store(&s->corrupt, 0);
     s->errmsg[0] = '\0';
+    s->trec = NULL;
+    sf_trace *tr = sf_trace_on(r);
+    if (tr && tr->nb < tr->cap_b) {
+        sf_trace_batch *b = &tr->b[tr->nb++];
+        b->epoch = epoch;
+        b->index = index;
+        b->slot = s->index;
+        b->size = count;
+        s->trec = b;
+        stamp(s, SF_TS_SUBMITTED);
+    } else if (tr) {
+        tr->dropped_b++;
+    }
+    atomic_store(&s->reads_left, count);
     atomic_store(&s->remaining, count);
 }
 
@@ -426,14 +447,24 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block)
             }
             if (!best)
                 break;
+            if (best->claimed == 0)
+                stamp(best, SF_TS_CLAIMED);
             while (n < max && best->claimed < best->batch.size)
                 out[n++] = &best->tasks[best->claimed++];
         }
         if (n || !block)
             break;
+        sf_trace *tr = sf_trace_on(r);
+        if (tr)
+            sf_trace_io_idle(tr); /* ends this thread's run */
         pthread_cond_wait(&r->work_cv, &r->lock);
     }
     pthread_mutex_unlock(&r->lock);
+    if (n) {
+        sf_trace *tr = sf_trace_on(r);
+        if (tr)
+            sf_trace_io_claimed(tr);
+    }
     return n;
 }
 
@@ -482,7 +513,7 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
     }
     uint64_t t0 = sf_now_ns();
     int rc = sf_record_hash(got, ptr, len, t->nreads);
-    atomic_fetch_add_explicit(&r->st_hash_ns, sf_now_ns() - t0, memory_order_relaxed);
+    sf_loader_time(r, 0, sf_now_ns() - t0);
     if (rc)
         return rc;
     return *got == t->checksum ? 0 : SF_E_CHECKSUM;
@@ -507,7 +538,7 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t)
             if (!rc)
                 rd->done = rd->len;
         }
-        atomic_fetch_add_explicit(&r->st_io_ns, sf_now_ns() - t0, memory_order_relaxed);
+        sf_loader_time(r, sf_now_ns() - t0, 0);
         if (rc) {
             sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
             return;
@@ -545,9 +576,15 @@ static void batch_ready(sf_reader *r, sf_slot *s)
                 substitute(r, s, &s->tasks[pos]);
         set_field_bytes(r, s);
     }
+    stamp(s, SF_TS_CHECKSUMMED);
     if (live && !atomic_load(&s->err) && r->stage.on_ready) {
         s->device_busy = 1;
+        uint64_t t0 = sf_now_ns();
         int rc = r->stage.on_ready(r->stage.ctx, s->index, &s->batch);
+        uint64_t t1 = sf_now_ns();
+        atomic_fetch_add_explicit(&r->st_devenq_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec)
+            sf_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
         int expected = 0;
         if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
             snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device stage failed: %s",
@@ -568,6 +605,8 @@ static void batch_ready(sf_reader *r, sf_slot *s)
 void sf_loader_task_done(sf_reader *r, sf_task *t)
 {
     sf_slot *s = t->slot;
+    if (s->trec && atomic_fetch_sub(&s->reads_left, 1) == 1)
+        stamp(s, SF_TS_READ);
     uint64_t bytes = 0;
     for (uint32_t k = 0; k < t->nreads; k++)
         bytes += t->reads[k].done;
@@ -585,6 +624,9 @@ void sf_loader_task_done(sf_reader *r, sf_task *t)
             sf_loader_task_fail(r, t, rc, "hashing failed");
         }
     }
+    sf_trace *tr = sf_trace_on(r);
+    if (tr)
+        sf_trace_io_task(tr, s->trec);
     if (atomic_fetch_sub(&s->remaining, 1) == 1)
         batch_ready(r, s);
 }
@@ -595,6 +637,7 @@ static void *io_main(void *arg)
 {
     sf_io_thread *t = arg;
     sf_reader *r = t->r;
+    sf_trace_io_thread(t->idx);
     int rc = r->engine->thread_init ? r->engine->thread_init(t) : 0;
     if (rc)
         snprintf(t->errmsg, sizeof t->errmsg, "%s", sf_last_error());
@@ -605,6 +648,9 @@ static void *io_main(void *arg)
     pthread_mutex_unlock(&r->lock);
     if (rc == 0)
         r->engine->run(t);
+    sf_trace *tr = sf_trace_on(r);
+    if (tr)
+        sf_trace_io_idle(tr);
     if (r->engine->thread_fini)
         r->engine->thread_fini(t);
     return NULL;
@@ -773,6 +819,7 @@ void sf_reader_close(sf_reader *r)
         return;
     if (r->engine)
         stop_engine(r);
+    sf_trace_free_all(atomic_load(&r->trace));
     if (r->stage.on_close && r->slab)
         r->stage.on_close(r->stage.ctx, r->slab, r->slab_bytes);
     slots_free(r);
@@ -842,6 +889,8 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
         return sf_fail(SF_E_INVALID, "sf_reader_next: NULL argument");
     *out = NULL;
     pthread_mutex_lock(&r->lock);
+    if (!r->st_first_ns)
+        r->st_first_ns = sf_now_ns();
     if (!r->started) {
         r->started = 1;
         schedule_locked(r);
@@ -885,6 +934,7 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             r->st_batches++;
             r->st_samples += s->batch.size;
             r->st_subst += s->batch.substituted;
+            stamp(s, SF_TS_HANDED);
             *out = &s->batch;
             break;
         }
@@ -892,8 +942,13 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             schedule_locked(r);
         uint64_t t0 = sf_now_ns();
         pthread_cond_wait(&r->ready_cv, &r->lock);
-        r->st_wait_ns += sf_now_ns() - t0;
+        uint64_t t1 = sf_now_ns();
+        r->st_wait_ns += t1 - t0;
+        sf_trace *tr = sf_trace_on(r);
+        if (tr)
+            sf_trace_span_add(tr, SF_SPAN_WAIT, t0, t1, s ? s->trec : NULL);
     }
+    r->st_last_ns = sf_now_ns();
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
@@ -914,9 +969,22 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     /* Still HELD, so no other thread touches the slot: the device may wait
      * here, outside the lock. */
     int rc = 0;
-    if (r->stage.on_release && s->device_busy)
+    if (r->stage.on_release && s->device_busy) {
+        uint64_t t0 = sf_now_ns();
         rc = r->stage.on_release(r->stage.ctx, s->index, stream);
+        uint64_t t1 = sf_now_ns();
+        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec) {
+            /* The copy has finished reading the slot: complete, at the latest now. */
+            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+                sf_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            sf_trace *tr = sf_trace_on(r);
+            if (tr)
+                sf_trace_span_add(tr, SF_SPAN_RELEASE_WAIT, t0, t1, s->trec);
+        }
+    }
     pthread_mutex_lock(&r->lock);
+    stamp(s, SF_TS_RELEASED);
     s->device_busy = 0;
     s->state = SLOT_FREE;
     r->held--;
@@ -936,9 +1004,23 @@ int sf_batch_wait(sf_reader *r, const sf_batch *batch)
         return sf_fail(SF_E_INVALID, "sf_batch_wait: NULL argument");
     if (batch->device == SF_DEVICE_CPU)
         return 0;
-    for (uint32_t i = 0; i < r->opts.prefetch; i++)
-        if (&r->slots[i].batch == batch)
-            return sf_device_stage_wait(&r->stage, i);
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        sf_slot *s = &r->slots[i];
+        if (&s->batch != batch)
+            continue;
+        uint64_t t0 = sf_now_ns();
+        int rc = sf_device_stage_wait(&r->stage, i);
+        uint64_t t1 = sf_now_ns();
+        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec && !rc) {
+            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+                sf_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            sf_trace *tr = sf_trace_on(r);
+            if (tr)
+                sf_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
+        }
+        return rc;
+    }
     return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
 }
 
@@ -961,11 +1043,16 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->bytes_read = atomic_load(&rw->st_bytes);
     out->io_seconds = (double)atomic_load(&rw->st_io_ns) * 1e-9;
     out->checksum_seconds = (double)atomic_load(&rw->st_hash_ns) * 1e-9;
+    out->device_enqueue_seconds = (double)atomic_load(&rw->st_devenq_ns) * 1e-9;
+    out->device_wait_seconds = (double)atomic_load(&rw->st_devwait_ns) * 1e-9;
     pthread_mutex_lock(&rw->lock);
     out->samples = r->st_samples;
     out->batches = r->st_batches;
     out->corrupt_substitutions = r->st_subst;
     out->wait_seconds = (double)r->st_wait_ns * 1e-9;
+    if (r->st_last_ns > r->st_first_ns)
+        out->elapsed_seconds = (double)(r->st_last_ns - r->st_first_ns) * 1e-9;
+    sf_trace_counts(atomic_load(&rw->trace), &out->trace_events, &out->trace_dropped);
     pthread_mutex_unlock(&rw->lock);
     out->engine = r->engine ? r->engine->name : "none";
     out->direct = r->direct;
@@ -978,5 +1065,39 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->device = r->opts.device == SF_DEVICE_CUDA ? "cuda"
                   : r->opts.device == SF_DEVICE_HOST_COPY ? "host-copy" : "cpu";
     out->device_bytes = sf_device_stage_bytes(&r->stage);
+    return 0;
+}
+
+/* The rule is documented in shardfeed/reader.h (sf_reader_verdict); the
+ * README and `shardfeed bench` print the same. */
+int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
+{
+    if (!out || !st)
+        return sf_fail(SF_E_INVALID, "sf_reader_verdict: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->verdict = "none";
+    double el = st->elapsed_seconds;
+    double busy = st->io_seconds + st->checksum_seconds + st->device_enqueue_seconds;
+    if (busy > 0) {
+        out->io_share = st->io_seconds / busy;
+        out->checksum_share = st->checksum_seconds / busy;
+        out->copy_share = st->device_enqueue_seconds / busy;
+    }
+    if (st->batches == 0 || !(el > 0))
+        return 0;
+    out->consumer_wait = st->wait_seconds / el;
+    out->device_wait = st->device_wait_seconds / el;
+    if (st->io_threads)
+        out->io_busy = busy / ((double)st->io_threads * el);
+    if (out->consumer_wait + out->device_wait < SF_VERDICT_STALL_MAX)
+        out->verdict = "consumer-bound";
+    else if (st->device_wait_seconds > st->wait_seconds)
+        out->verdict = "copy-bound";
+    else if (st->device_enqueue_seconds > st->io_seconds && st->device_enqueue_seconds > st->checksum_seconds)
+        out->verdict = "copy-bound";
+    else if (st->checksum_seconds > st->io_seconds)
+        out->verdict = "checksum-bound";
+    else
+        out->verdict = "io-bound";
     return 0;
 }

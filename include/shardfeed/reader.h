@@ -32,9 +32,9 @@
  * page boundary) or packed bytes + offsets (variable-length fields, capacity
  * batch_size × the longest value of that field in the dataset).
  *
- * Threads: sf_reader_next, set_epoch, restore and close belong to one
- * consumer thread; sf_reader_release and sf_reader_stats may be called from
- * any thread. The reader runs its own I/O threads.
+ * Threads: sf_reader_next, set_epoch, restore, close and the trace functions
+ * belong to one consumer thread; sf_reader_release and sf_reader_stats may
+ * be called from any thread. The reader runs its own I/O threads.
  */
 #ifndef SHARDFEED_READER_H
 #define SHARDFEED_READER_H
@@ -256,9 +256,85 @@ typedef struct sf_reader_statistics {
     uint64_t slab_bytes;      /* size of the batch slab */
     const char *device;       /* "cpu", "cuda" or "host-copy" */
     uint64_t device_bytes;    /* device memory held (constant after open) */
+    /* Where the time went (for sf_reader_verdict): */
+    double elapsed_seconds;   /* from the first sf_reader_next call to the latest return from it */
+    double device_enqueue_seconds; /* I/O thread-seconds in the device stage: enqueuing copies
+                                      (and waiting for the slot's previous copy) */
+    double device_wait_seconds;    /* caller-seconds waiting for copies: in sf_batch_wait and
+                                      in releases (CUDA work fenced with release_after is
+                                      not seen) */
+    uint64_t trace_events;    /* trace records kept so far (batches and spans; see below) */
+    uint64_t trace_dropped;   /* records not kept because the trace was full */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
+
+/* ---- bottleneck verdict ----------------------------------------------------
+ *
+ * Which stage limits the rate at which the caller gets batches, from a
+ * sf_reader_stats snapshot. The rule, in order:
+ *
+ *   stall = (wait_seconds + device_wait_seconds) / elapsed_seconds
+ *   1. stall < 0.10 (SF_VERDICT_STALL_MAX): "consumer-bound": batches were
+ *      ready when the caller asked for them; the caller's own work per batch
+ *      (the model step) sets the pace, and a faster reader would not help;
+ *   2. device_wait_seconds > wait_seconds: "copy-bound": the caller waited
+ *      more for device copies than for batches;
+ *   3. otherwise the caller waited for the reader; the largest of the I/O
+ *      threads' times names the stage: io_seconds "io-bound",
+ *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound".
+ *
+ * ("decompress-bound" is reserved for compressed fields, not implemented.)
+ * "none" when no batch was delivered yet. The fractions are reported with
+ * it; io_busy below about 0.5 with a reader-side verdict means the I/O
+ * threads idled while the caller waited: more prefetch or threads may help
+ * more than faster storage. */
+#define SF_VERDICT_STALL_MAX 0.10
+
+typedef struct sf_reader_bottleneck {
+    const char *verdict;   /* "io-bound", "checksum-bound", "copy-bound", "consumer-bound",
+                              or "none" (static strings) */
+    double consumer_wait;  /* wait_seconds / elapsed_seconds */
+    double device_wait;    /* device_wait_seconds / elapsed_seconds */
+    double io_busy;        /* (io + checksum + device_enqueue) thread-seconds
+                              / (io_threads * elapsed_seconds) */
+    double io_share;       /* io_seconds / (io + checksum + device_enqueue) */
+    double checksum_share; /* checksum_seconds / (the same) */
+    double copy_share;     /* device_enqueue_seconds / (the same) */
+} sf_reader_bottleneck;
+
+SF_API int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st);
+
+/* ---- tracing ----------------------------------------------------------------
+ *
+ * A trace records, for each batch, when it passed each stage of the
+ * pipeline: submitted (slot prepared, its reads queued), claimed (first read
+ * started), read (all reads complete), checksummed (all records hashed,
+ * corrupt samples substituted), device copy enqueued and completed (device
+ * != CPU; completion as observed by sf_batch_wait or the release, the copy
+ * itself being asynchronous), handed (sf_reader_next returned it) and
+ * released; plus spans of each I/O thread's work (per batch: time reading
+ * and hashing) and of the caller's waits. Timestamps are CLOCK_MONOTONIC,
+ * taken only while a trace runs, into memory allocated by
+ * sf_reader_trace_start: nothing is allocated or locked per event.
+ * (Decompression is not a stage yet: there are no compressed fields.)
+ *
+ * sf_reader_trace_start records the next `max_batches` batches scheduled
+ * (read-ahead included; 0: as many as fit) and spans until
+ * sf_reader_trace_write, which stops recording and writes the trace as
+ * Chrome trace-event JSON (open it in https://ui.perfetto.dev or
+ * chrome://tracing). A trace holds at most SF_TRACE_MAX_BATCHES batches and
+ * SF_TRACE_MAX_SPANS spans (about 1M trace events, 35 MiB of memory at
+ * most); what does not fit is counted in stats.trace_dropped. A trace's
+ * memory is held until sf_reader_close; a reader may record several traces,
+ * one after the other.
+ * Errors: SF_E_STATE (start while a trace runs, write without one),
+ * -ENOMEM, -errno from writing the file. */
+#define SF_TRACE_MAX_BATCHES 65536u
+#define SF_TRACE_MAX_SPANS 524288u
+
+SF_API int sf_reader_trace_start(sf_reader *r, uint64_t max_batches);
+SF_API int sf_reader_trace_write(sf_reader *r, const char *path);
 
 #ifdef __cplusplus
 }

@@ -76,7 +76,18 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
   not change; see Batch.substituted and stats()["corrupt_substitutions"]).
 - ``stats()``: bytes read, samples, batches, substitutions, time waited in the
   loader, I/O and checksum thread-seconds, and what the reader runs with
-  (engine, io_threads, prefetch, slab size, ...).
+  (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first
+  batch request to the latest), and the bottleneck: ``verdict`` is
+  "io-bound", "checksum-bound", "copy-bound", "consumer-bound" (the loop's own
+  work per batch sets the pace) or "none", from ``fractions``
+  (consumer_wait, device_wait, io_busy, io_share, checksum_share, copy_share);
+  the rule is sf_reader_verdict's (shardfeed/reader.h, the README). device=
+  "cuda" copies in torch, outside the reader: that time shows as the loop's.
+- ``trace_start(max_batches=0)`` / ``trace_write(path)``: record each batch's
+  stages (submitted, read, checksummed, handed, released, ...) and the I/O
+  threads' work, and write them as a Chrome trace (JSON for
+  https://ui.perfetto.dev). At most 65536 batches per trace; its memory
+  (tens of MB at most) is held until the Loader closes.
 - The GIL is released while waiting for a batch. One thread iterates a Loader
   at a time. A Loader does not survive fork(): create it in the process that
   uses it (e.g. after DataLoader workers or multiprocessing start).
@@ -511,6 +522,16 @@ class Loader:
                 raise ValueError("shardfeed: the Loader is closed")
             return dict(self._final_stats)
         return self._reader.stats()
+
+    def trace_start(self, max_batches=0):
+        """Starts recording a trace of the next max_batches batches (0: up to 65536)."""
+        self._check_open()
+        self._reader.trace_start(_uint("max_batches", max_batches, 0, _U64))
+
+    def trace_write(self, path):
+        """Stops recording and writes the trace (Chrome trace-event JSON) to path."""
+        self._check_open()
+        self._reader.trace_write(os.fspath(path))
 
     def close(self):
         """No more batches. Memory of batches still alive stays valid until they die."""

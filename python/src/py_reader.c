@@ -199,7 +199,15 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
     int rc = sf_reader_stats(&s, self->r);
     if (rc < 0)
         return sf_py_raise(rc);
-    return Py_BuildValue(
+    sf_reader_bottleneck v;
+    sf_reader_verdict(&v, &s);
+    PyObject *fractions = Py_BuildValue(
+        "{sdsdsdsdsdsd}", "consumer_wait", v.consumer_wait, "device_wait", v.device_wait, "io_busy",
+        v.io_busy, "io_share", v.io_share, "checksum_share", v.checksum_share, "copy_share",
+        v.copy_share);
+    if (!fractions)
+        return NULL;
+    PyObject *d = Py_BuildValue(
         "{sKsKsKsKsdsdsdsssNsKsIsIsIsK}", "bytes_read", (unsigned long long)s.bytes_read,
         "samples", (unsigned long long)s.samples, "batches", (unsigned long long)s.batches,
         "corrupt_substitutions", (unsigned long long)s.corrupt_substitutions, "wait_seconds",
@@ -208,6 +216,58 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         "registered_bytes", (unsigned long long)s.registered_bytes, "io_threads",
         (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
         (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
+    PyObject *more = d ? Py_BuildValue(
+        "{sssKsdsdsdsKsKsssN}", "device", s.device ? s.device : "", "device_bytes",
+        (unsigned long long)s.device_bytes, "elapsed_seconds", s.elapsed_seconds,
+        "device_enqueue_seconds", s.device_enqueue_seconds, "device_wait_seconds",
+        s.device_wait_seconds, "trace_events", (unsigned long long)s.trace_events, "trace_dropped",
+        (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions)
+                       : NULL;
+    if (!d)
+        Py_DECREF(fractions);
+    if (!more || PyDict_Update(d, more) < 0) {
+        Py_XDECREF(more);
+        Py_XDECREF(d);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
+}
+
+static PyObject *reader_trace_start(sf_py_reader *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"max_batches", NULL};
+    unsigned long long max_batches = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:trace_start", kwlist, &max_batches))
+        return NULL;
+    if (!reader_usable(self))
+        return NULL;
+    int rc = sf_reader_trace_start(self->r, max_batches);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reader_trace_write(sf_py_reader *self, PyObject *arg)
+{
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    if (!reader_usable(self)) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    int rc;
+    const char *p = PyBytes_AS_STRING(path);
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_reader_trace_write(self->r, p);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    Py_DECREF(path);
+    if (rc < 0)
+        return sf_py_raise(rc);
+    Py_RETURN_NONE;
 }
 
 static PyObject *reader_close(sf_py_reader *self, PyObject *unused)
@@ -245,7 +305,14 @@ static PyMethodDef reader_methods[] = {
     {"num_batches", (PyCFunction)reader_num_batches, METH_NOARGS, "batches per epoch (this rank)"},
     {"samples_per_epoch", (PyCFunction)reader_samples_per_epoch, METH_NOARGS,
      "samples per epoch (this rank)"},
-    {"stats", (PyCFunction)reader_stats, METH_NOARGS, "stats() -> dict (sf_reader_stats)"},
+    {"stats", (PyCFunction)reader_stats, METH_NOARGS,
+     "stats() -> dict (sf_reader_stats, with sf_reader_verdict's verdict and fractions)"},
+    {"trace_start", (PyCFunction)(void (*)(void))reader_trace_start, METH_VARARGS | METH_KEYWORDS,
+     "trace_start(max_batches=0): record the stages of the next max_batches batches "
+     "(0: up to the cap) (sf_reader_trace_start)"},
+    {"trace_write", (PyCFunction)reader_trace_write, METH_O,
+     "trace_write(path): stop recording and write the trace as Chrome trace-event JSON "
+     "(sf_reader_trace_write)"},
     {"close", (PyCFunction)reader_close, METH_NOARGS,
      "close(): no more batches; the reader is freed when no batch is alive"},
     {NULL, NULL, 0, NULL}};

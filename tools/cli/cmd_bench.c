@@ -1,5 +1,20 @@
 /* shardfeed bench: streams a dataset through the public reader API and
- * reports throughput, CPU and memory, and where the time went. */
+ * reports throughput, CPU and memory, where the time went, and which stage
+ * is the bottleneck.
+ *
+ * The verdict is sf_reader_verdict's (shardfeed/reader.h), from the
+ * reader's stats over the loop:
+ *   stall = (time the consumer waited in sf_reader_next + time it waited for
+ *            device copies) / elapsed time;
+ *   stall < 10%                                  -> consumer-bound
+ *   else copy waits > batch waits                -> copy-bound
+ *   else the I/O threads' largest share of time: reading -> io-bound,
+ *        hashing -> checksum-bound, enqueuing device copies -> copy-bound.
+ * --consumer-sleep-us N makes the consumer sleep N us per batch while it
+ * holds it (a stand-in for a model step), so a consumer-bound run can be
+ * made on purpose; --trace FILE writes a Chrome/Perfetto trace of every
+ * batch's stages (sf_reader_trace_start/write). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +27,8 @@
     "usage: shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"                          \
     "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"      \
     "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"        \
-    "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"
+    "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"                  \
+    "           [--consumer-sleep-us N] [--trace FILE]\n"
 
 static double now_s(void)
 {
@@ -29,6 +45,28 @@ static double cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
+static void sleep_us(uint64_t us)
+{
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* One line on what the verdict means, for the text output. */
+static const char *verdict_hint(const char *v)
+{
+    if (strcmp(v, "consumer-bound") == 0)
+        return "batches were ready when the consumer asked: its own work per batch sets the pace";
+    if (strcmp(v, "io-bound") == 0)
+        return "the consumer waited for batches; the I/O threads spent most of their time reading";
+    if (strcmp(v, "checksum-bound") == 0)
+        return "the consumer waited for batches; the I/O threads spent most of their time hashing "
+               "records (--no-verify trades that for integrity; more --threads spread it)";
+    if (strcmp(v, "copy-bound") == 0)
+        return "the consumer waited for device copies more than for batches";
+    return "no batch was delivered";
+}
+
 static int parse_choice(const char *s, const char *const *names, int count)
 {
     for (int i = 0; i < count; i++)
@@ -40,7 +78,7 @@ static int parse_choice(const char *s, const char *const *names, int count)
 int cmd_bench(int argc, char **argv)
 {
     enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_ENGINE, O_DIRECT, O_NOVERIFY, O_PREFETCH,
-           O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE };
+           O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE, O_SLEEP, O_TRACE };
     static const struct option longopts[] = {
         {"batch-size", required_argument, NULL, O_BATCH}, {"epochs", required_argument, NULL, O_EPOCHS},
         {"shuffle", required_argument, NULL, O_SHUFFLE},  {"seed", required_argument, NULL, O_SEED},
@@ -49,11 +87,13 @@ int cmd_bench(int argc, char **argv)
         {"threads", required_argument, NULL, O_THREADS},  {"queue-depth", required_argument, NULL, O_QD},
         {"skip-corrupt", no_argument, NULL, O_SKIP},      {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEVICE},
+        {"consumer-sleep-us", required_argument, NULL, O_SLEEP}, {"trace", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},                 {NULL, 0, NULL, 0}};
     static const char *const shuffles[] = {"none", "global", "block"};
     static const char *const engines[] = {"auto", "uring", "pread", "mmap"};
     sf_reader_opts o = SF_READER_OPTS_INIT;
-    uint64_t epochs = 1, v;
+    uint64_t epochs = 1, v, sleep = 0;
+    const char *trace = NULL;
     int json = 0, c;
     o.batch_size = SF_READER_DEFAULT_BATCH;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -103,6 +143,15 @@ int cmd_bench(int argc, char **argv)
                 o.queue_depth = (uint32_t)v;
             break;
         case O_JSON: json = 1; break;
+        case O_SLEEP:
+            if (cli_parse_uint(optarg, &sleep) || sleep > 60000000)
+                bad = "--consumer-sleep-us takes a number of microseconds up to 60000000";
+            break;
+        case O_TRACE:
+            if (!*optarg)
+                bad = "--trace takes a file name";
+            trace = optarg;
+            break;
         case O_DEVICE:
             if (strcmp(optarg, "cpu") == 0) {
                 o.device = SF_DEVICE_CPU;
@@ -121,7 +170,12 @@ int cmd_bench(int argc, char **argv)
             fprintf(c == 'h' ? stdout : stderr,
                     BENCH_USAGE "Reads every batch of every epoch through the reader (checksums on\n"
                                 "unless --no-verify) and reports samples/s, GB/s, CPU seconds and peak\n"
-                                "RSS, and how the time split between waiting, I/O and checksums.\n");
+                                "RSS, how the time split between waiting, I/O, checksums and device\n"
+                                "copies, and a verdict: io-bound, checksum-bound, copy-bound or\n"
+                                "consumer-bound (the rule: see README, \"Finding the bottleneck\").\n"
+                                "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
+                                "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
+                                "                         stages (ui.perfetto.dev; at most 65536 batches)\n");
             return c == 'h' ? EXIT_OK : EXIT_USAGE;
         }
         if (bad) {
@@ -141,6 +195,15 @@ int cmd_bench(int argc, char **argv)
         cli_error("bench", rc);
         return EXIT_USAGE;
     }
+    if (trace) {
+        /* every batch, and the read-ahead past the last one */
+        uint64_t want = epochs * sf_reader_num_batches(r) + (o.prefetch ? o.prefetch : SF_READER_DEFAULT_PREFETCH);
+        if ((rc = sf_reader_trace_start(r, want))) {
+            cli_error("bench", rc);
+            sf_reader_close(r);
+            return EXIT_USAGE;
+        }
+    }
     double t0 = now_s(), open_s = t0 - t_open;
     uint64_t samples = 0, batches = 0, bytes = 0; /* delivered payload bytes */
     for (uint64_t e = 0; e < epochs && !rc; e++) {
@@ -157,6 +220,8 @@ int cmd_bench(int argc, char **argv)
                 sf_reader_release(r, b);
                 break;
             }
+            if (sleep)
+                sleep_us(sleep); /* the model step */
             sf_reader_release(r, b);
         }
     }
@@ -166,8 +231,15 @@ int cmd_bench(int argc, char **argv)
         sf_reader_close(r);
         return rc == SF_E_CHECKSUM ? EXIT_CORRUPT : EXIT_USAGE;
     }
+    if (trace && (rc = sf_reader_trace_write(r, trace))) {
+        cli_error("bench", rc);
+        sf_reader_close(r);
+        return EXIT_USAGE;
+    }
     sf_reader_statistics st;
     sf_reader_stats(&st, r);
+    sf_reader_bottleneck vd;
+    sf_reader_verdict(&vd, &st);
     double cpu = cpu_s() - cpu0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -184,16 +256,32 @@ int cmd_bench(int argc, char **argv)
                (unsigned long long)batches, (unsigned long long)bytes,
                (unsigned long long)st.bytes_read, st.wait_seconds,
                st.io_seconds, st.checksum_seconds, (unsigned long long)st.corrupt_substitutions);
+        printf("\"elapsed_s\":%.6f,\"device_enqueue_s\":%.6f,\"device_wait_s\":%.6f,"
+               "\"verdict\":\"%s\",\"fractions\":{\"consumer_wait\":%.4f,\"device_wait\":%.4f,"
+               "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f},",
+               st.elapsed_seconds, st.device_enqueue_seconds, st.device_wait_seconds, vd.verdict,
+               vd.consumer_wait, vd.device_wait, vd.io_busy, vd.io_share, vd.checksum_share,
+               vd.copy_share);
+        if (trace) {
+            printf("\"trace\":{\"path\":");
+            cli_json_string(stdout, trace);
+            printf(",\"records\":%llu,\"dropped\":%llu},", (unsigned long long)st.trace_events,
+                   (unsigned long long)st.trace_dropped);
+        } else {
+            printf("\"trace\":null,");
+        }
         printf("\"options\":{\"batch_size\":%u,\"epochs\":%llu,\"shuffle\":\"%s\",\"seed\":%llu,"
                "\"engine\":\"%s\",\"engine_requested\":\"%s\",\"direct\":%s,\"verify\":%s,"
                "\"on_corrupt\":\"%s\",\"prefetch\":%u,\"io_threads\":%u,\"queue_depth\":%u,"
-               "\"registered_bytes\":%llu,\"slab_bytes\":%llu,\"device\":\"%s\",\"device_bytes\":%llu}}\n",
+               "\"registered_bytes\":%llu,\"slab_bytes\":%llu,\"device\":\"%s\",\"device_bytes\":%llu,"
+               "\"consumer_sleep_us\":%llu}}\n",
                o.batch_size, (unsigned long long)epochs, shuffles[o.shuffle],
                (unsigned long long)o.seed, st.engine, engines[o.engine], st.direct ? "true" : "false",
                o.verify == SF_VERIFY_ON ? "true" : "false",
                o.on_corrupt == SF_ON_CORRUPT_SKIP ? "skip" : "error", st.prefetch, st.io_threads,
                st.queue_depth, (unsigned long long)st.registered_bytes,
-               (unsigned long long)st.slab_bytes, st.device, (unsigned long long)st.device_bytes);
+               (unsigned long long)st.slab_bytes, st.device, (unsigned long long)st.device_bytes,
+               (unsigned long long)sleep);
     } else {
         char b1[32], b2[32];
         printf("%s: %llu samples in %llu batches, %llu epoch(s), %.3f s (open %.3f s)\n", dir,
@@ -213,8 +301,27 @@ int cmd_bench(int argc, char **argv)
         if (st.corrupt_substitutions)
             printf("  %llu corrupt sample(s) substituted\n", (unsigned long long)st.corrupt_substitutions);
         if (o.device != SF_DEVICE_CPU)
-            printf("  delivered to %s: %s of device memory, allocated once\n", st.device,
-                   cli_bytes(b2, sizeof b2, (double)st.device_bytes));
+            printf("  delivered to %s: %s of device memory, allocated once; copies: %.3f s enqueuing "
+                   "(I/O threads), consumer waited %.3f s for them\n",
+                   st.device, cli_bytes(b2, sizeof b2, (double)st.device_bytes),
+                   st.device_enqueue_seconds, st.device_wait_seconds);
+        if (sleep)
+            printf("  consumer slept %llu us per batch (--consumer-sleep-us)\n", (unsigned long long)sleep);
+        printf("  verdict: %s: %s\n", vd.verdict, verdict_hint(vd.verdict));
+        printf("    consumer waited %.1f%% of the time for batches and %.1f%% for copies (consumer-bound "
+               "below %.0f%% together); I/O threads busy %.1f%%: reading %.1f%%, hashing %.1f%%, "
+               "enqueuing copies %.1f%%\n",
+               100 * vd.consumer_wait, 100 * vd.device_wait, 100 * SF_VERDICT_STALL_MAX, 100 * vd.io_busy,
+               100 * vd.io_share, 100 * vd.checksum_share, 100 * vd.copy_share);
+        if ((strcmp(vd.verdict, "io-bound") == 0 || strcmp(vd.verdict, "checksum-bound") == 0) &&
+            vd.io_busy < 0.5)
+            printf("    (the I/O threads idled half the time while the consumer waited: more --prefetch "
+                   "or --threads may help more than faster storage)\n");
+        if (trace)
+            printf("  trace: %s (%llu records%s%llu dropped: a trace holds at most %u batches and %u "
+                   "spans); open it in https://ui.perfetto.dev\n",
+                   trace, (unsigned long long)st.trace_events, st.trace_dropped ? "; " : ", ",
+                   (unsigned long long)st.trace_dropped, SF_TRACE_MAX_BATCHES, SF_TRACE_MAX_SPANS);
     }
     sf_reader_close(r);
     return EXIT_OK;
