@@ -1,7 +1,7 @@
 /* Shard header, footer and index: encoding, decoding, structural checks. */
 #include <errno.h>
 #include <string.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "error_internal.h"
 #include "format.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "error_internal.h"
 #include "le.h"

@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "format/error_internal.h"
 #include "format/le.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "format/error_internal.h"
 #include "format/le.h"

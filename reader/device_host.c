@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "device.h"
 #include "format/error_internal.h"

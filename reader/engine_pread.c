@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <xxhash.h>
+#include "format/hash.h"
 
 #include "format/error_internal.h"
 #include "loader_internal.h"
