@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       liburing-dev libzstd-dev libxxhash-dev libcriterion-dev
       python3 python3-numpy python3-dev libdlpack-dev python3-torch
-      dataset-fashion-mnist bc valgrind fio python3-h5py python3-lmdb python3-matplotlib)
+      dataset-fashion-mnist bc valgrind fio python3-h5py python3-lmdb python3-matplotlib
+      clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
