@@ -228,6 +228,24 @@ static void slots_free(sf_reader *r)
  * from the index). With `repack`, the position already holds a sample and the
  * variable-length fields' packed bytes after it are moved to fit the new
  * lengths (corrupt-sample substitution, after the whole batch was read). */
+/* Points task `t` at record `local` of `shard` (sample `id`), nothing read. */
+static void task_reset(const sf_reader *r, sf_task *t, uint64_t id, uint64_t shard, uint64_t local,
+                       uint64_t offset, uint64_t checksum)
+{
+    t->id = id;
+    t->shard = shard;
+    t->local = local;
+    t->offset = offset;
+    t->checksum = checksum;
+    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
+    t->file_idx = (uint32_t)shard;
+    t->err = 0;
+    t->corrupt = 0;
+    t->hashed = 0;
+    t->next_read = 0;
+    t->inflight = 0;
+}
+
 /* place_sample for schemas without variable-length fields, the common case
  * and the hot path for small samples: it runs under r->lock for every
  * sample, so it reads the three things it needs straight from the index
@@ -238,18 +256,7 @@ static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t po
     const sf_schema *sc = r->schema;
     const uint8_t *ent = r->ds->shards[shard].meta.index + local * sc->entry_size;
     const uint8_t *inl = ent + SF_INDEX_ENTRY_BASE; /* no variable-length slots before them */
-    t->id = id;
-    t->shard = shard;
-    t->local = local;
-    t->offset = sf_get_le64(ent);
-    t->checksum = sf_get_le64(ent + 16);
-    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
-    t->file_idx = (uint32_t)shard;
-    t->err = 0;
-    t->corrupt = 0;
-    t->hashed = 0;
-    t->next_read = 0;
-    t->inflight = 0;
+    task_reset(r, t, id, shard, local, sf_get_le64(ent), sf_get_le64(ent + 16));
     uint64_t field_start = 0;
     uint32_t k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
@@ -281,18 +288,7 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
     /* Cannot fail: every entry passed sf_index_check at open. */
     (void)sf_record_layout(sc, r->ds->manifest.align, e.var_len, off, len, &record_size);
-    t->id = id;
-    t->shard = shard;
-    t->local = local;
-    t->offset = e.offset;
-    t->checksum = e.checksum;
-    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
-    t->file_idx = (uint32_t)shard;
-    t->err = 0;
-    t->corrupt = 0;
-    t->hashed = 0;
-    t->next_read = 0;
-    t->inflight = 0;
+    task_reset(r, t, id, shard, local, e.offset, e.checksum);
     uint32_t B = r->opts.batch_size, k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];
