@@ -17,29 +17,12 @@
 #include "reader/device.h"
 #include "shardfeed/shardfeed.h"
 
+#include "unit_helpers.h"
+
 #define SAMPLES 97
 #define IMG_BYTES 12288 /* 3 x 32 x 32 float32 */
 
 static char g_root[256];
-
-static int rm_entry(const char *p, const struct stat *st, int f, struct FTW *w)
-{
-    (void)st, (void)f, (void)w;
-    return remove(p);
-}
-
-static void write_npy(const char *path, int dtype, uint32_t ndim, const uint64_t *shape,
-                      const void *data, size_t size)
-{
-    uint8_t hdr[256];
-    size_t h = npy_write_header(hdr, sizeof hdr, dtype, ndim, shape);
-    cr_assert_gt(h, 0);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(hdr, 1, h, f), h);
-    cr_assert_eq(fwrite(data, 1, size, f), size);
-    fclose(f);
-}
 
 /* A packed dataset: img_{i}.npy float32 (3, 32, 32) with content derived
  * from i, label_{i}.npy int64 i * 5. */
@@ -58,9 +41,9 @@ static void setup(void)
             img[j] = (float)(i * 1000 + j);
         int64_t label = i * 5;
         snprintf(path, sizeof path, "%s/img_%d.npy", in, i);
-        write_npy(path, SF_DT_F32, 3, shape, img, sizeof img);
+        unit_write_npy(path, SF_DT_F32, 3, shape, img, sizeof img);
         snprintf(path, sizeof path, "%s/label_%d.npy", in, i);
-        write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
     }
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     po.shard_size = 256 << 10;
@@ -71,7 +54,7 @@ static void teardown(void)
 {
     sf_device_host_set_delay_us(0);
     if (g_root[0])
-        nftw(g_root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        unit_rm_tree(g_root);
 }
 
 TestSuite(device_pipeline, .init = setup, .fini = teardown, .timeout = 120);

@@ -25,22 +25,16 @@
 #include "reader/loader_internal.h"
 #include "shardfeed/shardfeed.h"
 
+#include "unit_helpers.h"
+
 /* ---- test datasets ---------------------------------------------------------- */
 
 static char g_root[4096]; /* this test's scratch directory, removed at the end */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void scratch_fini(void)
 {
     if (g_root[0])
-        nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        unit_rm_tree(g_root);
 }
 
 static void scratch_init(void)
@@ -64,19 +58,6 @@ static uint8_t img_byte(uint64_t k, uint64_t j)
 static int64_t label_of(uint64_t k)
 {
     return (int64_t)(k * 3 + 1);
-}
-
-static void write_npy(const char *path, int dtype, uint32_t ndim, const uint64_t *shape,
-                      const void *data, size_t size)
-{
-    uint8_t hdr[4096];
-    size_t h = npy_write_header(hdr, sizeof hdr, dtype, ndim, shape);
-    cr_assert_gt(h, 0, "npy_write_header");
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(hdr, 1, h, f), h);
-    cr_assert_eq(fwrite(data, 1, size, f), size);
-    cr_assert_eq(fclose(f), 0);
 }
 
 typedef struct test_ds {
@@ -103,10 +84,10 @@ static test_ds make_ds(const char *name, uint64_t n, uint64_t img_bytes, uint32_
         for (uint64_t j = 0; j < img_bytes; j++)
             img[j] = img_byte(k, j);
         snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)k);
-        write_npy(path, SF_DT_U8, 1, &img_bytes, img, img_bytes);
+        unit_write_npy(path, SF_DT_U8, 1, &img_bytes, img, img_bytes);
         int64_t label = label_of(k);
         snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)k);
-        write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
     }
     free(img);
     sf_pack_opts po = SF_PACK_OPTS_INIT;

@@ -15,20 +15,14 @@
 #include "format/le.h"
 #include "shardfeed/shardfeed.h"
 
-static char g_root[4096];
+#include "unit_helpers.h"
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static char g_root[4096];
 
 static void scratch_fini(void)
 {
     if (g_root[0])
-        nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        unit_rm_tree(g_root);
 }
 
 static void scratch_init(void)

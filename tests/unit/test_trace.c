@@ -19,29 +19,12 @@
 #include "reader/loader_internal.h"
 #include "shardfeed/shardfeed.h"
 
+#include "unit_helpers.h"
+
 #define SAMPLES 101
 #define IMG_FLOATS 1024 /* 4 KiB per sample */
 
 static char g_root[256];
-
-static int rm_entry(const char *p, const struct stat *st, int f, struct FTW *w)
-{
-    (void)st, (void)f, (void)w;
-    return remove(p);
-}
-
-static void write_npy(const char *path, int dtype, uint32_t ndim, const uint64_t *shape,
-                      const void *data, size_t size)
-{
-    uint8_t hdr[256];
-    size_t h = npy_write_header(hdr, sizeof hdr, dtype, ndim, shape);
-    cr_assert_gt(h, 0);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(hdr, 1, h, f), h);
-    cr_assert_eq(fwrite(data, 1, size, f), size);
-    fclose(f);
-}
 
 static void setup(void)
 {
@@ -58,9 +41,9 @@ static void setup(void)
             img[j] = (float)(i * 7 + j);
         int64_t label = i;
         snprintf(path, sizeof path, "%s/img_%d.npy", in, i);
-        write_npy(path, SF_DT_F32, 1, shape, img, sizeof img);
+        unit_write_npy(path, SF_DT_F32, 1, shape, img, sizeof img);
         snprintf(path, sizeof path, "%s/label_%d.npy", in, i);
-        write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
     }
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     po.shard_size = 128 << 10; /* several shards */
@@ -71,7 +54,7 @@ static void teardown(void)
 {
     sf_device_host_set_delay_us(0);
     if (g_root[0])
-        nftw(g_root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        unit_rm_tree(g_root);
 }
 
 TestSuite(trace, .init = setup, .fini = teardown, .timeout = 120);
