@@ -85,10 +85,14 @@ typedef struct sf_schema {
 int sf_schema_finish(sf_schema *s);
 /* Index of the field called `name`, or -1. */
 int sf_schema_find(const sf_schema *s, const char *name);
-/* 1 when `name` is a valid field name (1..63 bytes of [A-Za-z0-9_-]). */
+/* 1 when `name` is a valid field name: 1..63 bytes of [A-Za-z0-9._-], not
+ * starting with '.' (so "{field}_{key}.npy" and "{key}.{field}" stay plain
+ * names). */
 int sf_valid_field_name(const char *name, size_t len);
-/* 1 when `key` is a valid sample key (1..255 bytes of [A-Za-z0-9._-], not
- * starting with '.'), so that "{field}_{key}.npy" stays inside a directory. */
+/* 1 when `key` is a valid sample key: 1..255 bytes of well-formed UTF-8
+ * without control characters, a relative path whose '/'-separated
+ * components are neither empty, "." nor "..". So a key joined to a
+ * directory always names something inside it. */
 int sf_valid_key(const char *key, size_t len);
 /* Encodes the field table (field_count * SF_FIELD_DESC_SIZE bytes). */
 void sf_schema_encode(uint8_t *out, const sf_schema *s);

@@ -20,28 +20,71 @@ _Static_assert(64 + 1 + 1 + 1 + 1 + 4 + 64 + 8 == SF_FIELD_DESC_SIZE, "field des
 
 int sf_valid_field_name(const char *name, size_t len)
 {
-    if (len == 0 || len > SF_MAX_NAME)
+    if (len == 0 || len > SF_MAX_NAME || name[0] == '.')
         return 0;
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '-';
+                 c == '_' || c == '-' || c == '.';
         if (!ok)
             return 0;
     }
     return 1;
 }
 
+/* Length of the UTF-8 sequence at p[0..n) (1-4), or 0 when it is not
+ * well-formed: no overlong forms, no surrogates, nothing above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned min, cp;
+    if ((c & 0xE0) == 0xC0) {
+        len = 2, min = 0x80, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        len = 3, min = 0x800, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        len = 4, min = 0x10000, cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
 int sf_valid_key(const char *key, size_t len)
 {
-    if (len == 0 || len > SF_MAX_KEY || key[0] == '.')
+    if (len == 0 || len > SF_MAX_KEY)
         return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = key[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '-' || c == '.';
-        if (!ok)
+    const unsigned char *p = (const unsigned char *)key;
+    size_t comp = 0; /* start of the current '/'-separated component */
+    for (size_t i = 0; i <= len;) {
+        if (i == len || p[i] == '/') {
+            size_t clen = i - comp;
+            /* No empty component (leading, trailing or doubled '/'), no "."
+             * or "..": a key is always a relative path inside a directory. */
+            if (clen == 0 || (clen == 1 && p[comp] == '.') ||
+                (clen == 2 && p[comp] == '.' && p[comp + 1] == '.'))
+                return 0;
+            comp = ++i;
+            continue;
+        }
+        if (p[i] < 0x20 || p[i] == 0x7F)
             return 0;
+        size_t n = utf8_seq(p + i, len - i);
+        if (n == 0)
+            return 0;
+        i += n;
     }
     return 1;
 }

@@ -161,4 +161,24 @@ static inline uint8_t *fz_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* An independent statement of what an accepted key must be: a relative path
+ * that stays inside the directory it is joined to (no NUL, no leading '/',
+ * no empty, "." or ".." component). */
+static inline int fuzz_key_stays_inside(const char *key, size_t len)
+{
+    if (len == 0 || key[0] == '/' || memchr(key, '\0', len) != NULL)
+        return 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && key[i] != '/')
+            continue;
+        size_t c = i - start;
+        if (c == 0 || (c == 1 && key[start] == '.') ||
+            (c == 2 && key[start] == '.' && key[start + 1] == '.'))
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}
+
 #endif
