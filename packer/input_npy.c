@@ -14,6 +14,13 @@
 #include "npy_file.h"
 #include "pack_internal.h"
 
+/* The format's own tables (pack_input.priv). */
+typedef struct npy_priv {
+    const char *dir;
+    uint32_t field_count;
+    char **names; /* [sample * field_count + field]: file name in dir */
+} npy_priv;
+
 typedef struct npy_entry {
     char *name;  /* file name */
     char *field; /* points into a copy of the stem */
@@ -167,28 +174,30 @@ static int field_pos(char names[][SF_MAX_NAME + 1], uint32_t nf, const char *fie
 }
 
 /* Any file of sample `s` that exists (every sample has at least one). */
-static const char *present_name(const pack_input *in, size_t s)
+static const char *present_name(const npy_priv *p, size_t s)
 {
-    for (uint32_t f = 0; f < in->field_count; f++)
-        if (in->names[s * in->field_count + f])
-            return in->names[s * in->field_count + f];
+    for (uint32_t f = 0; f < p->field_count; f++)
+        if (p->names[s * p->field_count + f])
+            return p->names[s * p->field_count + f];
     return "?";
 }
 
 /* Groups sorted entries by key; every key needs every field. */
-static int group_samples(pack_input *in, npy_entry *e, size_t n, char names[][SF_MAX_NAME + 1])
+static int group_samples(pack_input *in, npy_priv *p, npy_entry *e, size_t n,
+                         char names[][SF_MAX_NAME + 1])
 {
-    uint32_t nf = in->field_count;
+    uint32_t nf = p->field_count;
     size_t samples = 0;
     for (size_t i = 0; i < n; i++)
         if (i == 0 || strcmp(e[i].key, e[i - 1].key) != 0)
             samples++;
-    in->keys = calloc(samples, sizeof *in->keys);
-    in->names = calloc(samples * nf, sizeof *in->names);
-    in->file_sizes = calloc(samples * nf, sizeof *in->file_sizes);
-    if (!in->keys || !in->names || !in->file_sizes)
+    in->schema.field_count = nf; /* pack_input_alloc sizes by it */
+    int rc = pack_input_alloc(in, samples);
+    if (rc)
+        return rc;
+    p->names = calloc(samples * nf, sizeof *p->names);
+    if (!p->names)
         return sf_fail(-ENOMEM, "out of memory");
-    in->sample_count = samples; /* before filling, so pack_input_free works on failure */
     size_t s = 0, i = 0;
     while (i < n) {
         size_t j = i;
@@ -197,14 +206,14 @@ static int group_samples(pack_input *in, npy_entry *e, size_t n, char names[][SF
         if (!(in->keys[s] = strdup(e[i].key)))
             return sf_fail(-ENOMEM, "out of memory");
         for (size_t k = i; k < j; k++) {
-            in->names[s * nf + (size_t)field_pos(names, nf, e[k].field)] = e[k].name;
+            p->names[s * nf + (size_t)field_pos(names, nf, e[k].field)] = e[k].name;
             e[k].name = NULL;
         }
         for (uint32_t f = 0; f < nf; f++)
-            if (!in->names[s * nf + f])
+            if (!p->names[s * nf + f])
                 return sf_fail(SF_E_INPUT, "%s/%s_%s.npy: missing (sample '%s' has %s/%s but no '%s' file)",
-                               in->dir, names[f], in->keys[s], in->keys[s], in->dir,
-                               present_name(in, s), names[f]);
+                               p->dir, names[f], in->keys[s], in->keys[s], p->dir,
+                               present_name(p, s), names[f]);
         s++;
         i = j;
     }
@@ -226,10 +235,63 @@ static void field_from_npy(sf_field *f, const char *name, const npy_info *info)
     f->storage = info->data_size <= SF_MAX_INLINE_BYTES ? SF_STORE_INLINE : SF_STORE_FIXED;
 }
 
+static void npy_free(pack_input *in)
+{
+    npy_priv *p = in->priv;
+    if (!p)
+        return;
+    for (uint64_t i = 0; p->names && i < in->sample_count * p->field_count; i++)
+        free(p->names[i]);
+    free(p->names);
+    free(p);
+    in->priv = NULL;
+}
+
+typedef struct npy_cursor {
+    uint8_t *scratch; /* non-native byte order or layout: converted from here */
+    uint64_t scratch_cap;
+} npy_cursor;
+
+static int npy_cursor_open(const pack_input *in, void **cursor)
+{
+    (void)in;
+    *cursor = calloc(1, sizeof(npy_cursor));
+    return *cursor ? 0 : sf_fail(-ENOMEM, "out of memory");
+}
+
+static void npy_cursor_close(void *cursor)
+{
+    npy_cursor *c = cursor;
+    free(c->scratch);
+    free(c);
+}
+
+static int npy_read(void *cursor, const pack_input *in, uint64_t sample, uint32_t field, uint8_t *dst)
+{
+    npy_cursor *c = cursor;
+    const npy_priv *p = in->priv;
+    npy_file nf;
+    int rc = npy_file_open(&nf, p->dir, p->names[sample * p->field_count + field]);
+    if (rc)
+        return rc;
+    if ((rc = npy_file_check(&nf, &in->schema.fields[field], p->names[field])))
+        rc = sf_fail_prefix(rc, "input changed while packing");
+    else
+        rc = npy_file_read(&nf, dst, &c->scratch, &c->scratch_cap);
+    npy_file_close(&nf);
+    return rc;
+}
+
+static const pack_input_ops npy_ops = {"npy", npy_cursor_open, npy_read, npy_cursor_close, npy_free};
+
 int pack_input_npy_dir(pack_input *in, const char *dir)
 {
-    memset(in, 0, sizeof *in);
-    in->dir = dir;
+    npy_priv *p = calloc(1, sizeof *p);
+    if (!p)
+        return sf_fail(-ENOMEM, "out of memory");
+    in->ops = &npy_ops;
+    in->priv = p;
+    p->dir = in->path;
     npy_entry *e = NULL;
     size_t n = 0;
     int rc = list_dir(dir, &e, &n);
@@ -237,46 +299,30 @@ int pack_input_npy_dir(pack_input *in, const char *dir)
         return rc;
     qsort(e, n, sizeof *e, entry_cmp);
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];
-    rc = collect_fields(e, n, names, &in->field_count);
+    rc = collect_fields(e, n, names, &p->field_count);
     if (!rc)
-        rc = group_samples(in, e, n, names);
+        rc = group_samples(in, p, e, n, names);
     free_entries(e, n);
     if (rc)
         return rc;
 
-    uint32_t nf = in->field_count;
-    in->schema.field_count = nf;
+    uint32_t nf = p->field_count;
     for (uint64_t s = 0; s < in->sample_count; s++) {
         for (uint32_t f = 0; f < nf; f++) {
             npy_file nf_;
-            rc = npy_file_open(&nf_, dir, in->names[s * nf + f]);
+            rc = npy_file_open(&nf_, dir, p->names[s * nf + f]);
             if (rc)
                 return rc;
             npy_file_close(&nf_);
-            in->file_sizes[s * nf + f] = nf_.file_size;
             if (s == 0)
                 field_from_npy(&in->schema.fields[f], names[f], &nf_.info);
-            else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], in->names[f])))
+            else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], p->names[f])))
                 return rc;
+            in->sizes[s * nf + f] = nf_.info.data_size;
             in->bytes_in += nf_.info.data_size;
         }
         if (s == 0 && (rc = sf_schema_finish(&in->schema)))
             return sf_fail_prefix(rc, dir);
     }
     return 0;
-}
-
-void pack_input_free(pack_input *in)
-{
-    if (!in)
-        return;
-    uint64_t nf = in->field_count;
-    for (uint64_t s = 0; in->keys && s < in->sample_count; s++)
-        free(in->keys[s]);
-    for (uint64_t i = 0; in->names && i < in->sample_count * nf; i++)
-        free(in->names[i]);
-    free(in->keys);
-    free(in->names);
-    free(in->file_sizes);
-    memset(in, 0, sizeof *in);
 }

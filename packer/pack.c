@@ -1,5 +1,6 @@
-/* sf_pack_npy_dir: discover inputs, plan shards, prepare the output
- * directory, write shards on worker threads, write the manifest last. */
+/* sf_pack: discover inputs, plan shards (and take one part of the plan for
+ * --part), prepare the output directory, write shards on worker threads,
+ * write the manifest last. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/hash.h"
 #include "pack_internal.h"
 #include "shardfeed/pack.h"
 
@@ -61,28 +63,34 @@ static double now_s(void)
 }
 
 static int write_manifest(const char *out, const pack_input *in, const pack_plan *plan,
-                          const pack_shard_result *results, uint64_t *bytes)
+                          const pack_shard_result *results, const pack_part_info *part,
+                          uint64_t *bytes)
 {
+    const pack_shard_plan *last = &plan->shards[plan->shard_count - 1];
     sf_manifest m = {
         .version_major = SF_FORMAT_MAJOR,
         .version_minor = SF_FORMAT_MINOR,
         .align = plan->align,
-        .record_count = in->sample_count,
+        .record_count = last->first + last->count - plan->record_base,
         .dataset_id = plan->dataset_id,
         .schema = in->schema,
         .shard_count = plan->shard_count,
     };
+    int rc = pack_metadata_encode(&m.metadata, &m.metadata_size, in, part);
+    if (rc)
+        return rc;
     m.shards = calloc(plan->shard_count, sizeof *m.shards);
-    if (!m.shards)
+    if (!m.shards) {
+        free(m.metadata);
         return sf_fail(-ENOMEM, "out of memory");
+    }
     for (uint64_t i = 0; i < plan->shard_count; i++) {
         const pack_shard_plan *sp = &plan->shards[i];
-        m.shards[i] = (sf_shard_desc){sp->count, sp->first, sp->file_size,
+        m.shards[i] = (sf_shard_desc){sp->count, sp->first - plan->record_base, results[i].file_size,
                                       results[i].header_checksum, results[i].index_checksum};
     }
     uint64_t size = sf_manifest_encoded_size(&m);
     uint8_t *buf = malloc(size);
-    int rc;
     if (!buf) {
         rc = sf_fail(-ENOMEM, "out of memory");
     } else {
@@ -92,6 +100,7 @@ static int write_manifest(const char *out, const pack_input *in, const pack_plan
     }
     free(buf);
     free(m.shards);
+    free(m.metadata);
     return rc;
 }
 
@@ -141,14 +150,45 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
     return rc;
 }
 
-int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
-                    const sf_pack_opts *opts)
+/* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts
+ * merged are the very shards a single pack writes. */
+static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t n)
+{
+    uint64_t shards = plan->shard_count;
+    if (k >= n)
+        return sf_fail(SF_E_INVALID, "--part %u/%u: K must be below N (parts are numbered from 0)", k, n);
+    uint64_t first = shards * k / n, end = shards * (k + 1) / n;
+    if (first == end)
+        return sf_fail(SF_E_INVALID,
+                       "--part %u/%u: the whole dataset has only %llu shard(s), too few for %u parts; "
+                       "use fewer parts or a smaller --shard-size",
+                       k, n, (unsigned long long)shards, n);
+    const pack_shard_plan *last = &plan->shards[shards - 1];
+    *part = (pack_part_info){
+        .index = k,
+        .count = n,
+        .whole_dataset_id = plan->dataset_id,
+        .whole_records = last->first + last->count,
+        .whole_shards = shards,
+        .first_record = plan->shards[first].first,
+        .first_shard = first,
+    };
+    uint8_t buf[24];
+    memcpy(buf, &plan->dataset_id, 8);
+    memcpy(buf + 8, &k, 4);
+    memcpy(buf + 12, &n, 4);
+    memcpy(buf + 16, "part\0\0\0\0", 8);
+    uint64_t id = sf_hash(buf, sizeof buf);
+    return pack_plan_slice(plan, first, end - first, id ? id : 1);
+}
+
+int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, const sf_pack_opts *opts)
 {
     static const sf_pack_opts defaults = SF_PACK_OPTS_INIT;
     if (!opts)
         opts = &defaults;
-    if (!input_dir || !output_dir || opts->version != SF_PACK_OPTS_VERSION)
-        return sf_fail(SF_E_INVALID, "sf_pack_npy_dir: missing directory or unknown options version");
+    if (!input || !output_dir || opts->version != SF_PACK_OPTS_VERSION)
+        return sf_fail(SF_E_INVALID, "sf_pack: missing input or output, or unknown options version");
     double t0 = now_s();
     unsigned jobs = opts->jobs;
     if (jobs == 0) {
@@ -160,12 +200,20 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
 
     pack_input in;
     pack_plan plan;
+    pack_part_info part = {0};
     memset(&plan, 0, sizeof plan);
+    int levels[SF_MAX_FIELDS] = {0};
     uint8_t *reuse = NULL;
     pack_shard_result *results = NULL;
-    int rc = pack_input_npy_dir(&in, input_dir);
+    int rc = pack_input_open(&in, input, opts->input_format);
     if (!rc)
-        rc = pack_make_plan(&plan, &in, align, shard_size);
+        rc = pack_compress_parse(&in.schema, levels, opts->compress);
+    if (!rc && in.sample_count == 0)
+        rc = sf_fail(SF_E_INPUT, "%s: no samples", input);
+    if (!rc)
+        rc = pack_make_plan(&plan, &in, align, shard_size, levels);
+    if (!rc && opts->part_count)
+        rc = take_part(&plan, &part, opts->part_index, opts->part_count);
     if (!rc) {
         reuse = calloc(plan.shard_count, 1);
         results = calloc(plan.shard_count, sizeof *results);
@@ -175,6 +223,8 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
     if (!rc)
         rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse);
 
+    const pack_shard_plan *last = rc ? NULL : &plan.shards[plan.shard_count - 1];
+    uint64_t samples = rc ? 0 : last->first + last->count - plan.record_base;
     pool *p = NULL;
     if (!rc) {
         p = calloc(1, sizeof *p);
@@ -184,31 +234,34 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
     if (!rc) {
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->finished, NULL);
-        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done,
-                                   &p->bytes_done};
+        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done, &p->bytes_done};
         p->reuse = reuse;
         p->results = results;
         if (jobs > plan.shard_count)
             jobs = (unsigned)plan.shard_count;
-        rc = run_workers(p, jobs, opts, in.sample_count);
+        rc = run_workers(p, jobs, opts, samples);
         pthread_cond_destroy(&p->finished);
         pthread_mutex_destroy(&p->lock);
     }
     uint64_t manifest_bytes = 0;
     if (!rc)
-        rc = write_manifest(output_dir, &in, &plan, results, &manifest_bytes);
+        rc = write_manifest(output_dir, &in, &plan, results, &part, &manifest_bytes);
     if (!rc && opts->progress)
-        opts->progress(opts->progress_ctx, in.sample_count, in.sample_count, in.bytes_in);
+        opts->progress(opts->progress_ctx, samples, samples, atomic_load(&p->bytes_done));
     if (!rc && result) {
         memset(result, 0, sizeof *result);
-        result->samples = in.sample_count;
+        result->samples = samples;
         result->shards = plan.shard_count;
-        result->bytes_in = in.bytes_in;
+        result->bytes_in = atomic_load(&p->bytes_done);
         result->bytes_out = manifest_bytes;
         for (uint64_t i = 0; i < plan.shard_count; i++) {
-            result->bytes_out += plan.shards[i].file_size;
+            result->bytes_out += results[i].file_size;
             result->shards_reused += (uint64_t)results[i].reused;
         }
+        result->inputs_skipped = in.skipped;
+        snprintf(result->skipped_example, sizeof result->skipped_example, "%s", in.skipped_example);
+        result->part_index = part.index;
+        result->part_count = part.count;
         result->seconds = now_s() - t0;
     }
     free(p);
@@ -217,4 +270,14 @@ int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *o
     pack_plan_free(&plan);
     pack_input_free(&in);
     return rc;
+}
+
+int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
+                    const sf_pack_opts *opts)
+{
+    sf_pack_opts o = SF_PACK_OPTS_INIT;
+    if (opts)
+        o = *opts;
+    o.input_format = "npy";
+    return sf_pack(result, input_dir, output_dir, &o);
 }

@@ -1,5 +1,5 @@
-/* Internal interfaces of the packer: input discovery, the shard plan, the
- * output directory, the shard writer. */
+/* Internal interfaces of the packer: inputs, the shard plan, the output
+ * directory, compression, the shard writer. */
 #ifndef SF_PACKER_INTERNAL_H
 #define SF_PACKER_INTERNAL_H
 
@@ -8,28 +8,65 @@
 
 #include "format/format.h"
 
-/* One sample's input files, found by input discovery. */
+struct pack_input;
+
+/* What an input format provides besides discovery: reading one value of
+ * one sample. Each worker thread opens its own cursor; a shard's samples
+ * are read in order, which lets streaming formats (tar) read forward. */
+typedef struct pack_input_ops {
+    const char *name; /* "npy", "imagefolder", "list", "tar": the manifest's "source" */
+    int (*cursor_open)(const struct pack_input *in, void **cursor);
+    /* Writes exactly in->sizes[sample * field_count + field] bytes to dst.
+     * Errors name the input file. */
+    int (*read)(void *cursor, const struct pack_input *in, uint64_t sample, uint32_t field,
+                uint8_t *dst);
+    void (*cursor_close)(void *cursor);
+    void (*free)(struct pack_input *in); /* frees in->priv */
+} pack_input_ops;
+
+/* Every sample found by discovery, in dataset order. */
 typedef struct pack_input {
-    const char *dir;
-    uint32_t field_count;            /* equal to schema.field_count */
+    const pack_input_ops *ops;
+    void *priv;             /* the format's own tables */
+    char *path;             /* the input as given, for messages */
     uint64_t sample_count;
-    char **keys;                     /* [sample] */
-    char **names;                    /* [sample * field_count + field]: file name in dir */
-    uint64_t *file_sizes;            /* same indexing */
-    sf_schema schema;                /* from the first sample, finished */
-    uint64_t bytes_in;               /* array bytes of all inputs */
+    char **keys;            /* [sample] */
+    uint64_t *sizes;        /* [sample * field_count + field]: value bytes */
+    sf_schema schema;       /* finished */
+    uint64_t bytes_in;      /* value bytes of all samples */
+    char **class_names;     /* ImageFolder: label -> name; NULL otherwise */
+    uint32_t class_count;
+    uint64_t skipped;       /* files found but not packed (ImageFolder: no image extension) */
+    char skipped_example[512];
 } pack_input;
 
-/* Lists `dir`, groups {field}_{key}.npy files into samples in natural key
- * order, reads every .npy header and checks it against the schema taken
- * from the first sample. Errors name the file. */
+/* Discovery per format. Each lists its input, orders the samples, derives
+ * and finishes the schema and fills sizes; errors name the input. */
 int pack_input_npy_dir(pack_input *in, const char *dir);
+int pack_input_imagefolder(pack_input *in, const char *root);
+int pack_input_list(pack_input *in, const char *list_file);
+int pack_input_tar(pack_input *in, const char *path);
+/* Picks the format of `path` ("auto") or uses the one named. */
+int pack_input_open(pack_input *in, const char *path, const char *format);
 void pack_input_free(pack_input *in);
+/* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
+int pack_input_alloc(pack_input *in, uint64_t n);
 
-/* Where each shard's records go and how large each file will be. */
+/* Manifest metadata the packer writes: "source" and "class_names", and
+ * "part" for one part of a --part run. Returns a malloc'd buffer. */
+typedef struct pack_part_info {
+    uint32_t index, count;      /* K and N; count 0: not a part */
+    uint64_t whole_dataset_id;  /* dataset_id of the whole pack */
+    uint64_t whole_records, whole_shards;
+    uint64_t first_record, first_shard; /* of this part within the whole */
+} pack_part_info;
+int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
+                         const pack_part_info *part);
+
+/* Where each shard's records go, decided before anything is written. */
 typedef struct pack_shard_plan {
-    uint64_t first, count;
-    uint64_t index_offset, index_size, file_size;
+    uint64_t first, count; /* records [first, first + count) of the input */
+    uint64_t index_size;   /* entries + keys */
 } pack_shard_plan;
 
 typedef struct pack_plan {
@@ -38,10 +75,17 @@ typedef struct pack_plan {
     uint64_t dataset_id;
     uint64_t shard_count;
     pack_shard_plan *shards;
-    uint64_t record_size; /* payload bytes of one record (fixed schema) */
+    uint64_t record_base;      /* input sample of the dataset's record 0 (a part's first) */
+    int levels[SF_MAX_FIELDS]; /* zstd level of each compressed field */
 } pack_plan;
 
-int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64_t shard_size);
+/* Cuts the samples into shards of at most shard_size bytes each, counting
+ * values uncompressed (so the cut does not depend on compression). */
+int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64_t shard_size,
+                   const int *levels);
+/* Keeps shards [first, first + count) of a plan, renumbered from 0, for
+ * one part of a --part run; sets the part's dataset_id. */
+int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
 void pack_plan_free(pack_plan *plan);
 
 /* Output directory. `reuse[i]` is set for shard i when a final-named shard
@@ -53,9 +97,23 @@ int pack_write_atomic(const char *dir, const char *name, const uint8_t *buf, uin
 int pack_fsync_dir(const char *dir);
 int pack_write_full(int fd, const uint8_t *buf, uint64_t len);
 
+/* Compression (packer/compress.c). */
+/* Parses "FIELD=zstd[:LEVEL],..." and sets the codec of those fields of a
+ * finished schema (re-finishing it); levels[f] gets each field's level.
+ * Errors name the field. */
+int pack_compress_parse(sf_schema *schema, int *levels, const char *spec);
+/* Bytes a compressed value of len bytes may need. */
+uint64_t pack_compress_bound(uint64_t len);
+typedef struct pack_compressor pack_compressor;
+int pack_compressor_new(pack_compressor **c);
+void pack_compressor_free(pack_compressor *c);
+/* One zstd frame (with its content size) of src into dst (cap bytes). */
+int pack_compress(pack_compressor *c, int level, uint8_t *dst, uint64_t cap, const uint8_t *src,
+                  uint64_t len, uint64_t *out_len);
+
 /* Shard writer. */
 typedef struct pack_shard_result {
-    uint64_t header_checksum, index_checksum;
+    uint64_t header_checksum, index_checksum, file_size;
     int reused;
 } pack_shard_result;
 
@@ -63,7 +121,7 @@ typedef struct pack_writer_ctx {
     const pack_input *in;
     const pack_plan *plan;
     const char *out_dir;
-    atomic_int *abort;            /* set by any worker on failure */
+    atomic_int *abort;             /* set by any worker on failure */
     _Atomic uint64_t *samples_done;
     _Atomic uint64_t *bytes_done;
 } pack_writer_ctx;

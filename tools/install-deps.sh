@@ -3,10 +3,11 @@
 # Run as root (CI is root); prints what it would need otherwise.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
-      liburing-dev libzstd-dev libxxhash-dev libcriterion-dev
+      liburing-dev libzstd-dev libxxhash-dev libarchive-dev libcriterion-dev
       python3 python3-numpy python3-dev libdlpack-dev python3-torch
       dataset-fashion-mnist bc valgrind fio python3-h5py python3-lmdb python3-matplotlib
-      clang-14 libclang-rt-14-dev)
+      clang-14 libclang-rt-14-dev
+      openmpi-bin python3-torchvision)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define SF_PACK_OPTS_VERSION 1
+#define SF_PACK_OPTS_VERSION 2
 #define SF_PACK_DEFAULT_SHARD_SIZE (256ull << 20)
 #define SF_PACK_DEFAULT_ALIGN 4096u
 
@@ -27,22 +27,38 @@ typedef struct sf_pack_opts {
     int force;           /* overwrite an existing shardfeed dataset in the output */
     sf_pack_progress_fn progress; /* NULL: none */
     void *progress_ctx;
+    /* "auto" or NULL (from the input: a directory of .npy files, of tar
+     * files or of class folders; a .tar file; a .csv/.tsv/.txt list),
+     * "npy", "imagefolder", "list" or "tar". */
+    const char *input_format;
+    /* "FIELD=zstd[:LEVEL][,FIELD=...]", or NULL: nothing compressed. */
+    const char *compress;
+    /* part_count > 0: write only part part_index of part_count of the
+     * whole dataset, as a dataset of its own (merge them with
+     * sf_pack_merge). */
+    uint32_t part_index, part_count;
 } sf_pack_opts;
 
-#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL}
+#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0}
 
 typedef struct sf_pack_result {
     uint64_t samples;
     uint64_t shards;
     uint64_t shards_reused; /* finished shards kept from an interrupted run */
-    uint64_t bytes_in;      /* array bytes read from the inputs */
+    uint64_t bytes_in;      /* value bytes read from the inputs */
     uint64_t bytes_out;     /* bytes of all shard files and the manifest */
     double seconds;
+    uint64_t inputs_skipped; /* files not packed (ImageFolder: no image extension) */
+    char skipped_example[512]; /* the first of them */
+    uint32_t part_index, part_count; /* as packed; part_count 0: the whole dataset */
 } sf_pack_result;
 
-/* Packs a directory of {field}_{key}.npy files into OUT_DIR (SPEC.md,
+/* Packs INPUT (see sf_pack_opts.input_format) into OUTPUT_DIR (SPEC.md,
  * README "pack"). `result` may be NULL. On failure, sf_last_error() names
  * the file and the reason, and no manifest is written. */
+SF_API int sf_pack(sf_pack_result *result, const char *input, const char *output_dir,
+                   const sf_pack_opts *opts);
+/* sf_pack with input_format "npy": a directory of {field}_{key}.npy files. */
 SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
                            const sf_pack_opts *opts);
 
