@@ -53,6 +53,8 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
     }
     pthread_mutex_init(&ds->map_lock, NULL);
     int rc = read_manifest(&ds->manifest, dir);
+    if (!rc)
+        rc = sf_dataset_load_metadata(ds);
     if (rc) {
         sf_dataset_close(ds);
         return rc;
@@ -106,6 +108,7 @@ void sf_dataset_close(sf_dataset *ds)
         sf_shard_meta_clear(&s->meta);
     }
     free(ds->shards);
+    sf_dataset_free_metadata(ds);
     sf_manifest_clear(&ds->manifest);
     pthread_mutex_destroy(&ds->map_lock);
     free(ds->dir);

@@ -21,7 +21,15 @@ struct sf_dataset {
     sf_manifest manifest;
     sf_open_shard *shards;
     pthread_mutex_t map_lock; /* serialises lazy mmaps */
+    char source[33];          /* metadata "source", "" when absent */
+    uint32_t class_count;     /* metadata "class_names" */
+    const uint8_t **class_name; /* into manifest.metadata */
+    uint32_t *class_len;
 };
+
+/* Fills source and the class name table from the (validated) manifest. */
+int sf_dataset_load_metadata(sf_dataset *ds);
+void sf_dataset_free_metadata(sf_dataset *ds);
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);

@@ -50,6 +50,19 @@ typedef struct sf_shard_info {
 
 SF_API int sf_dataset_shard(sf_shard_info *out, const sf_dataset *ds, uint64_t shard);
 
+/* The input format the dataset was packed from ("npy", "imagefolder",
+ * "list", "tar"), or "" when its manifest does not say. */
+SF_API const char *sf_dataset_source(const sf_dataset *ds);
+/* Class names (ImageFolder datasets): label i is class i. 0 when the
+ * manifest holds none. Names are UTF-8, not NUL-terminated. */
+SF_API uint32_t sf_dataset_num_classes(const sf_dataset *ds);
+SF_API int sf_dataset_class_name(const char **name, size_t *len, const sf_dataset *ds,
+                                 uint32_t label);
+/* Any metadata entry (SPEC.md "Metadata") by key: *value is NULL and *len 0
+ * when it is absent. Valid until sf_dataset_close. */
+SF_API int sf_dataset_metadata(const void **value, uint32_t *len, const sf_dataset *ds,
+                               const char *key);
+
 /* The key of a sample (not NUL-terminated). */
 SF_API int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t sample);
 
@@ -90,10 +103,22 @@ SF_API int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs,
                      void *ctx);
 
 /* ---- export ---- */
-/* Writes every sample back as out_dir/{field}_{key}.npy (creating out_dir),
- * C-order little-endian arrays that numpy.load reads. Never writes outside
- * out_dir: names come from validated fields and keys, files are created
- * with O_NOFOLLOW relative to the directory. Checks record checksums. */
+/* Writes every sample back in the layout of the input it was packed from
+ * (sf_dataset_source), creating out_dir:
+ *   imagefolder  out_dir/<key>: the image file, byte for byte (the key is
+ *                <class>/<path>), so the tree is the one that was packed;
+ *   tar          out_dir/<key>.<field> for every field: the tar's members;
+ *   list         out_dir/<key>: the file's bytes, and out_dir/list.csv with
+ *                path and the other columns;
+ *   npy or none  as sf_export_npy.
+ * Never writes outside out_dir: names come from validated fields and keys,
+ * folders and files are created with O_NOFOLLOW relative to their parent.
+ * Checks record checksums. */
+SF_API int sf_export(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
+/* Writes every sample as out_dir/{field}_{key}.npy (a key's folders become
+ * folders: key "a/b" gives a/img_b.npy), C-order
+ * little-endian arrays that numpy.load reads; variable-length fields as 1-d
+ * arrays. */
 SF_API int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
 
 #ifdef __cplusplus

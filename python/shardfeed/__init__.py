@@ -612,9 +612,15 @@ class Dataset:
 
     @property
     def class_names(self):
-        """Class names from the manifest's metadata ("class_names"); [] when it has none.
-        (This version of the format does not store them yet.)"""
-        return []
+        """Class names from the manifest's metadata ("class_names"): label i is
+        class_names[i], as torchvision's ImageFolder.classes; [] when it has none."""
+        return self._ds.class_names()
+
+    @property
+    def source(self):
+        """The input format the dataset was packed from: "npy", "imagefolder", "list",
+        "tar" ("" when the manifest does not say)."""
+        return self._ds.source()
 
     def key(self, i):
         return self._ds.key(i)

@@ -185,7 +185,7 @@ static PyObject *dataset_key(sf_py_dataset *self, PyObject *arg)
     int rc = sf_dataset_key(&key, &len, self->ds, i);
     if (rc < 0)
         return sf_py_raise(rc);
-    return PyUnicode_DecodeASCII(key, (Py_ssize_t)len, "strict");
+    return PyUnicode_DecodeUTF8(key, (Py_ssize_t)len, "strict");
 }
 
 static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
@@ -201,7 +201,7 @@ static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
         const char *key;
         size_t len;
         int rc = sf_dataset_key(&key, &len, self->ds, i);
-        PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeASCII(key, (Py_ssize_t)len, "strict");
+        PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeUTF8(key, (Py_ssize_t)len, "strict");
         if (!s) {
             Py_DECREF(out);
             return NULL;
@@ -271,7 +271,40 @@ static PyObject *dataset_get_closed(sf_py_dataset *self, void *unused)
     return PyBool_FromLong(self->closing || !self->ds);
 }
 
+static PyObject *dataset_class_names(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    uint32_t n = sf_dataset_num_classes(self->ds);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (uint32_t i = 0; out && i < n; i++) {
+        const char *name;
+        size_t len;
+        int rc = sf_dataset_class_name(&name, &len, self->ds, i);
+        PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "strict");
+        if (!s) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, s);
+    }
+    return out;
+}
+
+static PyObject *dataset_source(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    return PyUnicode_FromString(sf_dataset_source(self->ds));
+}
+
 static PyMethodDef dataset_methods[] = {
+    {"class_names", (PyCFunction)dataset_class_names, METH_NOARGS,
+     "class_names() -> [str]: label i is class_names()[i]; [] when the dataset has none"},
+    {"source", (PyCFunction)dataset_source, METH_NOARGS,
+     "source() -> str: the input format it was packed from (\"npy\", \"imagefolder\", ...)"},
     {"num_samples", (PyCFunction)dataset_num_samples, METH_NOARGS, "samples in the dataset"},
     {"align", (PyCFunction)dataset_align, METH_NOARGS, "record alignment in bytes"},
     {"fields", (PyCFunction)dataset_fields, METH_NOARGS,

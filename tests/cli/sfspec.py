@@ -10,7 +10,7 @@ import numpy as np
 SHARD_MAGIC = b"\x89SFSHRD\n"
 FOOTER_MAGIC = b"\x89SFSEND\n"
 MANIFEST_MAGIC = b"\x89SFMANI\n"
-DTYPES = {1: "|b1", 2: "|u1", 3: "|i1", 4: "<u2", 5: "<i2", 6: "<u4", 7: "<i4", 8: "<u8",
+DTYPES = {0: "|u1", 1: "|b1", 2: "|u1", 3: "|i1", 4: "<u2", 5: "<i2", 6: "<u4", 7: "<i4", 8: "<u8",
           9: "<i8", 10: "<f2", 11: "<f4", 12: "<f8", 13: "<c8", 14: "<c16"}
 
 
@@ -40,16 +40,36 @@ def read_manifest(dataset_dir):
         count, first, size, hsum, isum, res = struct.unpack_from("<6Q", b, p)
         shards.append(dict(count=count, first=first, file_size=size))
         p += 48
-    p += meta_size
-    assert p + 8 == len(b)
-    return dict(align=align, records=nrec, fields=fields, shards=shards, dataset_id=dataset_id)
+    metadata = {}
+    end = p + meta_size
+    while p < end:
+        klen, vlen = struct.unpack_from("<II", b, p)
+        key = b[p + 8:p + 8 + klen].decode()
+        metadata[key] = b[p + 8 + klen:p + 8 + klen + vlen]
+        p += 8 + klen + vlen
+    assert p == end and p + 8 == len(b)
+    return dict(align=align, records=nrec, fields=fields, shards=shards, dataset_id=dataset_id,
+                metadata=metadata, version=(major, minor))
+
+
+def class_names(manifest):
+    """The "class_names" metadata entry: u32 length + UTF-8 name, per label."""
+    v = manifest["metadata"].get("class_names", b"")
+    names, p = [], 0
+    while p < len(v):
+        n, = struct.unpack_from("<I", v, p)
+        names.append(v[p + 4:p + 4 + n].decode())
+        p += 4 + n
+    return names
 
 
 def read_records(dataset_dir):
     """Yields (key, {field: numpy array}) for every record, in dataset order."""
     m = read_manifest(dataset_dir)
     fields = m["fields"]
-    n_var = sum(1 for f in fields if f["storage"] == 1)
+    # Variable-length fields have a length slot in the index entry.
+    slots = [f for f in fields if f["storage"] == 1]
+    n_var = len(slots)
     inline = [f for f in fields if f["storage"] == 2]
     entry_size = 32 + 8 * (n_var + len(inline))
     for i, sd in enumerate(m["shards"]):
@@ -67,8 +87,9 @@ def read_records(dataset_dir):
             e = index_off + r * entry_size
             off, size, _checksum, key_off, key_len = struct.unpack_from("<QQQIH", b, e)
             key = b[keys_at + key_off:keys_at + key_off + key_len].decode()
+            lens = struct.unpack_from("<%dQ" % n_var, b, e + 32)
             out = {}
-            pos, k, inl = off, 0, 0
+            pos, k, inl, var = off, 0, 0, 0
             for f in fields:
                 dt = np.dtype(DTYPES[f["dtype"]])
                 if f["storage"] == 2:
@@ -77,9 +98,16 @@ def read_records(dataset_dir):
                     inl += 1
                     continue
                 start = off if k == 0 else align_up(pos, align)
-                raw = b[start:start + f["item_size"]]
-                out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
-                pos = start + f["item_size"]
+                if f["storage"] == 1:
+                    n = lens[var]
+                    var += 1
+                    raw = b[start:start + n]
+                    out[f["name"]] = raw if f["dtype"] == 0 else np.frombuffer(raw, dtype=dt)
+                else:
+                    n = f["item_size"]
+                    raw = b[start:start + n]
+                    out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
+                pos = start + n
                 k += 1
             assert pos - off == size
             yield key, out

@@ -57,7 +57,17 @@ static void print_json(const sf_dataset *ds, const char *dir)
                s.name, (unsigned long long)s.first_sample, (unsigned long long)s.num_samples,
                (unsigned long long)s.file_size);
     }
-    printf("],\"bytes\":%llu}\n", (unsigned long long)total);
+    printf("],\"bytes\":%llu,\"source\":", (unsigned long long)total);
+    cli_json_string(stdout, sf_dataset_source(ds));
+    printf(",\"classes\":[");
+    for (uint32_t i = 0; i < sf_dataset_num_classes(ds); i++) {
+        const char *name;
+        size_t len;
+        sf_dataset_class_name(&name, &len, ds, i);
+        printf(i ? "," : "");
+        cli_json_stringn(stdout, name, len);
+    }
+    printf("]}\n");
 }
 
 static void print_text(const sf_dataset *ds, const char *dir)
@@ -75,6 +85,20 @@ static void print_text(const sf_dataset *ds, const char *dir)
     printf("format    %d.%d, records aligned to %u bytes\n", major, minor, sf_dataset_align(ds));
     printf("samples   %llu in %llu shards, %s\n", (unsigned long long)sf_dataset_num_samples(ds),
            (unsigned long long)sf_dataset_num_shards(ds), cli_bytes(b, sizeof b, (double)total));
+    if (sf_dataset_source(ds)[0])
+        printf("source    %s\n", sf_dataset_source(ds));
+    uint32_t nc = sf_dataset_num_classes(ds);
+    if (nc) {
+        /* The first classes, as labels 0, 1, ...: enough to check a mapping. */
+        printf("classes   %u:", nc);
+        for (uint32_t i = 0; i < nc && i < 20; i++) {
+            const char *name;
+            size_t len;
+            sf_dataset_class_name(&name, &len, ds, i);
+            printf("%s %u=%.*s", i ? "," : "", i, (int)len, name);
+        }
+        printf(nc > 20 ? ", ...\n" : "\n");
+    }
     printf("fields\n");
     for (uint32_t i = 0; i < sf_dataset_num_fields(ds); i++) {
         sf_field_info f;

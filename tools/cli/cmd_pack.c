@@ -1,6 +1,8 @@
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -8,31 +10,124 @@
 static void pack_usage(FILE *f)
 {
     fprintf(f,
-            "usage: shardfeed pack INPUT_DIR -o OUT_DIR [options]\n"
+            "usage: shardfeed pack INPUT -o OUT_DIR [options]\n"
             "\n"
-            "INPUT_DIR holds {field}_{key}.npy files (img_0.npy, label_0.npy, ...): files with\n"
-            "the same key form one sample, ordered by key in natural order (2 before 10).\n"
+            "INPUT is one of (picked from what it is; --input-format overrides):\n"
+            "  npy          a directory of {field}_{key}.npy files (img_0.npy, label_0.npy, ...):\n"
+            "               files with the same key form one sample, in natural key order\n"
+            "  imagefolder  ROOT/<class>/<image>: each file's bytes as field 'image', 'label' the\n"
+            "               class index among the sorted class names (torchvision's ImageFolder)\n"
+            "  list         a .csv/.tsv/.txt list: path, label[, more columns]\n"
+            "  tar          a WebDataset .tar (or .tar.gz, ...), or a directory of them\n"
             "\n"
-            "  -o, --output DIR       output dataset directory (created if missing)\n"
-            "  -j, --jobs N           worker threads (default: one per CPU)\n"
-            "      --shard-size SIZE  target shard size, e.g. 256MiB, 1GiB (default 256MiB)\n"
-            "      --align N          record alignment, power of two <= 1MiB (default 4096)\n"
-            "      --force            replace a shardfeed dataset already in OUT_DIR\n"
-            "  -q, --quiet            no progress line and no summary\n"
+            "  -o, --output DIR          output dataset directory (created if missing)\n"
+            "  -j, --jobs N              worker threads (default: one per CPU)\n"
+            "      --input-format F      auto (default), npy, imagefolder, list or tar\n"
+            "      --compress F=zstd[:L] store field F as zstd frames (level L, default 3);\n"
+            "                            repeat or separate with commas for more fields\n"
+            "      --shard-size SIZE     target shard size, e.g. 256MiB, 1GiB (default 256MiB)\n"
+            "      --align N             record alignment, power of two <= 1MiB (default 4096)\n"
+            "      --part K/N            write only part K (0..N-1) of N, as a dataset of its own;\n"
+            "                            join the parts with 'shardfeed merge'. Under a launcher,\n"
+            "                            K/N come from SLURM_PROCID/SLURM_NTASKS,\n"
+            "                            OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE; '%%k' in\n"
+            "                            OUT_DIR is replaced by K\n"
+            "      --force               replace a shardfeed dataset already in OUT_DIR\n"
+            "  -q, --quiet               no progress bar and no summary\n"
             "\n"
             "Re-running the same command after an interruption keeps finished shards.\n");
 }
 
+typedef struct progress {
+    double start;
+} progress;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A progress bar with rate and ETA, redrawn in place on a terminal. */
 static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
 {
-    (void)ctx;
-    char b[32];
-    fprintf(stderr, "\rpacking: %llu/%llu samples (%.0f%%), %s   ", (unsigned long long)done,
-            (unsigned long long)total, total ? 100.0 * (double)done / (double)total : 100.0,
-            cli_bytes(b, sizeof b, (double)bytes));
+    progress *p = ctx;
+    double el = now_s() - p->start, frac = total ? (double)done / (double)total : 1.0;
+    char bar[31], b[32], eta[32] = "--:--";
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    if (done > 0 && done < total) {
+        long left = (long)(el / frac - el + 0.5);
+        snprintf(eta, sizeof eta, "%ld:%02ld", left / 60, left % 60);
+    } else if (done == total) {
+        snprintf(eta, sizeof eta, "0:00");
+    }
+    fprintf(stderr, "\r[%s] %3.0f%%  %llu/%llu samples  %s/s  ETA %s   ", bar, 100.0 * frac,
+            (unsigned long long)done, (unsigned long long)total,
+            cli_bytes(b, sizeof b, el > 0 ? (double)bytes / el : 0), eta);
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
+}
+
+static int parse_part(const char *s, uint32_t *k, uint32_t *n)
+{
+    char *end;
+    unsigned long a = strtoul(s, &end, 10);
+    if (end == s || *end != '/')
+        return -1;
+    const char *t = end + 1;
+    unsigned long b = strtoul(t, &end, 10);
+    if (end == t || *end || b == 0 || b > 1000000 || a >= b)
+        return -1;
+    *k = (uint32_t)a;
+    *n = (uint32_t)b;
+    return 0;
+}
+
+/* K and N from the launcher's environment; 0 when none says so. */
+static int part_from_env(uint32_t *k, uint32_t *n, const char **from)
+{
+    static const char *const vars[][2] = {{"SLURM_PROCID", "SLURM_NTASKS"},
+                                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"PMI_RANK", "PMI_SIZE"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *r = getenv(vars[i][0]), *s = getenv(vars[i][1]);
+        if (!r || !s)
+            continue;
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s/%s", r, s);
+        if (parse_part(buf, k, n) != 0) {
+            fprintf(stderr, "shardfeed pack: %s=%s and %s=%s do not make a part K/N\n", vars[i][0], r,
+                    vars[i][1], s);
+            return -1;
+        }
+        *from = vars[i][0];
+        return 1;
+    }
+    return 0;
+}
+
+/* OUT_DIR with every "%k" replaced by K. */
+static char *expand_out(const char *out, uint32_t k)
+{
+    size_t cap = strlen(out) * 4 + 32, pos = 0;
+    char *r = malloc(cap);
+    if (!r)
+        return NULL;
+    for (const char *p = out; *p; p++) {
+        if (p[0] == '%' && p[1] == 'k') {
+            pos += (size_t)snprintf(r + pos, cap - pos, "%u", k);
+            p++;
+        } else {
+            r[pos++] = *p;
+        }
+    }
+    r[pos] = '\0';
+    return r;
 }
 
 int cmd_pack(int argc, char **argv)
@@ -40,11 +135,13 @@ int cmd_pack(int argc, char **argv)
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'}, {"jobs", required_argument, NULL, 'j'},
         {"shard-size", required_argument, NULL, 's'}, {"align", required_argument, NULL, 'a'},
-        {"force", no_argument, NULL, 'f'}, {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+        {"input-format", required_argument, NULL, 'i'}, {"compress", required_argument, NULL, 'c'},
+        {"part", required_argument, NULL, 'p'}, {"force", no_argument, NULL, 'f'},
+        {"quiet", no_argument, NULL, 'q'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     sf_pack_opts opts = SF_PACK_OPTS_INIT;
     const char *out = NULL;
-    int quiet = 0, c;
+    char compress[4096] = "";
+    int quiet = 0, c, part_given = 0;
     uint64_t v;
     while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
         switch (c) {
@@ -69,6 +166,23 @@ int cmd_pack(int argc, char **argv)
             }
             opts.align = (uint32_t)v;
             break;
+        case 'i': opts.input_format = optarg; break;
+        case 'c':
+            if (strlen(compress) + strlen(optarg) + 2 > sizeof compress) {
+                fprintf(stderr, "shardfeed pack: --compress options too long\n");
+                return EXIT_USAGE;
+            }
+            if (compress[0])
+                strcat(compress, ",");
+            strcat(compress, optarg);
+            break;
+        case 'p':
+            if (parse_part(optarg, &opts.part_index, &opts.part_count)) {
+                fprintf(stderr, "shardfeed pack: --part takes K/N with 0 <= K < N, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            part_given = 1;
+            break;
         case 'f': opts.force = 1; break;
         case 'q': quiet = 1; break;
         case 'h': pack_usage(stdout); return EXIT_OK;
@@ -79,24 +193,54 @@ int cmd_pack(int argc, char **argv)
         pack_usage(stderr);
         return EXIT_USAGE;
     }
-    if (!quiet && isatty(STDERR_FILENO))
+    if (compress[0])
+        opts.compress = compress;
+    const char *from = NULL;
+    if (!part_given) {
+        int e = part_from_env(&opts.part_index, &opts.part_count, &from);
+        if (e < 0)
+            return EXIT_USAGE;
+        if (e == 0 || opts.part_count == 1)
+            opts.part_count = opts.part_index = 0; /* one process: the whole dataset */
+        else if (!strstr(out, "%k")) {
+            fprintf(stderr,
+                    "shardfeed pack: running as part %u of %u (from %s): put %%k in -o (e.g. -o "
+                    "parts/%%k) so the parts do not write the same directory\n",
+                    opts.part_index, opts.part_count, from);
+            return EXIT_USAGE;
+        }
+    }
+    char *out_dir = expand_out(out, opts.part_index);
+    if (!out_dir)
+        return EXIT_USAGE;
+    progress prog = {now_s()};
+    if (!quiet && isatty(STDERR_FILENO)) {
         opts.progress = on_progress;
+        opts.progress_ctx = &prog;
+    }
     sf_pack_result r;
-    int rc = sf_pack_npy_dir(&r, argv[optind], out, &opts);
+    int rc = sf_pack(&r, argv[optind], out_dir, &opts);
     if (rc) {
         cli_error("pack", rc);
+        free(out_dir);
         return EXIT_USAGE;
     }
     if (!quiet) {
         char a[32], b[32];
         double mbs = r.seconds > 0 ? (double)r.bytes_in / r.seconds / 1e6 : 0;
-        printf("packed %llu samples into %llu shards in %s: %s of arrays, %s written, %.2f s, %.0f MB/s",
-               (unsigned long long)r.samples, (unsigned long long)r.shards, out,
+        if (r.part_count)
+            printf("part %u of %u: ", r.part_index, r.part_count);
+        printf("packed %llu samples into %llu shards in %s: %s of values, %s written, %.2f s, %.0f MB/s",
+               (unsigned long long)r.samples, (unsigned long long)r.shards, out_dir,
                cli_bytes(a, sizeof a, (double)r.bytes_in), cli_bytes(b, sizeof b, (double)r.bytes_out),
                r.seconds, mbs);
         if (r.shards_reused)
             printf(" (%llu finished shards kept from an earlier run)", (unsigned long long)r.shards_reused);
         printf("\n");
+        if (r.inputs_skipped)
+            printf("skipped %llu file(s) that are not inputs of this format, e.g. %s\n",
+                   (unsigned long long)r.inputs_skipped, r.skipped_example);
     }
+    free(out_dir);
     return EXIT_OK;
 }
