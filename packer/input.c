@@ -165,7 +165,7 @@ static uint32_t class_names_value(uint8_t *out, const pack_input *in)
 int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
                          const pack_part_info *part)
 {
-    uint8_t partval[48];
+    uint8_t partval[SF_PART_INFO_SIZE];
     if (part && part->count) {
         sf_put_le32(partval, part->index);
         sf_put_le32(partval + 4, part->count);

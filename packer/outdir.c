@@ -127,8 +127,23 @@ static int remove_file(const char *dir, const char *name)
     return 0;
 }
 
+/* mkdir -p of the folders above `out` (parts/%k makes parts/ too). */
+static void make_parents(const char *out)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", out);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(path, 0777); /* an error shows when `out` itself is made */
+        *p = '/';
+    }
+}
+
 int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse)
 {
+    make_parents(out);
     if (mkdir(out, 0777) != 0 && errno != EEXIST)
         return sf_fail(-errno, "%s: cannot create output directory: %s", out, strerror(errno));
     DIR *d = opendir(out);

@@ -2,6 +2,7 @@
 #ifndef SHARDFEED_PACK_H
 #define SHARDFEED_PACK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shardfeed/error.h"
@@ -61,6 +62,15 @@ SF_API int sf_pack(sf_pack_result *result, const char *input, const char *output
 /* sf_pack with input_format "npy": a directory of {field}_{key}.npy files. */
 SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
                            const sf_pack_opts *opts);
+
+/* Joins the parts of one --part run (their directories, in any order)
+ * into OUTPUT_DIR: shards are copied and only their headers and footers
+ * rewritten, so the result is byte for byte what a single pack of the
+ * whole input writes. Fails, naming the part, when a part is missing,
+ * repeated or from another run. `force` replaces a shardfeed dataset
+ * already in OUTPUT_DIR. result->bytes_in is 0. */
+SF_API int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_parts,
+                         const char *output_dir, int force);
 
 #ifdef __cplusplus
 }

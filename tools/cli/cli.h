@@ -14,6 +14,7 @@
 #define EXIT_CORRUPT 2 /* verify: the dataset is damaged */
 
 int cmd_pack(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);

@@ -9,14 +9,17 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: shardfeed COMMAND [ARGS]\n"
             "\n"
-            "  pack INPUT_DIR -o OUT_DIR [-j N] [--shard-size SIZE] [--align N] [--force] [--quiet]\n"
-            "        pack {field}_{key}.npy files into a dataset of checksummed shards\n"
+            "  pack INPUT -o OUT_DIR [-j N] [--input-format F] [--compress F=zstd] [--part K/N] ...\n"
+            "        pack .npy files, an ImageFolder tree, a list file or tar files into a\n"
+            "        dataset of checksummed shards\n"
+            "  merge PART_DIR... -o DATASET_DIR\n"
+            "        join the parts of a 'pack --part K/N' run into one dataset\n"
             "  verify DATASET_DIR [-j N] [--json]\n"
             "        check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error\n"
             "  inspect DATASET_DIR [--json]\n"
             "        show the schema, counts, shards and sizes\n"
-            "  export DATASET_DIR -o DIR\n"
-            "        write every sample back as DIR/{field}_{key}.npy\n"
+            "  export DATASET_DIR -o DIR [--npy]\n"
+            "        write every sample back in the layout it was packed from (or as .npy)\n"
             "  bench DATASET_DIR [--batch-size N] [--epochs N] [--shuffle MODE] [--engine E] [--json]\n"
             "        stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS\n"
             "  version\n"
@@ -33,6 +36,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "pack") == 0)
         return cmd_pack(argc - 1, argv + 1);
+    if (strcmp(cmd, "merge") == 0)
+        return cmd_merge(argc - 1, argv + 1);
     if (strcmp(cmd, "verify") == 0)
         return cmd_verify(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0)
