@@ -158,7 +158,8 @@ static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t
     if (k >= n)
         return sf_fail(SF_E_INVALID, "--part %u/%u: K must be below N (parts are numbered from 0)", k, n);
     uint64_t first = shards * k / n, end = shards * (k + 1) / n;
-    if (first == end)
+    /* Every part gets a shard, or none runs: an empty part is no dataset. */
+    if (shards < n)
         return sf_fail(SF_E_INVALID,
                        "--part %u/%u: the whole dataset has only %llu shard(s), too few for %u parts; "
                        "use fewer parts or a smaller --shard-size",

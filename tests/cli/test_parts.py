@@ -1,0 +1,211 @@
+"""Scale-out packing: `shardfeed pack --part K/N` (or K/N from the launcher's
+environment) writes slices of one shard plan as datasets of their own, and
+`shardfeed merge` joins them into exactly the bytes a single pack writes; also
+under `mpirun -n 2` (Debian's openmpi-bin) when it is installed.
+
+Run by ctest (SHARDFEED, SF_TEST_TMP in the environment) or by hand:
+  SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_parts.py -v
+"""
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sfspec  # noqa: E402
+
+SHARDFEED = os.environ.get("SHARDFEED", "build/shardfeed")
+TMP_ROOT = os.environ.get("SF_TEST_TMP")
+MPIRUN = shutil.which("mpirun")
+LAUNCHER_VARS = ["SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "PMI_RANK", "PMI_SIZE"]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(extra)
+    return env
+
+
+def run(*args, check=None, env=None):
+    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True,
+                       env=env or clean_env())
+    if check is not None and p.returncode != check:
+        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def files(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def write_npy(d, n, seed=0):
+    os.makedirs(d)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        np.save(os.path.join(d, f"img_{i}.npy"), rng.integers(0, 255, (28, 28), dtype=np.uint8))
+        np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i % 10))
+
+
+def write_imagefolder(root, n_per_class=40):
+    rng = random.Random(1)
+    for c in ["a", "b b", "ç"]:
+        os.makedirs(os.path.join(root, c))
+        for i in range(n_per_class):
+            with open(os.path.join(root, c, f"{i}.png"), "wb") as f:
+                f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 3000))))
+
+
+class Parts(unittest.TestCase):
+    SHARD = "24KiB"
+
+    def setUp(self):
+        if TMP_ROOT:
+            os.makedirs(TMP_ROOT, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        self.inp = os.path.join(self.tmp, "in")
+        self.whole = os.path.join(self.tmp, "whole")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def pack_whole(self, *extra):
+        run("pack", self.inp, "-o", self.whole, "--shard-size", self.SHARD, "--align", "64", *extra,
+            check=0)
+        self.assertGreater(len(os.listdir(self.whole)), 6)
+
+    def pack_parts(self, n, *extra, tag="p"):
+        dirs = []
+        for k in range(n):
+            d = os.path.join(self.tmp, f"{tag}{k}")
+            p = run("pack", self.inp, "-o", d, "--part", f"{k}/{n}", "--shard-size", self.SHARD,
+                    "--align", "64", *extra, check=0)
+            self.assertIn(f"part {k} of {n}", p.stdout)
+            dirs.append(d)
+        return dirs
+
+    def merge(self, dirs, check=0):
+        out = os.path.join(self.tmp, "merged")
+        shutil.rmtree(out, ignore_errors=True)
+        shuffled = list(dirs)
+        random.Random(len(dirs)).shuffle(shuffled)  # any order
+        p = run("merge", *shuffled, "-o", out, check=check)
+        return out, p
+
+    def test_npy_parts_merge_to_a_single_pack(self):
+        write_npy(self.inp, 300)
+        self.pack_whole()
+        for n in (2, 3, 5):
+            dirs = self.pack_parts(n, tag=f"n{n}-")
+            total = 0
+            for d in dirs:
+                run("verify", d, check=0)
+                total += sfspec.read_manifest(d)["records"]
+            self.assertEqual(total, 300)
+            out, _ = self.merge(dirs)
+            self.assertEqual(files(out), files(self.whole), f"{n} parts")
+            run("verify", out, check=0)
+
+    def test_imagefolder_parts_keep_class_names(self):
+        write_imagefolder(self.inp)
+        self.pack_whole()
+        dirs = self.pack_parts(3)
+        for d in dirs:
+            self.assertEqual(sfspec.class_names(sfspec.read_manifest(d)), ["a", "b b", "ç"])
+        out, _ = self.merge(dirs)
+        self.assertEqual(files(out), files(self.whole))
+
+    def test_part_samples_are_slices_in_order(self):
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        whole = [k for k, _ in sfspec.read_records(self.whole)]
+        keys = []
+        for d in self.pack_parts(4):
+            keys += [k for k, _ in sfspec.read_records(d)]
+        self.assertEqual(keys, whole)
+
+    def test_parts_from_launcher_environment(self):
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        for rank_var, size_var in (("SLURM_PROCID", "SLURM_NTASKS"),
+                                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                   ("PMI_RANK", "PMI_SIZE")):
+            parts = os.path.join(self.tmp, rank_var)
+            for k in range(3):
+                env = clean_env(**{rank_var: str(k), size_var: "3"})
+                run("pack", self.inp, "-o", os.path.join(parts, "%k"), "--shard-size", self.SHARD,
+                    "--align", "64", check=0, env=env)
+            out, _ = self.merge([os.path.join(parts, str(k)) for k in range(3)])
+            self.assertEqual(files(out), files(self.whole), rank_var)
+        # One task is the whole dataset, no part.
+        one = os.path.join(self.tmp, "one")
+        run("pack", self.inp, "-o", one, "--shard-size", self.SHARD, "--align", "64", check=0,
+            env=clean_env(SLURM_PROCID="0", SLURM_NTASKS="1"))
+        self.assertEqual(files(one), files(self.whole))
+        # Without %k, parts would share a directory: refused.
+        p = run("pack", self.inp, "-o", one, check=1,
+                env=clean_env(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2"))
+        self.assertIn("put %k in -o", p.stderr)
+
+    @unittest.skipIf(MPIRUN is None, "mpirun (openmpi-bin) is not installed")
+    def test_under_mpirun(self):
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        parts = os.path.join(self.tmp, "mpi")
+        cmd = [MPIRUN, "-n", "2", "--oversubscribe"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += [SHARDFEED, "pack", self.inp, "-o", os.path.join(parts, "%k"), "--shard-size",
+                self.SHARD, "--align", "64"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env())
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("part 0 of 2", p.stdout)
+        self.assertIn("part 1 of 2", p.stdout)
+        out, _ = self.merge([os.path.join(parts, "0"), os.path.join(parts, "1")])
+        self.assertEqual(files(out), files(self.whole))
+
+    def test_bad_merges_are_refused(self):
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        dirs = self.pack_parts(3)
+        for args, needle in ((dirs[:2], "2 part(s) given, but the run made 3"),
+                             ([dirs[0], dirs[0], dirs[1]], "are both part 0"),
+                             ([dirs[0], dirs[1], self.whole], "not a part of a --part run"),
+                             ([dirs[0], dirs[1], os.path.join(self.tmp, "nope")],
+                              "not a finished dataset part")):
+            out, p = self.merge(args, check=1)
+            self.assertIn(needle, p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+        other = self.pack_parts(3, "--align", "128", tag="other")
+        out, p = self.merge([dirs[0], dirs[1], other[2]], check=1)
+        self.assertIn("parts of different runs", p.stderr)
+        # A damaged shard in a part is caught before anything is written under its name.
+        shard = os.path.join(dirs[1], "shard-000000.sfs")
+        with open(shard, "r+b") as f:
+            f.seek(os.path.getsize(shard) - 100)
+            f.write(b"\xff")
+        out, p = self.merge(dirs, check=1)
+        self.assertIn("shard-000000.sfs", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+
+    def test_bad_part_options(self):
+        write_npy(self.inp, 20)
+        for arg in ("2/2", "1/0", "x/2", "1-2"):
+            p = run("pack", self.inp, "-o", os.path.join(self.tmp, "o"), "--part", arg, check=1)
+            self.assertIn("--part takes K/N", p.stderr)
+        # More parts than shards: a clear error, not empty datasets.
+        p = run("pack", self.inp, "-o", os.path.join(self.tmp, "o"), "--part", "3/4", check=1)
+        self.assertIn("too few for 4 parts", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
