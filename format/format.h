@@ -16,7 +16,7 @@
 
 /* ---- version (SPEC.md "Versions") ---- */
 #define SF_FORMAT_MAJOR 1
-#define SF_FORMAT_MINOR 0
+#define SF_FORMAT_MINOR 1
 
 /* ---- file names inside a dataset directory ---- */
 #define SF_MANIFEST_NAME "manifest.sfm"
