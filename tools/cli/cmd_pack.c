@@ -8,10 +8,16 @@
 static void pack_usage(FILE *f)
 {
     fprintf(f,
-            "usage: shardfeed pack INPUT_DIR -o OUT_DIR [options]\n"
+            "usage: shardfeed pack INPUT -o OUT_DIR [options]\n"
             "\n"
-            "INPUT_DIR holds {field}_{key}.npy files (img_0.npy, label_0.npy, ...): files with\n"
-            "the same key form one sample, ordered by key in natural order (2 before 10).\n"
+            "INPUT is one of (the format is told from the name or the folder's contents):\n"
+            "  npy          a folder of {field}_{key}.npy files (img_0.npy, label_0.npy, ...): files\n"
+            "               with the same key form one sample, in natural key order (2 before 10)\n"
+            "  imagefolder  ROOT/<class>/<image>: fields image (the file's bytes) and label\n"
+            "  list         a .csv/.tsv/.txt list of path,label[,more columns] rows: fields data\n"
+            "               (the file's bytes), label (int64), then one field per further column\n"
+            "  tar          a .tar(.gz/.zst/.xz/.bz2)/.tgz, or a folder of them: WebDataset members\n"
+            "               KEY.FIELD (dir/0001.seg.png: key dir/0001, field seg.png)\n"
             "\n"
             "  -o, --output DIR       output dataset directory (created if missing)\n"
             "  -j, --jobs N           worker threads (default: one per CPU)\n"
@@ -82,7 +88,7 @@ int cmd_pack(int argc, char **argv)
     if (!quiet && isatty(STDERR_FILENO))
         opts.progress = on_progress;
     sf_pack_result r;
-    int rc = sf_pack_npy_dir(&r, argv[optind], out, &opts);
+    int rc = sf_pack(&r, argv[optind], out, &opts); /* input format: auto */
     if (rc) {
         cli_error("pack", rc);
         return EXIT_USAGE;
