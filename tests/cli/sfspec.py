@@ -40,9 +40,15 @@ def read_manifest(dataset_dir):
         count, first, size, hsum, isum, res = struct.unpack_from("<6Q", b, p)
         shards.append(dict(count=count, first=first, file_size=size))
         p += 48
-    p += meta_size
-    assert p + 8 == len(b)
-    return dict(align=align, records=nrec, fields=fields, shards=shards, dataset_id=dataset_id)
+    metadata = {}
+    end = p + meta_size
+    while p < end:
+        klen, vlen = struct.unpack_from("<II", b, p)
+        metadata[b[p + 8:p + 8 + klen].decode()] = b[p + 8 + klen:p + 8 + klen + vlen]
+        p += 8 + klen + vlen
+    assert p == end and p + 8 == len(b)
+    return dict(align=align, records=nrec, fields=fields, shards=shards, dataset_id=dataset_id,
+                metadata=metadata)
 
 
 def read_records(dataset_dir):
@@ -68,18 +74,29 @@ def read_records(dataset_dir):
             off, size, _checksum, key_off, key_len = struct.unpack_from("<QQQIH", b, e)
             key = b[keys_at + key_off:keys_at + key_off + key_len].decode()
             out = {}
-            pos, k, inl = off, 0, 0
+            pos, k, inl, var = off, 0, 0, 0
             for f in fields:
-                dt = np.dtype(DTYPES[f["dtype"]])
                 if f["storage"] == 2:
+                    dt = np.dtype(DTYPES[f["dtype"]])
                     raw = b[e + 32 + 8 * (n_var + inl):][:f["item_size"]]
                     out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
                     inl += 1
                     continue
                 start = off if k == 0 else align_up(pos, align)
-                raw = b[start:start + f["item_size"]]
-                out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
-                pos = start + f["item_size"]
+                if f["storage"] == 1:
+                    # Variable length: the byte length is in the entry; dtype
+                    # 0 (bytes) comes back as bytes, others as 1-d arrays.
+                    length, = struct.unpack_from("<Q", b, e + 32 + 8 * var)
+                    var += 1
+                    raw = b[start:start + length]
+                    out[f["name"]] = raw if f["dtype"] == 0 else np.frombuffer(
+                        raw, dtype=np.dtype(DTYPES[f["dtype"]]))
+                    pos = start + length
+                else:
+                    dt = np.dtype(DTYPES[f["dtype"]])
+                    raw = b[start:start + f["item_size"]]
+                    out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
+                    pos = start + f["item_size"]
                 k += 1
             assert pos - off == size
             yield key, out
