@@ -8,18 +8,24 @@
  * Every field is stored unchanged as variable-length bytes. The schema is
  * the first sample's fields sorted by name; every sample must have exactly
  * those. Discovery reads each tar's headers once, skipping the data, and
- * remembers where each sample starts (tar and member ordinal). A read
- * cursor keeps one archive open and only moves forward in it, which suits
- * the shard writer: each shard's samples come in increasing order. */
+ * remembers where each sample starts (tar, member ordinal and, for tars
+ * without compression, the header's byte offset). A read cursor keeps one
+ * archive open and only moves forward in it, which suits the shard writer:
+ * each shard's samples come in increasing order. A cursor starts in the
+ * middle of a tar (a new shard) by opening it at the sample's header
+ * offset when the tar is not compressed, and otherwise by reading it from
+ * the start (compressed data cannot be entered in the middle). */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/error_internal.h"
 #include "keyset.h"
@@ -31,9 +37,17 @@
 typedef struct tar_priv {
     char **tars; /* paths of the tar files, in dataset order */
     uint32_t ntars;
-    uint32_t *tar_of;  /* [sample]: index into tars */
-    uint64_t *ord_of;  /* [sample]: ordinal of its first member's header in its tar */
+    uint8_t *plain;   /* [tar]: not compressed, so samples can be opened at their offset */
+    uint32_t *tar_of; /* [sample]: index into tars */
+    uint64_t *ord_of; /* [sample]: ordinal of its first member's header in its tar */
+    int64_t *off_of;  /* [sample]: byte offset of that header (its pax/GNU extension headers first) */
 } tar_priv;
+
+/* Where a member's header is: ordinal among its tar's headers, byte offset. */
+typedef struct member_pos {
+    uint64_t ord;
+    int64_t off;
+} member_pos;
 
 /* ---- names ---- */
 
@@ -154,7 +168,7 @@ typedef struct scan {
     /* The sample being gathered. */
     char *key;
     uint32_t tar;
-    uint64_t ord;
+    member_pos at;
     uint32_t cur_n;
     char cur_field[SF_MAX_FIELDS][SF_MAX_NAME + 1];
     uint64_t cur_size[SF_MAX_FIELDS];
@@ -173,10 +187,13 @@ static int grow_samples(scan *sc)
     uint64_t *o = realloc(sc->p->ord_of, cap * sizeof *o);
     if (o)
         sc->p->ord_of = o;
+    int64_t *b = realloc(sc->p->off_of, cap * sizeof *b);
+    if (b)
+        sc->p->off_of = b;
     uint64_t *s = realloc(sc->sizes, cap * sc->nf * sizeof *s);
     if (s)
         sc->sizes = s;
-    if (!k || !t || !o || !s)
+    if (!k || !t || !o || !b || !s)
         return sf_fail(-ENOMEM, "out of memory for %zu samples", cap);
     sc->cap = cap;
     return 0;
@@ -245,14 +262,15 @@ static int finish_sample(scan *sc)
     for (uint32_t i = 0; i < sc->nf; i++)
         sc->sizes[sc->n * sc->nf + i] = sc->cur_size[sc->cur_order[i]];
     sc->p->tar_of[sc->n] = sc->tar;
-    sc->p->ord_of[sc->n] = sc->ord;
+    sc->p->ord_of[sc->n] = sc->at.ord;
+    sc->p->off_of[sc->n] = sc->at.off;
     sc->n++;
     sc->key = NULL;
     return 0;
 }
 
-/* Starts a sample at member `ord` of tar `t`; its key must be new. */
-static int start_sample(scan *sc, uint32_t t, uint64_t ord, const char *key, const char *name)
+/* Starts a sample at member `at` of tar `t`; its key must be new. */
+static int start_sample(scan *sc, uint32_t t, member_pos at, const char *key, const char *name)
 {
     int rc = finish_sample(sc);
     if (rc)
@@ -273,12 +291,12 @@ static int start_sample(scan *sc, uint32_t t, uint64_t ord, const char *key, con
         return rc;
     }
     sc->tar = t;
-    sc->ord = ord;
+    sc->at = at;
     sc->cur_n = 0;
     return 0;
 }
 
-static int add_member(scan *sc, uint32_t t, uint64_t ord, struct archive_entry *e)
+static int add_member(scan *sc, uint32_t t, member_pos at, struct archive_entry *e)
 {
     const char *tar = sc->p->tars[t], *name = archive_entry_pathname(e), *field;
     char key[SF_MAX_KEY + 1];
@@ -286,7 +304,7 @@ static int add_member(scan *sc, uint32_t t, uint64_t ord, struct archive_entry *
     if (rc)
         return rc;
     if ((!sc->key || sc->tar != t || strcmp(key, sc->key) != 0) &&
-        (rc = start_sample(sc, t, ord, key, name)))
+        (rc = start_sample(sc, t, at, key, name)))
         return rc;
     for (uint32_t i = 0; i < sc->cur_n; i++)
         if (strcmp(sc->cur_field[i], field) == 0)
@@ -310,9 +328,12 @@ static int scan_tar(scan *sc, uint32_t t)
         return rc;
     struct archive_entry *e;
     for (uint64_t ord = 0; (rc = next_header(a, tar, &e)) == 0; ord++) {
+        if (ord == 0)
+            sc->p->plain[t] = archive_filter_count(a) == 1; /* no filter but the file */
         int kind = member_kind(tar, e);
+        member_pos at = {ord, archive_read_header_position(a)};
         if (kind == 0)
-            rc = add_member(sc, t, ord, e);
+            rc = add_member(sc, t, at, e);
         else if (kind < 0)
             rc = kind;
         /* Skipping reads through compressed data, so a truncated tar
@@ -443,6 +464,7 @@ static void scan_free(scan *sc)
 
 typedef struct tar_cursor {
     struct archive *a; /* NULL: none open */
+    int fd;            /* -1, or the file `a` reads when opened at an offset */
     uint32_t tar;
     uint64_t next_ord;  /* ordinal of the header the next read returns */
     uint64_t sample;    /* whose values are in buf; UINT64_MAX: none */
@@ -454,20 +476,50 @@ static void cursor_drop_archive(tar_cursor *c)
 {
     if (c->a)
         archive_read_free(c->a);
+    if (c->fd >= 0)
+        close(c->fd);
     c->a = NULL;
+    c->fd = -1;
 }
 
-/* Positions the cursor before header `ord` of tar `t`, reopening the tar
- * only to go backwards or to another tar. */
-static int seek_member(tar_cursor *c, const tar_priv *p, uint32_t t, uint64_t ord)
+/* Opens an uncompressed tar at byte `off`, a header boundary: from there it
+ * reads as a tar of its own. */
+static int tar_open_at(tar_cursor *c, const char *path, int64_t off)
 {
+    c->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0)
+        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    if (lseek(c->fd, off, SEEK_SET) != off)
+        return sf_fail(SF_E_INPUT, "%s: cannot seek to %lld: %s", path, (long long)off, strerror(errno));
+    if (!(c->a = archive_read_new()))
+        return sf_fail(-ENOMEM, "out of memory");
+    archive_read_support_filter_none(c->a);
+    archive_read_support_format_tar(c->a);
+    if (archive_read_open_fd(c->a, c->fd, TAR_BLOCK) != ARCHIVE_OK)
+        return sf_fail(SF_E_INPUT, "%s: input changed while packing (at byte %lld: %s)", path,
+                       (long long)off, archive_error_string(c->a));
+    return 0;
+}
+
+/* Positions the cursor before the header of sample `s`'s first member.
+ * It moves forward in the open archive when it can; otherwise it reopens
+ * the tar: at the header itself when the tar is not compressed, else from
+ * the start. */
+static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
+{
+    uint32_t t = p->tar_of[s];
+    uint64_t ord = p->ord_of[s];
     int rc;
-    if (!c->a || c->tar != t || c->next_ord > ord) {
+    int forward = c->a && c->tar == t && c->next_ord <= ord;
+    if (!forward || (p->plain[t] && ord - c->next_ord > 16)) {
         cursor_drop_archive(c);
-        if ((rc = tar_open(&c->a, p->tars[t])))
-            return rc;
         c->tar = t;
-        c->next_ord = 0;
+        c->next_ord = p->plain[t] ? ord : 0;
+        rc = p->plain[t] ? tar_open_at(c, p->tars[t], p->off_of[s]) : tar_open(&c->a, p->tars[t]);
+        if (rc) {
+            cursor_drop_archive(c);
+            return rc;
+        }
     }
     struct archive_entry *e;
     while (c->next_ord < ord) {
@@ -508,7 +560,7 @@ static int load_sample(tar_cursor *c, const pack_input *in, uint64_t s)
     const tar_priv *p = in->priv;
     uint32_t t = p->tar_of[s], nf = in->schema.field_count;
     const char *tar = p->tars[t];
-    int rc = seek_member(c, p, t, p->ord_of[s]);
+    int rc = seek_member(c, p, s);
     uint64_t have = 0; /* bit f: field f read */
     for (uint32_t got = 0; !rc && got < nf;) {
         struct archive_entry *e;
@@ -553,6 +605,7 @@ static int tar_cursor_open(const pack_input *in, void **cursor)
     if (!c)
         return sf_fail(-ENOMEM, "out of memory");
     c->sample = UINT64_MAX;
+    c->fd = -1;
     *cursor = c;
     return 0;
 }
@@ -590,6 +643,8 @@ static void tar_free(pack_input *in)
     free(p->tars);
     free(p->tar_of);
     free(p->ord_of);
+    free(p->off_of);
+    free(p->plain);
     free(p);
     in->priv = NULL;
 }
@@ -612,6 +667,8 @@ int pack_input_tar(pack_input *in, const char *path)
         rc = list_tars(in, p, path);
     else
         rc = add_tar(p, strdup(path), &cap);
+    if (!rc && !(p->plain = calloc(p->ntars, 1)))
+        rc = sf_fail(-ENOMEM, "out of memory");
     scan sc = {.in = in, .p = p};
     for (uint32_t t = 0; t < p->ntars && !rc; t++)
         rc = scan_tar(&sc, t);

@@ -252,9 +252,12 @@ class TarInput(Base):
         os.makedirs(d)
         want = []
         # Natural order: shard-2 before shard-10.
-        for i, (name, mode) in enumerate([("shard-2.tar", "w"), ("shard-10.tar.gz", "w:gz"),
-                                          ("shard-11.tar", "w")]):
-            members, w = self.samples([f"{i}-{j:03d}" for j in range(40)])
+        # shard-11's long names take pax headers: shards that start inside it
+        # open it at a sample's first header, pax header included.
+        for i, (name, mode, prefix) in enumerate([("shard-2.tar", "w", ""),
+                                                  ("shard-10.tar.gz", "w:gz", ""),
+                                                  ("shard-11.tar", "w", "p" * 120 + "/")]):
+            members, w = self.samples([f"{i}-{j:03d}" for j in range(40)], prefix=prefix)
             make_tar(os.path.join(d, name), members, mode)
             want += w
         return d, want
