@@ -524,7 +524,9 @@ static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
     struct archive_entry *e;
     while (c->next_ord < ord) {
         if ((rc = next_header(c->a, p->tars[t], &e)))
-            return rc < 0 ? rc : sf_fail(SF_E_INPUT, "%s: input changed while packing (fewer members)", p->tars[t]);
+            return rc < 0 ? rc
+                          : sf_fail(SF_E_INPUT, "%s: input changed while packing (fewer members)",
+                                    p->tars[t]);
         c->next_ord++;
     }
     return 0;
