@@ -29,25 +29,35 @@ typedef struct pool {
     char message[1024];
 } pool;
 
+static void fail(pool *p, int rc)
+{
+    pthread_mutex_lock(&p->lock);
+    if (!p->error) {
+        p->error = rc;
+        snprintf(p->message, sizeof p->message, "%s", sf_last_error());
+    }
+    pthread_mutex_unlock(&p->lock);
+    atomic_store(&p->abort, 1);
+}
+
 static void *worker(void *arg)
 {
     pool *p = arg;
-    for (;;) {
+    const pack_input *in = p->ctx.in;
+    void *cursor = NULL;
+    int rc = in->ops->cursor_open(in, &cursor);
+    if (rc)
+        fail(p, rc);
+    while (!rc) {
         uint64_t i = atomic_fetch_add(&p->next_shard, 1);
         if (i >= p->ctx.plan->shard_count || atomic_load(&p->abort))
             break;
-        int rc = pack_write_shard(&p->ctx, i, p->reuse[i], &p->results[i]);
-        if (rc && rc != SF_E_STATE) {
-            pthread_mutex_lock(&p->lock);
-            if (!p->error) {
-                p->error = rc;
-                snprintf(p->message, sizeof p->message, "%s", sf_last_error());
-            }
-            pthread_mutex_unlock(&p->lock);
-            atomic_store(&p->abort, 1);
-            break;
-        }
+        rc = pack_write_shard(&p->ctx, cursor, i, p->reuse[i], &p->results[i]);
+        if (rc && rc != SF_E_STATE)
+            fail(p, rc);
     }
+    if (cursor)
+        in->ops->cursor_close(cursor);
     pthread_mutex_lock(&p->lock);
     p->running--;
     pthread_cond_signal(&p->finished);

@@ -126,7 +126,10 @@ typedef struct pack_writer_ctx {
     _Atomic uint64_t *bytes_done;
 } pack_writer_ctx;
 
-/* Writes shard `i` (or keeps it when `try_reuse` and it checks clean). */
-int pack_write_shard(const pack_writer_ctx *ctx, uint64_t i, int try_reuse, pack_shard_result *res);
+/* Writes shard `i` (or keeps it when `try_reuse` and it checks clean),
+ * reading inputs through `cursor`: the calling worker's, kept across its
+ * shards so that streaming inputs (compressed tars) read on, not again. */
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int try_reuse,
+                     pack_shard_result *res);
 
 #endif

@@ -62,7 +62,7 @@ typedef struct writer {
     uint64_t raw_cap;
     pack_compressor *zc;
     XXH3_state_t *hash;
-    void *cursor;
+    void *cursor; /* the worker's input cursor */
 } writer;
 
 static int grow(uint8_t **buf, uint64_t *cap, uint64_t need)
@@ -163,7 +163,8 @@ static int pwrite_header(int fd, const uint8_t *hbuf)
     return n < 0 ? -errno : -ENOSPC;
 }
 
-static int write_shard(const pack_writer_ctx *ctx, uint64_t i, const char *tmp, pack_shard_result *res)
+static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const char *tmp,
+                       pack_shard_result *res)
 {
     const pack_input *in = ctx->in;
     const pack_plan *plan = ctx->plan;
@@ -171,7 +172,7 @@ static int write_shard(const pack_writer_ctx *ctx, uint64_t i, const char *tmp, 
     const sf_schema *s = &in->schema;
     uint64_t data_off = sf_data_offset(plan->align);
 
-    writer w = {.fd = -1};
+    writer w = {.fd = -1, .cursor = cursor};
     w.cap = WRITE_BUFFER;
     w.buf = malloc(w.cap);
     uint8_t *index = calloc(1, sp->index_size ? sp->index_size : 1);
@@ -181,8 +182,6 @@ static int write_shard(const pack_writer_ctx *ctx, uint64_t i, const char *tmp, 
         rc = sf_fail(-ENOMEM, "out of memory for shard %llu", (unsigned long long)i);
         goto out;
     }
-    if ((rc = in->ops->cursor_open(in, &w.cursor)))
-        goto out;
     for (uint32_t f = 0; f < s->field_count && !w.zc; f++)
         if (s->fields[f].codec && (rc = pack_compressor_new(&w.zc)))
             goto out;
@@ -269,8 +268,6 @@ static int write_shard(const pack_writer_ctx *ctx, uint64_t i, const char *tmp, 
 out:
     if (w.fd >= 0 && close(w.fd) != 0 && !rc)
         rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
-    if (w.cursor)
-        in->ops->cursor_close(w.cursor);
     pack_compressor_free(w.zc);
     free(w.buf);
     free(w.raw);
@@ -279,7 +276,8 @@ out:
     return rc;
 }
 
-int pack_write_shard(const pack_writer_ctx *ctx, uint64_t i, int try_reuse, pack_shard_result *res)
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int try_reuse,
+                     pack_shard_result *res)
 {
     char name[SF_SHARD_NAME_MAX], path[4096], tmp[4096];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
@@ -299,7 +297,7 @@ int pack_write_shard(const pack_writer_ctx *ctx, uint64_t i, int try_reuse, pack
         }
         unlink(path);
     }
-    int rc = write_shard(ctx, i, tmp, res);
+    int rc = write_shard(ctx, cursor, i, tmp, res);
     if (!rc && rename(tmp, path) != 0)
         rc = sf_fail(-errno, "%s: rename failed: %s", path, strerror(errno));
     if (!rc)

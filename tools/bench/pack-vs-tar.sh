@@ -3,8 +3,10 @@
 # `shardfeed verify` against `cat` of the same shard bytes, side by side in
 # one run (warm page cache: every input is read once before timing).
 #
-#   tools/bench/pack-vs-tar.sh INPUT_DIR WORK_DIR [JOBS]
+#   tools/bench/pack-vs-tar.sh INPUT WORK_DIR [JOBS]
 #
+# INPUT is anything pack takes (a directory of .npy files, an ImageFolder
+# tree, ...); PACK_OPTS adds pack options (e.g. PACK_OPTS="--align 64").
 # WORK_DIR receives a tar file and a dataset; it is removed and recreated.
 set -euo pipefail
 in=${1:?INPUT_DIR}; work=${2:?WORK_DIR}; jobs=${3:-$(nproc)}
@@ -15,11 +17,12 @@ bytes=$(du -sb "$in" | cut -f1)
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); echo "$e - $s" | bc; }
 rate() { echo "scale=0; $bytes / $1 / 1000000" | bc; }
 
-cat "$in"/* >/dev/null   # warm the inputs
+find "$in" -type f -exec cat {} + >/dev/null   # warm the inputs
 tar_s=$(t tar cf "$work/in.tar" -C "$in" .)
 tar_sync_s=$(t bash -c "rm -f '$work/in2.tar'; tar cf '$work/in2.tar' -C '$in' . && sync -f '$work/in2.tar'")
 rm -f "$work/in.tar" "$work/in2.tar"
-pack_s=$(t "$sf" pack "$in" -o "$work/ds" -j "$jobs" --quiet)
+# shellcheck disable=SC2086
+pack_s=$(t "$sf" pack "$in" -o "$work/ds" -j "$jobs" --quiet ${PACK_OPTS:-})
 
 shard_bytes=$(du -cb "$work"/ds/*.sfs | tail -1 | cut -f1)
 cat "$work"/ds/*.sfs >/dev/null  # warm the shards
