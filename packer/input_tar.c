@@ -15,6 +15,8 @@
  * middle of a tar (a new shard) by opening it at the sample's header
  * offset when the tar is not compressed, and otherwise by reading it from
  * the start (compressed data cannot be entered in the middle). */
+#include "shardfeed_config.h"
+#if SF_HAVE_ARCHIVE
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -681,3 +683,16 @@ int pack_input_tar(pack_input *in, const char *path)
     scan_free(&sc);
     return rc;
 }
+
+#else /* built without libarchive */
+
+#include "format/error_internal.h"
+#include "pack_internal.h"
+
+int pack_input_tar(pack_input *in, const char *path)
+{
+    (void)in;
+    return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support (libarchive was not found)",
+                   path);
+}
+#endif
