@@ -75,6 +75,8 @@ int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_
     }
     const sf_schema *s = &ds->manifest.schema;
     uint64_t written = 0;
+    uint8_t *vbuf = NULL; /* compressed values, decompressed; grown to the largest */
+    uint64_t vcap = 0;
     for (uint64_t i = 0; i < ds->manifest.record_count && !rc; i++) {
         const char *key;
         size_t klen;
@@ -83,7 +85,18 @@ int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_
             const void *data;
             uint64_t size;
             /* The first field of a record checks the record's checksum. */
-            rc = sf_dataset_get(&data, &size, ds, i, f, f == 0);
+            if (s->fields[f].codec == SF_CODEC_NONE) {
+                rc = sf_dataset_get(&data, &size, ds, i, f, f == 0);
+            } else if (!(rc = sf_dataset_value_size(&size, ds, i, f)) && size > vcap) {
+                uint8_t *p = realloc(vbuf, size); /* size is capped at 2^30 */
+                rc = p ? 0 : sf_fail(-ENOMEM, "out of memory");
+                vbuf = p ? p : vbuf;
+                vcap = p ? size : vcap;
+            }
+            if (!rc && s->fields[f].codec != SF_CODEC_NONE) {
+                rc = sf_dataset_read_value(vbuf, vcap, &size, ds, i, f, f == 0);
+                data = vbuf;
+            }
             if (rc)
                 break;
             char name[SF_MAX_NAME + SF_MAX_KEY + 8];
@@ -98,6 +111,7 @@ int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_
         }
     }
     close(dirfd);
+    free(vbuf);
     sf_dataset_close(ds);
     if (files_written)
         *files_written = written;
