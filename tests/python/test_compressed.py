@@ -2,6 +2,7 @@
 shardfeed.open: the same samples written uncompressed and with zstd on a fixed float32
 field and two variable-length fields must read identically. sfwrite.py writes both (zstd
 through ctypes on libzstd); `shardfeed verify --decompress` checks them first."""
+import json
 import os
 import sys
 import unittest
@@ -62,6 +63,11 @@ class Compressed(unittest.TestCase):
                     self.assertEqual(b[k].shape, a[k].shape)
                     np.testing.assert_array_equal(b[k], a[k])
                 np.testing.assert_array_equal(b["x"], SAMPLES[i]["x"])
+
+    def test_cli_inspect_shows_the_codec(self):
+        info = json.loads(cli("inspect", ZSTD, "--json"))
+        self.assertEqual([f["codec"] for f in info["fields"]], ["zstd", "zstd", "zstd", "none"])
+        self.assertIn("zstd", cli("inspect", ZSTD))
 
     def test_loader(self):
         for varlen in ("list", "pair"):
