@@ -266,7 +266,9 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
 int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
                    uint32_t field, int check)
 {
-    if (ds && field < ds->manifest.schema.field_count &&
+    /* Bad arguments are SF_E_INVALID first, whatever the field. */
+    if (data && size && ds && sample < ds->manifest.record_count &&
+        field < ds->manifest.schema.field_count &&
         ds->manifest.schema.fields[field].codec != SF_CODEC_NONE)
         return sf_fail(SF_E_UNSUPPORTED,
                        "sf_dataset_get: field '%s' is compressed, so its stored bytes are not its "
