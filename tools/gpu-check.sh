@@ -11,14 +11,14 @@
 #                                .gpu-debs/ carried along: unpack, build, run
 #
 # The GPU image is expected to have nvcc (/usr/local/cuda), cmake, a C
-# compiler and python3 with numpy; liburing and libxxhash come from the .debs,
+# compiler and python3 with numpy; liburing, libxxhash and libzstd come from the .debs,
 # unpacked into a private prefix (never into /).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 debs=.gpu-debs
 if [ "${1:-}" = "--fetch" ]; then
     mkdir -p "$debs"
-    (cd "$debs" && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev)
+    (cd "$debs" && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev libzstd1 libzstd-dev)
     ls -l "$debs"
     exit 0
 fi
