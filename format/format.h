@@ -60,12 +60,19 @@ enum sf_storage {
     SF_STORE_INLINE = 2, /* fixed, <= 8 bytes, inside the index entry */
 };
 
+/* How a payload field's value is encoded (SPEC.md "Compression"). */
+enum sf_codec {
+    SF_CODEC_NONE = 0, /* stored as is */
+    SF_CODEC_ZSTD = 1, /* one zstd frame with its content size; fixed and variable fields */
+    SF_CODEC_COUNT
+};
+
 typedef struct sf_field {
     char name[SF_MAX_NAME + 1];
     uint8_t dtype;   /* enum sf_dtype */
     uint8_t ndim;
     uint8_t storage; /* enum sf_storage */
-    uint8_t codec;   /* 0: stored as is (the only value in format 1.0) */
+    uint8_t codec;   /* enum sf_codec; never on inline fields */
     uint64_t shape[SF_MAX_NDIM];
     uint64_t item_size; /* bytes of one value; 0 for SF_STORE_VAR */
 } sf_field;
@@ -76,7 +83,10 @@ typedef struct sf_schema {
     /* Derived by sf_schema_finish(): */
     uint32_t n_payload, n_var, n_inline;
     uint32_t entry_size;           /* index entry bytes */
-    int8_t var_slot[SF_MAX_FIELDS];    /* field -> position among var fields, or -1 */
+    /* field -> its length slot in the index entry, or -1. Variable-length
+     * and compressed fields have one (n_var of them, in schema order): the
+     * slot holds the value's stored byte length. */
+    int8_t var_slot[SF_MAX_FIELDS];
     int8_t inline_slot[SF_MAX_FIELDS]; /* field -> position among inline fields, or -1 */
 } sf_schema;
 
@@ -141,7 +151,7 @@ typedef struct sf_index_entry {
     uint64_t checksum; /* XXH3-64 over the payload fields' bytes, padding excluded */
     uint32_t key_offset;
     uint16_t key_length;
-    uint64_t var_len[SF_MAX_FIELDS];   /* by var slot */
+    uint64_t var_len[SF_MAX_FIELDS];   /* stored lengths, by var slot */
     uint8_t inline_val[SF_MAX_FIELDS][SF_MAX_INLINE_BYTES]; /* by inline slot */
 } sf_index_entry;
 
@@ -151,9 +161,10 @@ void sf_index_entry_encode(uint8_t *out, const sf_schema *s, const sf_index_entr
  * sf_index_check). */
 int sf_index_entry_decode(sf_index_entry *e, const sf_schema *s, const uint8_t *in);
 
-/* Byte offset (relative to the record's offset) and size of each payload
- * field of a record, in schema order; returns the record's stored size.
- * var_len is indexed by var slot. Fails with SF_E_LIMIT on overflow. */
+/* Byte offset (relative to the record's offset) and stored size of each
+ * payload field of a record, in schema order; returns the record's stored
+ * size. var_len is indexed by var slot (any field with a slot takes its
+ * size from there, compressed fixed fields included). Fails with SF_E_LIMIT on overflow. */
 int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len,
                      uint64_t *field_off, uint64_t *field_size, uint64_t *record_size);
 

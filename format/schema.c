@@ -11,7 +11,7 @@
  *  64   1  dtype            (enum sf_dtype)
  *  65   1  ndim             (0..8)
  *  66   1  storage          (enum sf_storage)
- *  67   1  codec            (0 in format 1.0)
+ *  67   1  codec            (enum sf_codec: 0 stored as is, 1 zstd)
  *  68   4  reserved, zero
  *  72  64  shape[8], u64 each; dims past ndim are zero
  * 136   8  item_size        (bytes of one value; 0 for variable length)
@@ -107,8 +107,12 @@ static int check_field(const sf_field *f, uint32_t i)
     if (f->ndim > SF_MAX_NDIM)
         return sf_fail(SF_E_LIMIT, "field '%s': %u dimensions (limit %u)", f->name, f->ndim,
                        SF_MAX_NDIM);
-    if (f->codec != 0)
+    if (f->codec >= SF_CODEC_COUNT)
         return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown codec %u", f->name, f->codec);
+    /* An inline value lives in its index entry, where there is no room for
+     * a frame and nothing to gain. */
+    if (f->codec != SF_CODEC_NONE && f->storage == SF_STORE_INLINE)
+        return sf_fail(SF_E_CORRUPT, "field '%s': inline fields cannot be compressed", f->name);
     for (uint32_t d = f->ndim; d < SF_MAX_NDIM; d++)
         if (f->shape[d] != 0)
             return sf_fail(SF_E_RESERVED, "field '%s': unused shape slot %u is not zero", f->name, d);
@@ -160,7 +164,9 @@ int sf_schema_finish(sf_schema *s)
             s->inline_slot[i] = (int8_t)s->n_inline++;
         } else {
             s->n_payload++;
-            if (f->storage == SF_STORE_VAR)
+            /* A compressed value's stored length varies per record even when
+             * its field is fixed: it gets a length slot like a variable one. */
+            if (f->storage == SF_STORE_VAR || f->codec != SF_CODEC_NONE)
                 s->var_slot[i] = (int8_t)s->n_var++;
         }
     }

@@ -183,7 +183,7 @@ int sf_shard_footer_decode(sf_shard_footer *f, const uint8_t in[SF_SHARD_FOOTER_
  *  24  4  key_offset   into the key area that follows the entries
  *  28  2  key_length   1..255
  *  30  2  reserved, zero
- *  32  8*n_var     byte length of each variable-length field
+ *  32  8*n_var     stored byte length of each variable-length or compressed field
  *  ..  8*n_inline  each inline value, little-endian, zero-filled above its size
  */
 void sf_index_entry_encode(uint8_t *out, const sf_schema *s, const sf_index_entry *e)
@@ -240,7 +240,7 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
         const sf_field *fd = &s->fields[f];
         if (fd->storage == SF_STORE_INLINE)
             continue;
-        uint64_t size = fd->storage == SF_STORE_VAR ? var_len[s->var_slot[f]] : fd->item_size;
+        uint64_t size = s->var_slot[f] >= 0 ? var_len[s->var_slot[f]] : fd->item_size;
         if (size > SF_MAX_RECORD_BYTES)
             return sf_fail(SF_E_LIMIT, "field '%s': %llu bytes exceeds the record limit", fd->name,
                            (unsigned long long)size);
@@ -281,7 +281,18 @@ int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *
             return rc;
         for (uint32_t f = 0; f < s->field_count; f++) {
             int v = s->var_slot[f];
-            if (v >= 0 && e.var_len[v] % sf_dtype_size(s->fields[f].dtype) != 0)
+            if (v < 0)
+                continue;
+            /* A frame is never empty; its stored length says nothing about
+             * the element size (the frame's content size does: see
+             * reader/codec.c). */
+            if (s->fields[f].codec != SF_CODEC_NONE) {
+                if (e.var_len[v] == 0)
+                    return sf_fail(SF_E_CORRUPT, "record %llu: compressed field '%s' has a stored length of 0",
+                                   (unsigned long long)r, s->fields[f].name);
+                continue;
+            }
+            if (e.var_len[v] % sf_dtype_size(s->fields[f].dtype) != 0)
                 return sf_fail(SF_E_CORRUPT, "record %llu: field '%s' length %llu is not a multiple of its element size",
                                (unsigned long long)r, s->fields[f].name,
                                (unsigned long long)e.var_len[v]);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "dataset_internal.h"
 #include "format/error_internal.h"
 
@@ -111,6 +112,7 @@ void sf_dataset_close(sf_dataset *ds)
     sf_dataset_free_metadata(ds);
     sf_manifest_clear(&ds->manifest);
     pthread_mutex_destroy(&ds->map_lock);
+    ZSTD_freeDCtx(ds->dctx);
     free(ds->dir);
     free(ds);
 }
@@ -150,6 +152,7 @@ int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
     memcpy(out->shape, f->shape, sizeof out->shape);
     out->item_size = f->item_size;
     out->storage = f->storage;
+    out->codec = f->codec;
     return 0;
 }
 
@@ -216,8 +219,9 @@ static int map_shard(sf_dataset *ds, sf_open_shard *s)
     return rc;
 }
 
-int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
-                   uint32_t field, int check)
+/* sf_dataset_get without the codec check: the stored bytes. */
+static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                      uint32_t field, int check)
 {
     if (!data || !size || !ds || sample >= ds->manifest.record_count ||
         field >= ds->manifest.schema.field_count)
@@ -252,7 +256,7 @@ int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t s
                            ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
                            (unsigned long long)e.offset);
         if (f->storage == SF_STORE_INLINE)
-            return sf_dataset_get(data, size, ds, sample, field, 0);
+            return get_stored(data, size, ds, sample, field, 0);
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < field; i++)
@@ -260,4 +264,105 @@ int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t s
     *data = sh->map + e.offset + off[k];
     *size = len[k];
     return 0;
+}
+
+int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                   uint32_t field, int check)
+{
+    /* Bad arguments are SF_E_INVALID first, whatever the field. */
+    if (data && size && ds && sample < ds->manifest.record_count &&
+        field < ds->manifest.schema.field_count &&
+        ds->manifest.schema.fields[field].codec != SF_CODEC_NONE)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "sf_dataset_get: field '%s' is compressed, so its stored bytes are not its "
+                       "value: use sf_dataset_read_value",
+                       ds->manifest.schema.fields[field].name);
+    return get_stored(data, size, ds, sample, field, check);
+}
+
+/* Prefixes the detail of a failure on a value with where it is. */
+static int value_fail(int rc, const sf_dataset *ds, uint64_t sample)
+{
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    char where[4300];
+    snprintf(where, sizeof where, "%s/%s: record %llu (sample %llu)", ds->dir,
+             ds->shards[shard].name, (unsigned long long)local, (unsigned long long)sample);
+    return sf_fail_prefix(rc, where);
+}
+
+int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field)
+{
+    if (!size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_value_size: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    const void *stored;
+    uint64_t len;
+    int rc = get_stored(&stored, &len, ds, sample, field, 0);
+    if (rc)
+        return rc;
+    if (f->codec == SF_CODEC_NONE) {
+        *size = len;
+        return 0;
+    }
+    /* Checked before anyone allocates from it (SPEC.md "Compression"). */
+    if ((rc = sf_zstd_content_size(size, f, stored, len)))
+        return value_fail(rc, ds, sample);
+    return 0;
+}
+
+/* One ZSTD_DCtx kept by the dataset for random access; a caller that finds
+ * it taken (another thread) uses a context of its own for that call. */
+static ZSTD_DCtx *dctx_take(sf_dataset *ds)
+{
+    pthread_mutex_lock(&ds->map_lock);
+    ZSTD_DCtx *c = ds->dctx;
+    ds->dctx = NULL;
+    pthread_mutex_unlock(&ds->map_lock);
+    return c ? c : ZSTD_createDCtx();
+}
+
+static void dctx_give(sf_dataset *ds, ZSTD_DCtx *c)
+{
+    pthread_mutex_lock(&ds->map_lock);
+    if (!ds->dctx) {
+        ds->dctx = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&ds->map_lock);
+    ZSTD_freeDCtx(c);
+}
+
+int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                          uint32_t field, int check)
+{
+    if (!size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count || (!dst && cap))
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    const void *stored;
+    uint64_t len, need = 0;
+    int rc = get_stored(&stored, &len, ds, sample, field, check);
+    if (rc)
+        return rc;
+    if (f->codec == SF_CODEC_NONE)
+        need = len;
+    else if ((rc = sf_zstd_content_size(&need, f, stored, len)))
+        return value_fail(rc, ds, sample);
+    *size = need;
+    if (cap < need)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: the value of field '%s' is %llu bytes, the buffer %llu",
+                       f->name, (unsigned long long)need, (unsigned long long)cap);
+    if (f->codec == SF_CODEC_NONE) {
+        memcpy(dst, stored, len);
+        return 0;
+    }
+    ZSTD_DCtx *c = dctx_take(ds);
+    if (!c)
+        return sf_fail(-ENOMEM, "out of memory");
+    rc = sf_decompress_value(dst, need, f, stored, len, c);
+    dctx_give(ds, c);
+    return rc ? value_fail(rc, ds, sample) : 0;
 }

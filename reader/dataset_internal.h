@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <zstd.h>
 
 #include "format/format.h"
 #include "format/shard_file.h"
@@ -20,7 +21,8 @@ struct sf_dataset {
     char *dir;
     sf_manifest manifest;
     sf_open_shard *shards;
-    pthread_mutex_t map_lock; /* serialises lazy mmaps */
+    pthread_mutex_t map_lock; /* serialises lazy mmaps and dctx */
+    ZSTD_DCtx *dctx;          /* random access's decompression context, when idle */
     char source[33];          /* metadata "source", "" when absent */
     uint32_t class_count;     /* metadata "class_names" */
     const uint8_t **class_name; /* into manifest.metadata */

@@ -14,20 +14,43 @@
 
 /* ---- shared: copy in pieces, hash each piece while it is hot ---- */
 
+/* The thread's hash state, and for compressed datasets its staging buffer
+ * and ZSTD_DCtx (staged.c). */
 static int copy_thread_init(sf_io_thread *t)
 {
-    t->ctx = XXH3_createState();
-    return t->ctx ? 0 : sf_fail(-ENOMEM, "out of memory");
+    sf_stager *st = malloc(sizeof *st);
+    if (!st)
+        return sf_fail(-ENOMEM, "out of memory");
+    int rc = sf_stager_init(st, t->r);
+    if (rc) {
+        free(st);
+        return rc;
+    }
+    t->ctx = st;
+    return 0;
 }
 
 static void copy_thread_fini(sf_io_thread *t)
 {
-    XXH3_freeState(t->ctx);
+    if (t->ctx)
+        sf_stager_fini(t->ctx);
+    free(t->ctx);
     t->ctx = NULL;
 }
 
-typedef int (*copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                       uint64_t len);
+typedef sf_copy_fn copy_fn;
+
+/* A record with compressed fields: read whole, hashed, then decompressed. */
+static void staged_task(sf_io_thread *t, sf_task *task, copy_fn copy)
+{
+    sf_reader *r = t->r;
+    int rc = sf_stager_load(t->ctx, r, task, copy);
+    if (rc == SF_E_CORRUPT)
+        sf_loader_task_bad_value(r, task);
+    else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is sf_loader_task_done's to judge */
+        sf_loader_task_fail(r, task, rc, "read failed");
+    sf_loader_task_done(r, task);
+}
 
 /* Copies every payload field of `task` into its slot with `copy`, SF_HASH_CHUNK
  * bytes at a time, feeding each piece to the record hash right after it
@@ -36,7 +59,11 @@ typedef int (*copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, ui
 static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
 {
     sf_reader *r = t->r;
-    XXH3_state_t *st = t->ctx;
+    if (r->compressed) {
+        staged_task(t, task, copy);
+        return;
+    }
+    XXH3_state_t *st = ((sf_stager *)t->ctx)->xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
     uint64_t io_ns = 0, hash_ns = 0, t0 = sf_now_ns(), t1;
     int rc = 0;

@@ -113,7 +113,30 @@ typedef struct exporter {
     FILE *list;    /* list layout: out/list.csv */
     int data_field; /* list layout: the field holding the file bytes */
     uint64_t written;
+    uint8_t *vbuf;  /* compressed values, decompressed; grown to the largest */
+    uint64_t vcap;
 } exporter;
+
+/* The value of field f of sample i: a pointer into the shard, or for a
+ * compressed field the value decompressed into x->vbuf. The first field of
+ * a record checks the record's checksum. */
+static int fetch_value(exporter *x, uint64_t i, uint32_t f, const void **data, uint64_t *size)
+{
+    if (x->s->fields[f].codec == SF_CODEC_NONE)
+        return sf_dataset_get(data, size, x->ds, i, f, f == 0);
+    int rc = sf_dataset_value_size(size, x->ds, i, f);
+    if (!rc && *size > x->vcap) {
+        uint8_t *p = realloc(x->vbuf, *size ? *size : 1); /* size is capped at 2^30 */
+        if (!p)
+            return sf_fail(-ENOMEM, "out of memory");
+        x->vbuf = p;
+        x->vcap = *size;
+    }
+    if (!rc)
+        rc = sf_dataset_read_value(x->vbuf, x->vcap, size, x->ds, i, f, f == 0);
+    *data = x->vbuf;
+    return rc;
+}
 
 /* One cell of list.csv, quoted when it must be (RFC 4180). */
 static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
@@ -161,8 +184,7 @@ static int export_sample(exporter *x, const char *layout, uint64_t i)
     for (uint32_t f = 0; f < s->field_count && !rc; f++) {
         const void *data;
         uint64_t size;
-        /* The first field of a record checks the record's checksum. */
-        rc = sf_dataset_get(&data, &size, x->ds, i, f, f == 0);
+        rc = fetch_value(x, i, f, &data, &size);
         if (rc)
             break;
         char rel[SF_MAX_NAME + SF_MAX_KEY + 8];
@@ -259,11 +281,13 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
             fputc('\n', x.list);
     }
     if (x.list) {
-        if ((fclose(x.list) != 0 || ferror(x.list)) && !rc)
+        int bad = ferror(x.list);
+        if ((fclose(x.list) != 0 || bad) && !rc)
             rc = sf_fail(-EIO, "%s/list.csv: write failed", out_dir);
         x.written += rc == 0;
     }
     close(x.dirfd);
+    free(x.vbuf);
     sf_dataset_close(ds);
     if (files_written)
         *files_written = x.written;

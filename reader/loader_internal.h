@@ -43,6 +43,7 @@ typedef struct sf_read {
     uint64_t len;  /* bytes */
     uint64_t done; /* bytes read so far (engines resubmit the remainder) */
     uint8_t *dst;  /* in the slab */
+    uint64_t out_len; /* bytes the value takes at dst: len, or its decompressed size */
 } sf_read;
 
 typedef struct sf_slot sf_slot;
@@ -174,6 +175,14 @@ struct sf_reader {
     int direct;
     int *direct_fds;      /* shard_count, or NULL */
 
+    /* compressed fields (staged.c): set by sf_staged_plan */
+    int compressed;       /* some field has a codec: records go through a staging buffer */
+    uint32_t payload_field[SF_MAX_FIELDS]; /* payload position -> field */
+    int8_t zvar_slot[SF_MAX_FIELDS]; /* compressed variable-length field -> column of zlen, or -1 */
+    uint32_t n_zvar;
+    uint32_t *zlen;       /* n × n_zvar decompressed lengths, by sample id (0: header unusable) */
+    uint64_t stage_bytes; /* most compressed stored bytes in one record */
+
     /* engine */
     const sf_engine_ops *engine;
     void *engine_ctx;     /* per-reader engine state */
@@ -210,13 +219,54 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
                           const sf_reader_stage *stage);
 
 /* ---- slab.c ---- */
-/* Computes the slot layout (scans the indexes for variable-length maxima). */
-int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size);
+/* Computes the slot layout (scans the indexes for variable-length maxima).
+ * dec_max (NULL when nothing is compressed) gives, per field, the longest
+ * decompressed value of a compressed variable-length field. */
+int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size,
+                   const uint64_t *dec_max);
 /* Maps `bytes` of page-aligned, pre-faulted anonymous memory. */
 int sf_slab_alloc(uint8_t **out, uint64_t bytes);
 void sf_slab_free(uint8_t *slab, uint64_t bytes);
 /* The slab, for a device stage: the one large allocation of the reader. */
 void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
+
+/* ---- staged.c: records with compressed fields ----
+ *
+ * A record of a dataset with compressed fields is read whole before any of
+ * it is decompressed: uncompressed fields straight into the slot, compressed
+ * ones into the I/O thread's staging buffer; the stored bytes are hashed
+ * (the record checksum covers them), and only a record that checks out is
+ * decompressed, each value straight into its place in the slot with the
+ * thread's ZSTD_DCtx. Memory: per I/O thread one staging buffer of
+ * stage_bytes (the largest sum of a record's compressed stored bytes, from
+ * the index) and one ZSTD_DCtx; per reader the zlen table (4 bytes per
+ * compressed variable-length value). */
+
+/* Copies len bytes at file offset off of task's shard to dst. */
+typedef int (*sf_copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                          uint64_t len);
+
+typedef struct sf_stager {
+    void *xxh;       /* XXH3_state_t */
+    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
+    uint8_t *stage;  /* r->stage_bytes, or NULL */
+} sf_stager;
+
+/* At open, before the slab layout: finds the compressed fields and, for the
+ * variable-length ones, every value's decompressed length (reading each
+ * frame header: one small pread per value) and the longest per field. */
+int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
+int sf_stager_init(sf_stager *st, const sf_reader *r);
+void sf_stager_fini(sf_stager *st); /* zeroed or initialised */
+/* Reads task t's record with `copy`, hashes its stored bytes and, when the
+ * checksum holds (or verify is off), decompresses its compressed values into
+ * the slot. Sets t->digest/hashed when verifying. Returns 0, SF_E_CHECKSUM
+ * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
+ * sf_last_error() names the field), or a read error. */
+int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy);
+/* sf_copy_fn through the shard's buffered fd. */
+int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                    uint64_t len);
 
 /* ---- reader.c, for the engines ---- */
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
@@ -228,6 +278,10 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
 void sf_loader_task_done(sf_reader *r, sf_task *t);
 /* Sets t->err and its detail on the slot (first error wins). */
 void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
+/* A value of task t does not decompress (SF_E_CORRUPT, detail in
+ * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
+ * the batch's error. */
+void sf_loader_task_bad_value(sf_reader *r, sf_task *t);
 
 static inline uint64_t sf_now_ns(void)
 {

@@ -107,6 +107,10 @@ static uint32_t default_threads(const sf_engine_ops *e)
 static int direct_check(const sf_reader *r)
 {
     const sf_schema *s = r->schema;
+    if (r->compressed)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "direct: the dataset has compressed fields, which are read through a "
+                       "staging buffer in the page cache; use direct=off");
     if (r->opts.engine == SF_ENGINE_MMAP)
         return sf_fail(SF_E_UNSUPPORTED,
                        "direct: the mmap engine reads through the page cache; use the uring or "
@@ -269,7 +273,7 @@ static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t po
         /* The record layout of SPEC.md: each payload field aligned. */
         if (k)
             field_start = sf_align_up(field_start, r->ds->manifest.align);
-        t->reads[k++] = (sf_read){t->offset + field_start, fd->item_size, 0, dst};
+        t->reads[k++] = (sf_read){t->offset + field_start, fd->item_size, 0, dst, fd->item_size};
         field_start += fd->item_size;
     }
 }
@@ -297,6 +301,13 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             memcpy(arr + pos * fd->item_size, e.inline_val[sc->inline_slot[f]], fd->item_size);
             continue;
         }
+        /* What the value takes in the slot: its stored bytes, or for a
+         * compressed value its decompressed size (staged.c). */
+        uint64_t out = len[k];
+        if (fd->codec != SF_CODEC_NONE)
+            out = fd->storage == SF_STORE_FIXED
+                      ? fd->item_size
+                      : r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
         uint8_t *dst;
         if (fd->storage == SF_STORE_FIXED) {
             dst = arr + pos * fd->item_size;
@@ -304,18 +315,18 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             uint64_t *vo = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
             if (repack) {
                 uint64_t old = vo[pos + 1] - vo[pos];
-                if (len[k] != old) {
+                if (out != old) {
                     uint64_t end = vo[s->batch.size];
-                    memmove(arr + vo[pos] + len[k], arr + vo[pos + 1], end - vo[pos + 1]);
+                    memmove(arr + vo[pos] + out, arr + vo[pos + 1], end - vo[pos + 1]);
                     for (uint32_t j = pos + 1; j <= s->batch.size; j++)
-                        vo[j] = vo[j] - old + len[k];
+                        vo[j] = vo[j] - old + out;
                 }
             } else {
-                vo[pos + 1] = vo[pos] + len[k];
+                vo[pos + 1] = vo[pos] + out;
             }
             dst = arr + vo[pos];
         }
-        t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst};
+        t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst, out};
         k++;
     }
 }
@@ -493,6 +504,16 @@ void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
     task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
 }
 
+void sf_loader_task_bad_value(sf_reader *r, sf_task *t)
+{
+    if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
+        t->corrupt = 1;
+        atomic_fetch_add(&t->slot->corrupt, 1);
+    } else {
+        task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
+    }
+}
+
 /* Hashes the task's payload fields where they landed in the slot.
  * Returns 0, SF_E_CHECKSUM, or -ENOMEM. */
 static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
@@ -519,14 +540,16 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
  * position of corrupt task `t`, synchronously through the buffered fd,
  * until one is intact. Runs at the batch-ready point, so the rest of the
  * batch is complete and packed variable-length bytes can be moved. */
-static void substitute(sf_reader *r, sf_slot *s, sf_task *t)
+/* Reads task t synchronously through the buffered fd for substitute():
+ * 0, SF_E_CHECKSUM or SF_E_CORRUPT (not usable), or a read error. */
+static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
 {
-    uint64_t bad = t->id, cand = bad;
-    uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
-    for (uint64_t i = 0; i < tries; i++) {
-        cand = (cand + 1) % r->n;
-        place_sample(r, s, t->pos, cand, 1);
-        int fd = r->ds->shards[t->shard].fd, rc = 0;
+    int rc = 0;
+    t->hashed = 0;
+    if (r->compressed) {
+        rc = sf_stager_load(st, r, t, sf_staged_pread);
+    } else {
+        int fd = r->ds->shards[t->shard].fd;
         uint64_t t0 = sf_now_ns();
         for (uint32_t k = 0; k < t->nreads && !rc; k++) {
             sf_read *rd = &t->reads[k];
@@ -535,21 +558,30 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t)
                 rd->done = rd->len;
         }
         sf_loader_time(r, sf_now_ns() - t0, 0);
-        if (rc) {
-            sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
-            return;
-        }
-        for (uint32_t k = 0; k < t->nreads; k++)
-            atomic_fetch_add_explicit(&r->st_bytes, t->reads[k].len, memory_order_relaxed);
-        uint64_t got;
-        rc = check_task(r, t, &got);
+    }
+    if (rc)
+        return rc;
+    for (uint32_t k = 0; k < t->nreads; k++)
+        atomic_fetch_add_explicit(&r->st_bytes, t->reads[k].len, memory_order_relaxed);
+    uint64_t got;
+    return r->opts.verify == SF_VERIFY_ON ? check_task(r, t, &got) : 0;
+}
+
+static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
+{
+    uint64_t bad = t->id, cand = bad;
+    uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
+    for (uint64_t i = 0; i < tries; i++) {
+        cand = (cand + 1) % r->n;
+        place_sample(r, s, t->pos, cand, 1);
+        int rc = load_sync(r, t, st);
         if (rc == 0) {
             s->source_ids[t->pos] = cand;
             s->batch.substituted++;
             return;
         }
-        if (rc != SF_E_CHECKSUM) {
-            sf_loader_task_fail(r, t, rc, "hashing failed");
+        if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT) {
+            sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
             return;
         }
     }
@@ -567,9 +599,15 @@ static void batch_ready(sf_reader *r, sf_slot *s)
     int live = s->gen == r->gen && !r->stop;
     pthread_mutex_unlock(&r->lock);
     if (live && !atomic_load(&s->err) && atomic_load(&s->corrupt)) {
+        /* Rare: a stager of its own rather than one borrowed from the thread. */
+        sf_stager st;
+        int rc = sf_stager_init(&st, r);
+        if (rc)
+            task_failf(r, &s->tasks[0], rc, "substituting a corrupt sample: %s", sf_last_error());
         for (uint32_t pos = 0; pos < s->batch.size && !atomic_load(&s->err); pos++)
             if (s->tasks[pos].corrupt)
-                substitute(r, s, &s->tasks[pos]);
+                substitute(r, s, &s->tasks[pos], &st);
+        sf_stager_fini(&st);
         set_field_bytes(r, s);
     }
     stamp(s, SF_TS_CHECKSUMMED);
@@ -607,7 +645,7 @@ void sf_loader_task_done(sf_reader *r, sf_task *t)
     for (uint32_t k = 0; k < t->nreads; k++)
         bytes += t->reads[k].done;
     atomic_fetch_add_explicit(&r->st_bytes, bytes, memory_order_relaxed);
-    if (!t->err && r->opts.verify == SF_VERIFY_ON) {
+    if (!t->err && !t->corrupt && r->opts.verify == SF_VERIFY_ON) {
         uint64_t got;
         int rc = check_task(r, t, &got);
         if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
@@ -710,6 +748,12 @@ static int start_engine(sf_reader *r, const sf_engine_ops *ops)
 
 static int start_io(sf_reader *r)
 {
+    /* A record with compressed fields is read whole into a staging buffer
+     * and decompressed by the thread that read it (staged.c): synchronous
+     * work per record, which the copy engines do; io_uring's asynchronous
+     * reads straight into the slot have nothing to offer it. */
+    if (r->compressed && r->opts.engine != SF_ENGINE_MMAP)
+        return start_engine(r, &sf_engine_pread);
     switch (r->opts.engine) {
     case SF_ENGINE_URING: return start_engine(r, &sf_engine_uring);
     case SF_ENGINE_PREAD: return start_engine(r, &sf_engine_pread);
@@ -775,7 +819,9 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     if ((rc = sf_sampler_create(&r->sampler, &sc)))
         goto fail;
     r->num_batches = sf_sampler_num_batches(r->sampler);
-    if ((rc = sf_slab_layout(&r->layout, r->ds, o.batch_size)))
+    uint64_t dec_max[SF_MAX_FIELDS];
+    if ((rc = sf_staged_plan(r, dec_max)) ||
+        (rc = sf_slab_layout(&r->layout, r->ds, o.batch_size, r->compressed ? dec_max : NULL)))
         goto fail;
     if (o.direct == SF_DIRECT_ON) {
         if ((rc = direct_check(r)) || (rc = open_direct_fds(r)))
@@ -827,6 +873,7 @@ void sf_reader_close(sf_reader *r)
         free(r->direct_fds);
     }
     sf_sampler_free(r->sampler);
+    free(r->zlen);
     sf_dataset_close(r->ds);
     pthread_cond_destroy(&r->ready_cv);
     pthread_cond_destroy(&r->work_cv);

@@ -23,7 +23,8 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
-int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size)
+int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size,
+                   const uint64_t *dec_max)
 {
     const sf_schema *s = &ds->manifest.schema;
     memset(out, 0, sizeof *out);
@@ -38,7 +39,9 @@ int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_siz
                 sf_dataset_entry(&e, ds, sh, i);
                 for (uint32_t f = 0; f < s->field_count; f++) {
                     int v = s->var_slot[f];
-                    if (v < 0)
+                    /* Compressed fields' slots hold stored lengths: their
+                     * slot sizes come from dec_max. */
+                    if (v < 0 || s->fields[f].codec != SF_CODEC_NONE)
                         continue;
                     if (e.var_len[v] > out->var_max[f])
                         out->var_max[f] = e.var_len[v];
@@ -51,6 +54,8 @@ int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_siz
     uint64_t page = page_size(), pos = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
+        if (fd->storage == SF_STORE_VAR && fd->codec != SF_CODEC_NONE)
+            out->var_max[f] = dec_max ? dec_max[f] : 0;
         uint64_t per = fd->storage == SF_STORE_VAR ? out->var_max[f] : fd->item_size;
         uint64_t cap = mul_sat(per, batch_size);
         if (cap > (1ull << 46) || pos > (1ull << 46))

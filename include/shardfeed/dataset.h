@@ -22,6 +22,9 @@ SF_API void sf_dataset_close(sf_dataset *ds); /* NULL ok */
 
 /* Storage kinds of a field (SPEC.md "Schema"). */
 enum sf_field_storage { SF_FIELD_FIXED = 0, SF_FIELD_VAR = 1, SF_FIELD_INLINE = 2 };
+/* How a field's values are stored (SPEC.md "Compression"). Readers hand out
+ * decompressed values; only sf_dataset_get sees stored bytes. */
+enum sf_field_codec { SF_FIELD_CODEC_NONE = 0, SF_FIELD_CODEC_ZSTD = 1 };
 
 typedef struct sf_field_info {
     const char *name;
@@ -33,6 +36,7 @@ typedef struct sf_field_info {
     uint64_t shape[8];
     uint64_t item_size;   /* bytes of one value; 0 for variable length */
     int storage;          /* enum sf_field_storage */
+    int codec;            /* enum sf_field_codec */
 } sf_field_info;
 
 SF_API uint64_t sf_dataset_num_samples(const sf_dataset *ds);
@@ -70,9 +74,28 @@ SF_API int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, u
  * until sf_dataset_close. Payload fields point into a read-only mmap of the
  * shard (mapped on first use); inline fields into the loaded index. The
  * bytes are little-endian, C order. With `check` set, the record's checksum
- * is verified first (SF_E_CHECKSUM on mismatch). */
+ * is verified first (SF_E_CHECKSUM on mismatch). Zero-copy, so only for
+ * uncompressed fields: a compressed field's stored bytes are not its value,
+ * and it fails with SF_E_UNSUPPORTED (use sf_dataset_read_value). */
 SF_API int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
                           uint32_t field, int check);
+
+/* Random access for any field, compressed or not: the byte size of the
+ * value of `field` of `sample` as sf_dataset_read_value writes it. For a
+ * compressed variable-length field it is read from the value's zstd frame
+ * header and checked (SPEC.md "Compression": at most 2^30 bytes, ...), so it
+ * is safe to allocate; SF_E_CORRUPT names shard, record and field otherwise. */
+SF_API int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field);
+
+/* Copies the value of `field` of `sample` into dst[0..cap), decompressing a
+ * compressed field, and sets *size to the value's byte size. When cap is too
+ * small nothing is written and SF_E_INVALID is returned with *size set (dst
+ * may be NULL with cap 0 to ask). With `check`, the record checksum (over the
+ * stored bytes) is verified first. A value that does not decompress as
+ * SPEC.md requires gives SF_E_CORRUPT naming shard, record and field.
+ * Thread-safe for one dataset; the value belongs to the caller. */
+SF_API int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds,
+                                 uint64_t sample, uint32_t field, int check);
 
 /* ---- verify ---- */
 typedef struct sf_verify_problem {
@@ -101,6 +124,23 @@ typedef struct sf_verify_summary {
  * `jobs` shards are read in parallel (0: one per CPU). */
 SF_API int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb,
                      void *ctx);
+
+/* Options of sf_verify_ex; every member's zero value means its default. */
+#define SF_VERIFY_OPTS_VERSION 1
+typedef struct sf_verify_opts {
+    unsigned version; /* SF_VERIFY_OPTS_VERSION */
+    unsigned jobs;    /* shards read in parallel; 0: one per CPU */
+    int decompress;   /* nonzero: also decompress every compressed value (of each record
+                         whose checksum holds) and check it as SPEC.md "Compression" says;
+                         by default only the stored bytes are hashed */
+} sf_verify_opts;
+#define SF_VERIFY_OPTS_INIT {SF_VERIFY_OPTS_VERSION, 0, 0}
+
+/* sf_verify with options (NULL: defaults). A compressed value that does not
+ * decompress is a problem with code SF_E_CORRUPT, its shard, record, the
+ * byte offset of the value, and a message naming the field. */
+SF_API int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_opts *opts,
+                        sf_verify_fn cb, void *ctx);
 
 /* ---- export ---- */
 /* Writes every sample back in the layout of the input it was packed from

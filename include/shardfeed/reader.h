@@ -32,6 +32,18 @@
  * page boundary) or packed bytes + offsets (variable-length fields, capacity
  * batch_size × the longest value of that field in the dataset).
  *
+ * Compressed fields (zstd, SPEC.md "Compression") come out exactly as they
+ * would uncompressed. Each such record is read whole -- compressed values
+ * into a staging buffer of the I/O thread, sized at open to the largest
+ * record's compressed bytes -- checked against its checksum (which covers
+ * the stored bytes), then decompressed by that thread straight into the
+ * slot with its own ZSTD_DCtx. A value that does not decompress as SPEC.md
+ * requires is a corrupt record (SF_E_CORRUPT naming file, record and field,
+ * or substituted with on_corrupt = SKIP). Opening such a reader reads each
+ * compressed variable-length value's frame header once (one small read per
+ * value, 4 bytes kept per value) so that slots and offsets are known before
+ * the data is read.
+ *
  * Threads: sf_reader_next, set_epoch, restore, close and the trace functions
  * belong to one consumer thread; sf_reader_release and sf_reader_stats may
  * be called from any thread. The reader runs its own I/O threads.
@@ -71,11 +83,15 @@ enum sf_reader_engine {
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */
 };
+/* A dataset with compressed fields is read by the pread engine when AUTO or
+ * URING is asked for (records are staged and decompressed synchronously, so
+ * io_uring has nothing to add); MMAP stays MMAP. stats.engine says which. */
 
 /* O_DIRECT (bypass the page cache: cold reads without evicting anything).
  * Possible when every payload field's file offset and size and its place in
  * the slot are multiples of 4096: pack with --align 4096 (or more) and use
- * fields whose byte size is a multiple of 4096. Not with the mmap engine. */
+ * fields whose byte size is a multiple of 4096. Not with the mmap engine, nor
+ * for datasets with compressed fields (their records are staged). */
 enum sf_reader_direct {
     SF_DIRECT_AUTO = 0, /* buffered (page cache); the same as OFF in this version */
     SF_DIRECT_ON = 1,   /* O_DIRECT, or SF_E_UNSUPPORTED from open saying why not */
@@ -241,7 +257,8 @@ typedef struct sf_reader_statistics {
     uint64_t corrupt_substitutions; /* samples of delivered batches replaced because their
                                        checksum failed */
     double wait_seconds;      /* time the caller spent blocked in sf_reader_next */
-    double io_seconds;        /* I/O thread-seconds in reads (syscalls, ring waits, copies) */
+    double io_seconds;        /* I/O thread-seconds in reads (syscalls, ring waits, copies, and
+                                 decompressing compressed fields) */
     double checksum_seconds;  /* I/O thread-seconds hashing records */
     /* What the reader runs with, after defaults and fallbacks: */
     const char *engine;       /* "uring", "pread" or "mmap" */
@@ -284,7 +301,8 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
  *      threads' times names the stage: io_seconds "io-bound",
  *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound".
  *
- * ("decompress-bound" is reserved for compressed fields, not implemented.)
+ * (Decompression of compressed fields is counted in io_seconds: a separate
+ * "decompress-bound" verdict is not implemented.)
  * "none" when no batch was delivered yet. The fractions are reported with
  * it; io_busy below about 0.5 with a reader-side verdict means the I/O
  * threads idled while the caller waited: more prefetch or threads may help
@@ -317,7 +335,8 @@ SF_API int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statisti
  * and hashing) and of the caller's waits. Timestamps are CLOCK_MONOTONIC,
  * taken only while a trace runs, into memory allocated by
  * sf_reader_trace_start: nothing is allocated or locked per event.
- * (Decompression is not a stage yet: there are no compressed fields.)
+ * (Decompression of compressed fields is part of the read stage, not a stage
+ * of its own.)
  *
  * sf_reader_trace_start records the next `max_batches` batches scheduled
  * (read-ahead included; 0: as many as fit) and spans until

@@ -575,27 +575,28 @@ def _plain(v):
 
 # ---- inspection / random access ----
 
-Field = namedtuple("Field", "name dtype shape storage descr item_size")
+Field = namedtuple("Field", "name dtype shape storage descr item_size codec", defaults=("none",))
 Field.__doc__ = """A field of the schema: name; dtype (NumPy's name: "float32", "bytes" for
 opaque variable-length data); shape (per sample; (0,) for variable length); storage
 ("fixed", "variable" or "inline"); descr (NumPy descr, "<f4"); item_size (bytes per value,
-0 for variable length)."""
+0 for variable length); codec ("none" or "zstd": how values are stored; they are always
+handed out decompressed)."""
 Shard = namedtuple("Shard", "name first_sample num_samples file_size")
 
 
 class Dataset:
     """An opened dataset: len(ds), ds.fields, ds.shards, ds.class_names, ds.key(i),
     ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are read-only numpy views
-    of the shards' memory maps (the dataset stays open while one is alive); bytes for
-    variable-length fields of dtype bytes. With verify (default) each record's checksum is
+    of the shards' memory maps (the dataset stays open while one is alive), or of a
+    decompressed copy for compressed fields; bytes for variable-length fields of dtype bytes. With verify (default) each record's checksum is
     checked when it is read."""
 
     def __init__(self, path, verify=True):
         self.path = os.fspath(path)
         self.verify = bool(verify)
         self._ds = _C.Dataset(self.path)
-        self.fields = [Field(name, dtype_name, shape, storage, descr, item_size)
-                       for name, _code, dtype_name, descr, shape, storage, item_size
+        self.fields = [Field(name, dtype_name, shape, storage, descr, item_size, codec)
+                       for name, _code, dtype_name, descr, shape, storage, item_size, codec
                        in self._ds.fields()]
         self._key_index = None
 

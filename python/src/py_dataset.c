@@ -91,7 +91,7 @@ static PyObject *dataset_align(sf_py_dataset *self, PyObject *unused)
 }
 
 /* fields() -> list of (name, dtype code, dtype name, npy descr, shape,
- * storage name, item_size) */
+ * storage name, item_size, codec name) */
 static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
 {
     (void)unused;
@@ -115,9 +115,11 @@ static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
         }
         for (uint32_t i = 0; i < fi.ndim; i++)
             PyTuple_SET_ITEM(shape, i, PyLong_FromUnsignedLongLong(fi.shape[i]));
-        PyObject *item = Py_BuildValue("(sissNsK)", fi.name, fi.dtype, fi.dtype_name,
+        PyObject *item = Py_BuildValue("(sissNsKs)", fi.name, fi.dtype, fi.dtype_name,
                                        fi.npy_descr, shape, storage_name(fi.storage),
-                                       (unsigned long long)fi.item_size);
+                                       (unsigned long long)fi.item_size,
+                                       fi.codec == SF_FIELD_CODEC_ZSTD ? "zstd"
+                                       : fi.codec == SF_FIELD_CODEC_NONE ? "none" : "unknown");
         if (!item) {
             Py_DECREF(out);
             return NULL;
@@ -211,9 +213,36 @@ static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
     return out;
 }
 
+/* A compressed value, decompressed into a new bytes object (the Array's
+ * owner, so the Array keeps it alive). */
+static PyObject *read_compressed(sf_py_dataset *self, uint64_t i, unsigned field, int check)
+{
+    uint64_t size = 0, got = 0;
+    sf_dataset *ds = self->ds;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_dataset_value_size(&size, ds, i, field); /* checked: at most 2^30 */
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return sf_py_raise(rc);
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (!buf)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(buf);
+    Py_BEGIN_ALLOW_THREADS
+    rc = sf_dataset_read_value(dst, size, &got, ds, i, field, check);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(buf);
+        return sf_py_raise(rc);
+    }
+    return buf;
+}
+
 /* get(sample, field, check) -> a read-only Array [shape...] (fixed, inline),
  * a 1-D Array (variable length, numeric), or bytes (variable length, dtype
- * bytes: a copy). */
+ * bytes: a copy). Compressed fields are decompressed into memory the Array
+ * owns; others are views of the shard mmaps. */
 static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
 {
     PyObject *sample;
@@ -230,6 +259,22 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
     int rc = sf_dataset_field(&fi, self->ds, field);
     if (rc < 0)
         return sf_py_raise(rc);
+    if (fi.codec != SF_FIELD_CODEC_NONE) {
+        self->live++; /* a close() from another thread meanwhile waits for this call */
+        PyObject *buf = read_compressed(self, i, field, check);
+        PyObject *ret = NULL;
+        if (buf && fi.storage == SF_FIELD_VAR && fi.dtype == 0) {
+            ret = Py_NewRef(buf);
+        } else if (buf) {
+            uint64_t n = (uint64_t)PyBytes_GET_SIZE(buf) / (fi.elem_size ? fi.elem_size : 1);
+            ret = fi.storage == SF_FIELD_VAR
+                      ? sf_py_array_new(buf, PyBytes_AS_STRING(buf), fi.dtype, 1, &n, 1)
+                      : sf_py_array_new(buf, PyBytes_AS_STRING(buf), fi.dtype, (int)fi.ndim, fi.shape, 1);
+        }
+        Py_XDECREF(buf);
+        sf_py_dataset_view_gone(self);
+        return ret;
+    }
     const void *data;
     uint64_t size;
     sf_dataset *ds = self->ds;
@@ -308,7 +353,7 @@ static PyMethodDef dataset_methods[] = {
     {"num_samples", (PyCFunction)dataset_num_samples, METH_NOARGS, "samples in the dataset"},
     {"align", (PyCFunction)dataset_align, METH_NOARGS, "record alignment in bytes"},
     {"fields", (PyCFunction)dataset_fields, METH_NOARGS,
-     "fields() -> [(name, dtype code, dtype name, npy descr, shape, storage, item_size)]"},
+     "fields() -> [(name, dtype code, dtype name, npy descr, shape, storage, item_size, codec)]"},
     {"shards", (PyCFunction)dataset_shards, METH_NOARGS,
      "shards() -> [(name, first_sample, num_samples, file_size)]"},
     {"key", (PyCFunction)dataset_key, METH_O, "key(sample) -> str"},

@@ -1,7 +1,10 @@
 """A second, independent reader of the shardfeed format, written from SPEC.md
 alone (no C code shared). Tests use it to check that files the C library
 writes are what the spec says, byte for byte. It checks structure, not
-checksums (Python's standard library has no XXH3)."""
+checksums (Python's standard library has no XXH3). zstd values (codec 1) are
+decompressed with libzstd through ctypes."""
+import ctypes
+import ctypes.util
 import os
 import struct
 
@@ -16,6 +19,30 @@ DTYPES = {0: "|u1", 1: "|b1", 2: "|u1", 3: "|i1", 4: "<u2", 5: "<i2", 6: "<u4", 
 
 def align_up(v, a):
     return (v + a - 1) // a * a
+
+
+_zstd = None
+
+
+def zstd_decompress(stored):
+    """SPEC.md "Compression": one frame, content size in its header, exactly used."""
+    global _zstd
+    if _zstd is None:
+        _zstd = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
+        _zstd.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+        _zstd.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        _zstd.ZSTD_findFrameCompressedSize.restype = ctypes.c_size_t
+        _zstd.ZSTD_findFrameCompressedSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        _zstd.ZSTD_decompress.restype = ctypes.c_size_t
+        _zstd.ZSTD_decompress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                          ctypes.c_size_t]
+    assert stored[:4] == b"\x28\xb5\x2f\xfd", "not a zstd frame"
+    size = _zstd.ZSTD_getFrameContentSize(stored, len(stored))
+    assert size <= 1 << 30, "no content size, or too large"
+    assert _zstd.ZSTD_findFrameCompressedSize(stored, len(stored)) == len(stored)
+    out = ctypes.create_string_buffer(max(size, 1))
+    assert _zstd.ZSTD_decompress(out, size, stored, len(stored)) == size
+    return out.raw[:size]
 
 
 def read_manifest(dataset_dir):
@@ -67,9 +94,10 @@ def read_records(dataset_dir):
     """Yields (key, {field: numpy array}) for every record, in dataset order."""
     m = read_manifest(dataset_dir)
     fields = m["fields"]
-    # Variable-length fields have a length slot in the index entry.
-    slots = [f for f in fields if f["storage"] == 1]
-    n_var = len(slots)
+    for f in fields:
+        assert f["codec"] in (0, 1) and not (f["codec"] and f["storage"] == 2)
+    # A length slot per variable-length or compressed field, in schema order.
+    n_var = sum(1 for f in fields if f["storage"] == 1 or f["codec"])
     inline = [f for f in fields if f["storage"] == 2]
     entry_size = 32 + 8 * (n_var + len(inline))
     for i, sd in enumerate(m["shards"]):
@@ -87,9 +115,8 @@ def read_records(dataset_dir):
             e = index_off + r * entry_size
             off, size, _checksum, key_off, key_len = struct.unpack_from("<QQQIH", b, e)
             key = b[keys_at + key_off:keys_at + key_off + key_len].decode()
-            lens = struct.unpack_from("<%dQ" % n_var, b, e + 32)
             out = {}
-            pos, k, inl, var = off, 0, 0, 0
+            pos, k, inl, slot = off, 0, 0, 0
             for f in fields:
                 dt = np.dtype(DTYPES[f["dtype"]])
                 if f["storage"] == 2:
@@ -97,17 +124,22 @@ def read_records(dataset_dir):
                     out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
                     inl += 1
                     continue
+                stored = f["item_size"]
+                if f["storage"] == 1 or f["codec"]:
+                    stored, = struct.unpack_from("<Q", b, e + 32 + 8 * slot)
+                    slot += 1
                 start = off if k == 0 else align_up(pos, align)
-                if f["storage"] == 1:
-                    n = lens[var]
-                    var += 1
-                    raw = b[start:start + n]
-                    out[f["name"]] = raw if f["dtype"] == 0 else np.frombuffer(raw, dtype=dt)
+                raw = b[start:start + stored]
+                if f["codec"] == 1:
+                    assert stored > 0
+                    raw = zstd_decompress(raw)
+                shape = (len(raw) // dt.itemsize,) if f["storage"] == 1 else f["shape"]
+                assert f["storage"] == 1 or len(raw) == f["item_size"]
+                if f["storage"] == 1 and f["dtype"] == 0:
+                    out[f["name"]] = bytes(raw)  # opaque bytes stay bytes
                 else:
-                    n = f["item_size"]
-                    raw = b[start:start + n]
-                    out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(f["shape"])
-                pos = start + n
+                    out[f["name"]] = np.frombuffer(raw, dtype=dt).reshape(shape)
+                pos = start + stored
                 k += 1
             assert pos - off == size
             yield key, out

@@ -3,7 +3,9 @@
  * Input: [flags][u32 LE manifest length][manifest bytes][shard bytes]. The
  * bytes are written to a scratch directory as manifest.sfm and
  * shard-000000.sfs; then sf_dataset_open, sf_dataset_key and
- * sf_dataset_get(check=1) on every field of every sample, and sf_verify.
+ * sf_dataset_get(check=1) on every field of every sample (for compressed
+ * fields sf_dataset_value_size and sf_dataset_read_value), and sf_verify_ex
+ * with decompress.
  *
  * Flags let mutations get past the checksums (each one recomputed after the
  * fields it covers were patched):
@@ -17,8 +19,8 @@
  *          into the footer,
  *   bit 4: leave the shard file out,  bit 5: add a stray shard-000001.sfs.
  *
- * Oracle: sf_verify == 0 implies open succeeds and every checked read
- * succeeds; open failing implies verify fails; verify reports problems
+ * Oracle: sf_verify_ex (decompress) == 0 implies open succeeds and every
+ * checked read succeeds; open failing implies verify fails; verify reports problems
  * exactly when it fails with SF_E_CORRUPT; a checked read equals an
  * unchecked one; keys are valid file-name components. */
 #include <inttypes.h>
@@ -33,6 +35,29 @@ static void count_problem(void *ctx, const sf_verify_problem *p)
     uint64_t *n = ctx;
     FUZZ_CHECK(p->code < 0 && p->file && p->message, "malformed problem report");
     (*n)++;
+}
+
+/* A compressed value: its size is checked before it is trusted (at most
+ * 2^30, item_size for a fixed field), reading it fails only as corrupt or
+ * as a checksum mismatch, and never once verify --decompress passed. */
+static void check_compressed(sf_dataset *ds, uint64_t i, uint32_t f, const sf_field_info *fi, int vrc)
+{
+    static uint8_t buf[1 << 16];
+    uint64_t size = 0, got = 0;
+    int rc = sf_dataset_value_size(&size, ds, i, f);
+    FUZZ_CHECK(rc == 0 || rc == SF_E_CORRUPT, "value size: %d %s", rc, sf_last_error());
+    if (rc == 0)
+        FUZZ_CHECK(size <= (1ull << 30) && (fi->storage == SF_FIELD_VAR || size == fi->item_size),
+                   "unchecked content size %" PRIu64, size);
+    if (rc == 0 && size > sizeof buf) /* legal but large: only the size query */
+        return;
+    rc = sf_dataset_read_value(buf, sizeof buf, &got, ds, i, f, 1);
+    if (vrc == 0)
+        FUZZ_CHECK(rc == 0, "verify passed but reading sample %" PRIu64 " field %u failed: %s", i, f,
+                   sf_last_error());
+    FUZZ_CHECK(rc == 0 || rc == SF_E_CHECKSUM || rc == SF_E_CORRUPT, "read_value: %d %s", rc,
+               sf_last_error());
+    FUZZ_CHECK(rc != 0 || got == size, "read %" PRIu64 " bytes, size said %" PRIu64, got, size);
 }
 
 static void reseal(uint8_t flags, uint8_t *man, size_t mlen, uint8_t *sh, size_t slen)
@@ -106,7 +131,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t reported = 0;
     sf_verify_summary sum;
     memset(&sum, 0, sizeof sum);
-    int vrc = sf_verify(&sum, dir, 1, count_problem, &reported);
+    sf_verify_opts vo = SF_VERIFY_OPTS_INIT;
+    vo.jobs = 1;
+    vo.decompress = 1;
+    int vrc = sf_verify_ex(&sum, dir, &vo, count_problem, &reported);
     FUZZ_CHECK(reported == sum.problems, "callback saw %" PRIu64 ", summary says %" PRIu64, reported,
                sum.problems);
     FUZZ_CHECK((vrc == 0) == (sum.problems == 0), "verify rc %d with %" PRIu64 " problems (%s)", vrc,
@@ -131,6 +159,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(klen <= 255 && fuzz_key_stays_inside(key, klen),
                    "sample %" PRIu64 ": unsafe key", i);
         for (uint32_t f = 0; f < nf; f++) {
+            sf_field_info zi;
+            FUZZ_CHECK(sf_dataset_field(&zi, ds, f) == 0, "field info");
+            if (zi.codec != SF_FIELD_CODEC_NONE) {
+                check_compressed(ds, i, f, &zi, vrc);
+                continue;
+            }
             const void *p1 = NULL, *p0 = NULL;
             uint64_t s1 = 0, s0 = 0;
             int rc = sf_dataset_get(&p1, &s1, ds, i, f, 1);

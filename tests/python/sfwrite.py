@@ -1,6 +1,7 @@
 """A minimal writer of shardfeed datasets, from SPEC.md alone, for tests that need what
-`shardfeed pack` does not produce yet (variable-length fields). No fsync, no resume:
-test data only. XXH3-64 comes from libxxhash through ctypes."""
+`shardfeed pack` does not produce yet (variable-length fields, zstd-compressed fields). No
+fsync, no resume: test data only. XXH3-64 and zstd come from libxxhash and libzstd through
+ctypes."""
 import ctypes
 import ctypes.util
 import os
@@ -12,7 +13,17 @@ _lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
 _lib.XXH3_64bits.restype = ctypes.c_uint64
 _lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
+_zstd = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
+_zstd.ZSTD_compressBound.restype = ctypes.c_size_t
+_zstd.ZSTD_compressBound.argtypes = [ctypes.c_size_t]
+_zstd.ZSTD_compress.restype = ctypes.c_size_t
+_zstd.ZSTD_compress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+                                ctypes.c_int]
+_zstd.ZSTD_isError.restype = ctypes.c_uint
+_zstd.ZSTD_isError.argtypes = [ctypes.c_size_t]
+
 FIXED, VAR, INLINE = 0, 1, 2
+CODECS = {None: 0, "none": 0, "zstd": 1}
 DTYPES = {"bytes": (0, 1), "bool": (1, 1), "uint8": (2, 1), "int8": (3, 1), "uint16": (4, 2),
           "int16": (5, 2), "uint32": (6, 4), "int32": (7, 4), "uint64": (8, 8), "int64": (9, 8),
           "float16": (10, 2), "float32": (11, 4), "float64": (12, 8), "complex64": (13, 8),
@@ -24,28 +35,39 @@ def xxh3(b):
     return _lib.XXH3_64bits(b, len(b))
 
 
+def zstd_compress(raw, level=3):
+    """One zstd frame with its content size in the header (SPEC.md "Compression")."""
+    cap = _zstd.ZSTD_compressBound(len(raw))
+    out = ctypes.create_string_buffer(cap)
+    n = _zstd.ZSTD_compress(out, cap, bytes(raw), len(raw), level)
+    assert not _zstd.ZSTD_isError(n)
+    return out.raw[:n]
+
+
 def align_up(v, a):
     return (v + a - 1) // a * a
 
 
 def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5F5EED):
-    """fields: [(name, dtype name, storage, shape)] (shape () for scalars, ignored for VAR);
+    """fields: [(name, dtype name, storage, shape[, codec])] (shape () for scalars, ignored for
+    VAR; codec "zstd" compresses each value of a fixed or variable field);
     samples: [{name: value}] with values numpy arrays (fixed, inline, numeric VAR) or bytes
     (VAR of dtype bytes). Keys are the sample numbers."""
     os.makedirs(out)
     table = b""
     desc = []
-    for name, dt, storage, shape in fields:
+    for name, dt, storage, shape, *rest in fields:
+        codec = CODECS[rest[0] if rest else None]
         code, esz = DTYPES[dt]
         if storage == VAR:
             shape, item = (0,), 0
         else:
             item = int(np.prod(shape, dtype=np.int64)) * esz
-        table += (name.encode().ljust(64, b"\0") + struct.pack("<BBBB4x", code, len(shape), storage, 0)
+        table += (name.encode().ljust(64, b"\0") + struct.pack("<BBBB4x", code, len(shape), storage, codec)
                   + struct.pack("<8Q", *(list(shape) + [0] * (8 - len(shape)))) + struct.pack("<Q", item))
-        desc.append((name, code, esz, storage))
+        desc.append((name, code, esz, storage, codec))
     schema_hash = xxh3(table)
-    n_var = sum(1 for d in desc if d[3] == VAR)
+    n_var = sum(1 for d in desc if d[3] == VAR or d[4])  # a length slot each
     n_inline = sum(1 for d in desc if d[3] == INLINE)
     entry_size = 32 + 8 * (n_var + n_inline)
     per_shard = per_shard or len(samples)
@@ -61,18 +83,20 @@ def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5
             rec_off = pos
             end = pos
             payload, var_lens, inline = b"", [], b""
-            for name, code, esz, storage in desc:
+            for name, code, esz, storage, codec in desc:
                 v = s[name]
                 raw = bytes(v) if isinstance(v, (bytes, bytearray)) else np.ascontiguousarray(v).astype(
                     np.dtype(v.dtype).newbyteorder("<")).tobytes()
                 if storage == INLINE:
                     inline += raw.ljust(8, b"\0")
                     continue
+                if codec:
+                    raw = zstd_compress(raw)  # stored bytes: laid out and hashed as such
                 start = align_up(end, align)  # rec_off is aligned: the first field starts there
                 body += bytes(start - pos) + raw
                 pos = end = start + len(raw)
                 payload += raw
-                if storage == VAR:
+                if storage == VAR or codec:
                     var_lens.append(len(raw))
             size = end - rec_off
             entries += struct.pack("<QQQIHH", rec_off, size, xxh3(payload), len(keys), len(key), 0)

@@ -14,6 +14,11 @@ static const char *storage_name(int storage)
     }
 }
 
+static const char *codec_name(int codec)
+{
+    return codec == SF_FIELD_CODEC_NONE ? "none" : codec == SF_FIELD_CODEC_ZSTD ? "zstd" : "?";
+}
+
 static void shape_text(char *buf, size_t cap, const sf_field_info *f)
 {
     size_t pos = (size_t)snprintf(buf, cap, "(");
@@ -44,8 +49,10 @@ static void print_json(const sf_dataset *ds, const char *dir)
         printf(",\"dtype\":\"%s\",\"shape\":[", f.dtype_name);
         for (uint32_t d = 0; d < f.ndim; d++)
             printf(d ? ",%llu" : "%llu", (unsigned long long)f.shape[d]);
-        printf("],\"item_bytes\":%llu,\"storage\":\"%s\"}", (unsigned long long)f.item_size,
-               f.storage == SF_FIELD_FIXED ? "fixed" : f.storage == SF_FIELD_VAR ? "var" : "inline");
+        printf("],\"item_bytes\":%llu,\"storage\":\"%s\",\"codec\":\"%s\"}",
+               (unsigned long long)f.item_size,
+               f.storage == SF_FIELD_FIXED ? "fixed" : f.storage == SF_FIELD_VAR ? "var" : "inline",
+               codec_name(f.codec));
     }
     uint64_t total = 0;
     printf("],\"shards\":[");
@@ -104,8 +111,9 @@ static void print_text(const sf_dataset *ds, const char *dir)
         sf_field_info f;
         sf_dataset_field(&f, ds, i);
         shape_text(shape, sizeof shape, &f);
-        printf("  %-16s %-10s %-18s %10llu bytes  %s\n", f.name, f.dtype_name, shape,
-               (unsigned long long)f.item_size, storage_name(f.storage));
+        printf("  %-16s %-10s %-18s %10llu bytes  %s%s\n", f.name, f.dtype_name, shape,
+               (unsigned long long)f.item_size, storage_name(f.storage),
+               f.codec != SF_FIELD_CODEC_NONE ? (f.codec == SF_FIELD_CODEC_ZSTD ? ", zstd" : ", ?") : "");
     }
     printf("shards\n");
     for (uint64_t i = 0; i < sf_dataset_num_shards(ds); i++) {

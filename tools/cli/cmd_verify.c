@@ -35,33 +35,38 @@ int cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {{"json", no_argument, NULL, 'J'},
                                              {"jobs", required_argument, NULL, 'j'},
+                                             {"decompress", no_argument, NULL, 'D'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     verify_out o = {0};
-    unsigned jobs = 0;
+    sf_verify_opts vo = SF_VERIFY_OPTS_INIT;
     uint64_t v;
     int c;
     while ((c = getopt_long(argc, argv, "j:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'J': o.json = 1; break;
+        case 'D': vo.decompress = 1; break;
         case 'j':
             if (cli_parse_uint(optarg, &v) || v == 0 || v > 1024) {
                 fprintf(stderr, "shardfeed verify: -j takes a number from 1 to 1024\n");
                 return EXIT_USAGE;
             }
-            jobs = (unsigned)v;
+            vo.jobs = (unsigned)v;
             break;
         default:
             fprintf(c == 'h' ? stdout : stderr,
-                    "usage: shardfeed verify DATASET_DIR [-j N] [--json]\n"
+                    "usage: shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]\n"
                     "Checks the manifest, every shard header, index, footer, record checksum and\n"
-                    "padding byte. Exit 0: intact; 2: corrupt (each problem printed with file,\n"
-                    "record and byte offset); 1: usage or environment error.\n");
+                    "padding byte. Record checksums cover the stored (compressed) bytes, so\n"
+                    "compressed values are not decompressed unless --decompress is given: then\n"
+                    "every zstd value is also decompressed and checked (size, one whole frame).\n"
+                    "Exit 0: intact; 2: corrupt (each problem printed with file, record and byte\n"
+                    "offset); 1: usage or environment error.\n");
             return c == 'h' ? EXIT_OK : EXIT_USAGE;
         }
     }
     if (optind + 1 != argc) {
-        fprintf(stderr, "usage: shardfeed verify DATASET_DIR [-j N] [--json]\n");
+        fprintf(stderr, "usage: shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]\n");
         return EXIT_USAGE;
     }
     o.dir = argv[optind];
@@ -69,7 +74,7 @@ int cmd_verify(int argc, char **argv)
         printf("{\"problems\":[");
     sf_verify_summary s;
     memset(&s, 0, sizeof s);
-    int rc = sf_verify(&s, o.dir, jobs, on_problem, &o);
+    int rc = sf_verify_ex(&s, o.dir, &vo, on_problem, &o);
     int status = rc == 0 ? EXIT_OK : s.problems ? EXIT_CORRUPT : EXIT_USAGE;
     if (o.json) {
         printf("],\"ok\":%s,\"shards\":%llu,\"records\":%llu,\"bytes\":%llu,\"seconds\":%.6f",
