@@ -11,24 +11,24 @@
 #include "format/le.h"
 #include "pack_internal.h"
 
-static int ends_with(const char *s, const char *suffix)
+int pack_ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcasecmp(s + a - b, suffix) == 0;
 }
 
-static int is_tar_name(const char *name)
+int pack_is_tar_name(const char *name)
 {
     static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2"};
     for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
-        if (ends_with(name, ext[i]))
+        if (pack_ends_with(name, ext[i]))
             return 1;
     return 0;
 }
 
 static int is_list_name(const char *name)
 {
-    return ends_with(name, ".csv") || ends_with(name, ".tsv") || ends_with(name, ".txt");
+    return pack_ends_with(name, ".csv") || pack_ends_with(name, ".tsv") || pack_ends_with(name, ".txt");
 }
 
 /* A directory's format from what it holds: .npy files, tar files, or class
@@ -46,9 +46,9 @@ static int detect_dir(const char **format, const char *path)
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode))
             dirs++;
-        else if (ends_with(de->d_name, ".npy"))
+        else if (pack_ends_with(de->d_name, ".npy"))
             npy++;
-        else if (is_tar_name(de->d_name))
+        else if (pack_is_tar_name(de->d_name))
             tar++;
     }
     closedir(d);
@@ -66,6 +66,18 @@ static int detect_dir(const char **format, const char *path)
     return 0;
 }
 
+char *pack_path_join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 2);
+    if (s) {
+        memcpy(s, a, la);
+        s[la] = '/';
+        memcpy(s + la + 1, b, lb + 1);
+    }
+    return s;
+}
+
 int pack_input_open(pack_input *in, const char *path, const char *format)
 {
     memset(in, 0, sizeof *in);
@@ -81,7 +93,7 @@ int pack_input_open(pack_input *in, const char *path, const char *format)
             int rc = detect_dir(&format, path);
             if (rc)
                 return rc;
-        } else if (is_tar_name(path)) {
+        } else if (pack_is_tar_name(path)) {
             format = "tar";
         } else if (is_list_name(path)) {
             format = "list";

@@ -79,18 +79,6 @@ static int is_image_name(const char *name)
     return 0;
 }
 
-static char *join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 2);
-    if (s) {
-        memcpy(s, a, la);
-        s[la] = '/';
-        memcpy(s + la + 1, b, lb + 1);
-    }
-    return s;
-}
-
 /* Lists dir: sub-folders into *dirs and files into *files (names only),
  * following symlinks like os.walk(followlinks=True). */
 static int list_dir(const char *path, strvec *dirs, strvec *files)
@@ -135,7 +123,7 @@ typedef struct walk {
  * error: os.walk would go round it forever. */
 static int collect_dirs(walk *w, const char *rel)
 {
-    char *path = join(w->root, rel);
+    char *path = pack_path_join(w->root, rel);
     if (!path)
         return sf_fail(-ENOMEM, "out of memory");
     struct stat st;
@@ -161,7 +149,7 @@ static int collect_dirs(walk *w, const char *rel)
         w->ino[w->depth] = st.st_ino;
         w->depth++;
         for (size_t i = 0; i < subs.n && !rc; i++) {
-            char *sub = join(rel, subs.v[i]);
+            char *sub = pack_path_join(rel, subs.v[i]);
             rc = sub ? collect_dirs(w, sub) : sf_fail(-ENOMEM, "out of memory");
             free(sub);
         }
@@ -212,13 +200,13 @@ static int scan_class(pack_input *in, found *fo, const char *root, const char *c
         qsort(w.rel.v, w.rel.n, sizeof *w.rel.v, cmp_str);
     size_t before = fo->keys.n;
     for (size_t d = 0; d < w.rel.n && !rc; d++) {
-        char *path = join(root, w.rel.v[d]);
+        char *path = pack_path_join(root, w.rel.v[d]);
         strvec files = {0};
         rc = path ? list_dir(path, NULL, &files) : sf_fail(-ENOMEM, "out of memory");
         if (!rc)
             qsort(files.v, files.n, sizeof *files.v, cmp_str);
         for (size_t i = 0; i < files.n && !rc; i++) {
-            char *key = join(w.rel.v[d], files.v[i]);
+            char *key = pack_path_join(w.rel.v[d], files.v[i]);
             if (!key) {
                 rc = sf_fail(-ENOMEM, "out of memory");
                 break;
@@ -238,7 +226,7 @@ static int scan_class(pack_input *in, found *fo, const char *root, const char *c
                 break;
             }
             struct stat st;
-            char *full = join(root, key);
+            char *full = pack_path_join(root, key);
             if (!full) {
                 free(key);
                 rc = sf_fail(-ENOMEM, "out of memory");
@@ -296,7 +284,7 @@ static int if_read(void *cursor, const pack_input *in, uint64_t sample, uint32_t
         return 0;
     }
     uint64_t size = in->sizes[sample * 2 + F_IMAGE];
-    char *path = join(in->path, in->keys[sample]);
+    char *path = pack_path_join(in->path, in->keys[sample]);
     if (!path)
         return sf_fail(-ENOMEM, "out of memory");
     int rc = 0;

@@ -83,12 +83,6 @@ static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
     return 0;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcasecmp(s + a - b, suffix) == 0;
-}
-
 static int read_whole(const char *path, char **out, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -132,9 +126,9 @@ static int check_no_nul(const parser *ps)
 /* Comma for .csv, tab for .tsv; otherwise tab when the first line has one. */
 static char pick_delimiter(const char *file, const char *buf, size_t len)
 {
-    if (ends_with(file, ".csv"))
+    if (pack_ends_with(file, ".csv"))
         return ',';
-    if (ends_with(file, ".tsv"))
+    if (pack_ends_with(file, ".tsv"))
         return '\t';
     const char *nl = memchr(buf, '\n', len);
     return memchr(buf, '\t', nl ? (size_t)(nl - buf) : len) ? '\t' : ',';

@@ -53,21 +53,6 @@ typedef struct member_pos {
 
 /* ---- names ---- */
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcasecmp(s + a - b, suffix) == 0;
-}
-
-static int is_tar_name(const char *name)
-{
-    static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2"};
-    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
-        if (ends_with(name, ext[i]))
-            return 1;
-    return 0;
-}
-
 /* Splits a member name into its key (copied into `key`) and field (a
  * pointer into `name`). A leading "./" (from `tar -C dir .`) is dropped. */
 static int split_member(const char *tar, const char *name, char key[SF_MAX_KEY + 1], const char **field)
@@ -375,18 +360,6 @@ static int add_tar(tar_priv *p, char *path, size_t *cap)
     return 0;
 }
 
-static char *join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 2);
-    if (s) {
-        memcpy(s, a, la);
-        s[la] = '/';
-        memcpy(s + la + 1, b, lb + 1);
-    }
-    return s;
-}
-
 /* The tar files of a folder, in natural order; other files are counted
  * as skipped. */
 static int list_tars(pack_input *in, tar_priv *p, const char *dir)
@@ -404,8 +377,8 @@ static int list_tars(pack_input *in, tar_priv *p, const char *dir)
             continue;
         if (fstatat(dirfd(d), n, &st, 0) != 0)
             rc = sf_fail(SF_E_INPUT, "%s/%s: %s", dir, n, strerror(errno));
-        else if (S_ISREG(st.st_mode) && is_tar_name(n))
-            rc = add_tar(p, join(dir, n), &cap);
+        else if (S_ISREG(st.st_mode) && pack_is_tar_name(n))
+            rc = add_tar(p, pack_path_join(dir, n), &cap);
         else if (in->skipped++ == 0)
             snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", dir, n);
     }

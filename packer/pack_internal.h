@@ -49,6 +49,12 @@ int pack_input_tar(pack_input *in, const char *path);
 /* Picks the format of `path` ("auto") or uses the one named. */
 int pack_input_open(pack_input *in, const char *path, const char *format);
 void pack_input_free(pack_input *in);
+/* "a/b", malloc'd; NULL when out of memory. */
+char *pack_path_join(const char *a, const char *b);
+/* 1 when s ends with suffix, ignoring ASCII case. */
+int pack_ends_with(const char *s, const char *suffix);
+/* 1 for the tar file names pack reads (.tar, .tar.gz, .tgz, .tar.zst, ...). */
+int pack_is_tar_name(const char *name);
 /* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
 int pack_input_alloc(pack_input *in, uint64_t n);
 
