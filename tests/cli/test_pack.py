@@ -131,6 +131,42 @@ class RoundTrip(Base):
         self.assertIn("(3, 16, 16)", text)
 
 
+class Progress(Base):
+    """The progress bar shows on a terminal only; --quiet prints nothing; the summary
+    says what was packed."""
+
+    def test_bar_on_a_terminal(self):
+        import pty
+        write_samples(self.inp, 40)
+        master, slave = pty.openpty()
+        p = subprocess.run([SHARDFEED, "pack", self.inp, "-o", self.out, "-j1"], stdout=subprocess.PIPE,
+                           stderr=slave, text=True)
+        os.close(slave)
+        tty = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO once the writer side is closed and drained
+                break
+            if not chunk:
+                break
+            tty += chunk
+        os.close(master)
+        self.assertEqual(p.returncode, 0)
+        text = tty.decode()
+        self.assertIn("[##############################] 100%  40/40 samples", text)
+        self.assertIn("ETA 0:00", text)
+        self.assertIn("packed 40 samples into 1 shards", p.stdout)
+
+    def test_no_bar_without_a_terminal_and_quiet_is_silent(self):
+        write_samples(self.inp, 10)
+        p = run("pack", self.inp, "-o", self.out, check=0)
+        self.assertEqual(p.stderr, "")
+        self.assertRegex(p.stdout, r"^packed 10 samples into 1 shards in .*MB/s\n$")
+        p = run("pack", self.inp, "-o", self.out, "--force", "--quiet", check=0)
+        self.assertEqual((p.stdout, p.stderr), ("", ""))
+
+
 class Determinism(Base):
     def test_j1_j2_and_reruns_byte_identical(self):
         write_samples(self.inp, 40, img_shape=(3, 32, 32))
