@@ -68,6 +68,14 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Bytewise order (Python's code point order for UTF-8). An empty vector
+ * has no array to hand qsort. */
+static void strvec_sort(strvec *s)
+{
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof *s->v, cmp_str);
+}
+
 static int is_image_name(const char *name)
 {
     size_t n = strlen(name);
@@ -197,14 +205,14 @@ static int scan_class(pack_input *in, found *fo, const char *root, const char *c
     int rc = collect_dirs(&w, cls);
     if (!rc)
         /* sorted(os.walk(...)) orders folders by their whole path. */
-        qsort(w.rel.v, w.rel.n, sizeof *w.rel.v, cmp_str);
+        strvec_sort(&w.rel);
     size_t before = fo->keys.n;
     for (size_t d = 0; d < w.rel.n && !rc; d++) {
         char *path = pack_path_join(root, w.rel.v[d]);
         strvec files = {0};
         rc = path ? list_dir(path, NULL, &files) : sf_fail(-ENOMEM, "out of memory");
         if (!rc)
-            qsort(files.v, files.n, sizeof *files.v, cmp_str);
+            strvec_sort(&files);
         for (size_t i = 0; i < files.n && !rc; i++) {
             char *key = pack_path_join(w.rel.v[d], files.v[i]);
             if (!key) {
@@ -340,7 +348,7 @@ int pack_input_imagefolder(pack_input *in, const char *root)
         if (in->skipped++ == 0)
             snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", root, files.v[i]);
     if (!rc)
-        qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
+        strvec_sort(&classes);
     found fo = {0};
     for (size_t c = 0; c < classes.n && !rc; c++)
         rc = scan_class(in, &fo, root, classes.v[c], (uint32_t)c);

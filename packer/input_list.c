@@ -283,7 +283,9 @@ static const char *cell(const parser *ps, size_t row, uint32_t col)
 static void set_field(sf_field *f, const char *name, enum col_kind kind)
 {
     memset(f, 0, sizeof *f);
-    snprintf(f->name, sizeof f->name, "%s", name);
+    /* Names were checked (sf_valid_field_name: at most 63 bytes). */
+    size_t n = strnlen(name, sizeof f->name - 1);
+    memcpy(f->name, name, n);
     if (kind == COL_FILE || kind == COL_TEXT) {
         f->dtype = SF_DT_BYTES;
         f->ndim = 1;
