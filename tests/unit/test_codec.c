@@ -91,14 +91,6 @@ static void schema_of(sf_schema *s, int zx, int ztok)
     cr_assert_eq(sf_schema_finish(s), 0, "%s", sf_last_error());
 }
 
-static void write_file(const char *path, const uint8_t *buf, uint64_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s", path);
-    cr_assert_eq(fwrite(buf, 1, len, f), len);
-    cr_assert_eq(fclose(f), 0);
-}
-
 /* The stored bytes of a value: as is, or one zstd frame (content size in
  * its header, as ZSTD_compress writes it). */
 static uint64_t store(uint8_t *out, uint64_t cap, const void *val, uint64_t len, int z)
@@ -173,30 +165,7 @@ static void write_shard(const char *dir, const sf_schema *s, int zx, int ztok, e
     }
     uint64_t index_size = count * s->entry_size + key_pos;
     memcpy(index + count * s->entry_size, keys, key_pos);
-    sf_shard_header h;
-    memset(&h, 0, sizeof h);
-    h.version_major = SF_FORMAT_MAJOR;
-    h.version_minor = SF_FORMAT_MINOR;
-    h.align = ALIGN;
-    h.shard_index = si;
-    h.record_count = count;
-    h.first_record = first;
-    h.data_offset = sf_data_offset(ALIGN);
-    h.index_offset = pos;
-    h.index_size = index_size;
-    h.index_entry_size = s->entry_size;
-    h.field_count = s->field_count;
-    h.schema_hash = sf_schema_hash(s);
-    h.dataset_id = DATASET_ID;
-    sf_shard_header_encode(file, &h);
-    memcpy(file + pos, index, index_size);
-    sf_shard_footer ft = {pos, index_size, count, sf_hash(index, index_size), h.checksum, 0};
-    sf_shard_footer_encode(file + pos + index_size, &ft);
-    uint64_t file_size = pos + index_size + SF_SHARD_FOOTER_SIZE;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/" SF_SHARD_NAME_FMT, dir, (unsigned)si);
-    write_file(path, file, file_size);
-    *desc = (sf_shard_desc){count, first, file_size, h.checksum, ft.index_checksum};
+    unit_seal_shard(dir, s, ALIGN, DATASET_ID, si, first, count, file, pos, index, index_size, desc);
     free(file);
     free(index);
 }
@@ -226,7 +195,7 @@ static void make_dataset(char *dir, size_t cap, const char *name, int zx, int zt
     sf_manifest_encode(buf, &m);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    write_file(path, buf, size);
+    unit_write_file(path, buf, size);
     free(buf);
 }
 
@@ -395,19 +364,6 @@ Test(codec, random_access_and_export_match_the_uncompressed_dataset)
     }
 }
 
-static void flip(const char *dir, unsigned shard, uint64_t off)
-{
-    char path[4300];
-    snprintf(path, sizeof path, "%s/" SF_SHARD_NAME_FMT, dir, shard);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f);
-    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
-    int c = fgetc(f);
-    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
-    fputc(c ^ 0xff, f);
-    fclose(f);
-}
-
 /* Reads a whole epoch (no shuffle); returns the first error, 0 otherwise.
  * With skip, checks every batch's values and counts substitutions of
  * `bad` by bad + 1. */
@@ -463,7 +419,7 @@ Test(codec, damaged_stored_bytes_fail_the_checksum_or_are_substituted)
 {
     char z[4200];
     make_dataset(z, sizeof z, "z", 1, 1, T_NONE, 0);
-    flip(z, 0, record_offset(12) + 6); /* inside x's frame of sample 12 */
+    unit_flip_shard_byte(z, 0, record_offset(12) + 6); /* inside x's frame of sample 12 */
     for (size_t e = 0; e < 3; e++) {
         uint64_t subst;
         int rc = read_epoch(z, engines[e], 0, 12, &subst);

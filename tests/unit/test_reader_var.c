@@ -76,14 +76,6 @@ static void schema_of(sf_schema *s)
     cr_assert_eq(sf_schema_finish(s), 0, "%s", sf_last_error());
 }
 
-static void write_file(const char *path, const uint8_t *buf, uint64_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s", path);
-    cr_assert_eq(fwrite(buf, 1, len, f), len);
-    cr_assert_eq(fclose(f), 0);
-}
-
 /* Writes shard `si` holding samples [first, first + count); fills its
  * manifest descriptor. */
 static void write_shard(const char *dir, const sf_schema *s, uint64_t si, uint64_t first,
@@ -119,31 +111,7 @@ static void write_shard(const char *dir, const sf_schema *s, uint64_t si, uint64
     }
     uint64_t index_size = count * s->entry_size + key_pos;
     memcpy(index + count * s->entry_size, keys, key_pos);
-    sf_shard_header h;
-    memset(&h, 0, sizeof h);
-    h.version_major = SF_FORMAT_MAJOR;
-    h.version_minor = SF_FORMAT_MINOR;
-    h.align = ALIGN;
-    h.shard_index = si;
-    h.record_count = count;
-    h.first_record = first;
-    h.data_offset = sf_data_offset(ALIGN);
-    h.index_offset = pos;
-    h.index_size = index_size;
-    h.index_entry_size = s->entry_size;
-    h.field_count = s->field_count;
-    h.schema_hash = sf_schema_hash(s);
-    h.dataset_id = DATASET_ID;
-    sf_shard_header_encode(file, &h);
-    memcpy(file + pos, index, index_size);
-    sf_shard_footer ft = {pos, index_size, count, sf_hash(index, index_size), h.checksum, 0};
-    sf_shard_footer_encode(file + pos + index_size, &ft);
-    uint64_t file_size = pos + index_size + SF_SHARD_FOOTER_SIZE;
-    char path[4200], name[SF_SHARD_NAME_MAX];
-    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)si);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    write_file(path, file, file_size);
-    *desc = (sf_shard_desc){count, first, file_size, h.checksum, ft.index_checksum};
+    unit_seal_shard(dir, s, ALIGN, DATASET_ID, si, first, count, file, pos, index, index_size, desc);
     free(file);
     free(index);
 }
@@ -170,7 +138,7 @@ static void make_var_dataset(char *dir, size_t cap)
     sf_manifest_encode(buf, &m);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    write_file(path, buf, size);
+    unit_write_file(path, buf, size);
     free(buf);
     cr_assert_eq(sf_verify(NULL, dir, 1, NULL, NULL), 0, "the hand-written dataset verifies: %s",
                  sf_last_error());
@@ -237,19 +205,6 @@ Test(reader_var, packed_bytes_and_offsets_through_every_engine)
     }
 }
 
-static void flip(const char *dir, unsigned shard, uint64_t off)
-{
-    char path[4300];
-    snprintf(path, sizeof path, "%s/" SF_SHARD_NAME_FMT, dir, shard);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f);
-    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
-    int c = fgetc(f);
-    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
-    fputc(c ^ 0xff, f);
-    fclose(f);
-}
-
 /* Offset of sample i's first payload byte in shard 0 (i < 40). */
 static uint64_t record_offset(uint64_t i)
 {
@@ -269,8 +224,8 @@ Test(reader_var, substitution_repacks_variable_length_bytes)
     char dir[4200];
     make_var_dataset(dir, sizeof dir);
     /* 10 (20 tok bytes) -> 11 (7 bytes): shorter; 30 (10) -> 31 (47): longer. */
-    flip(dir, 0, record_offset(10) + 3);
-    flip(dir, 0, record_offset(30) + 1);
+    unit_flip_shard_byte(dir, 0, record_offset(10) + 3);
+    unit_flip_shard_byte(dir, 0, record_offset(30) + 1);
     static const int engines[] = {SF_ENGINE_URING, SF_ENGINE_PREAD, SF_ENGINE_MMAP};
     for (size_t e = 0; e < 3; e++) {
         sf_reader_opts o = SF_READER_OPTS_INIT;

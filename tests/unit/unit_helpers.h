@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "format/format.h"
 #include "format/npy.h"
 
 static inline int unit_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -37,6 +38,64 @@ static inline void unit_write_npy(const char *path, int dtype, uint32_t ndim, co
     cr_assert_eq(fwrite(hdr, 1, h, f), h);
     cr_assert_eq(fwrite(data, 1, size, f), size);
     fclose(f);
+}
+
+static inline void unit_write_file(const char *path, const uint8_t *buf, uint64_t len)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(buf, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* Inverts the byte at `off` of shard file `shard` of dataset `dir`. */
+static inline void unit_flip_shard_byte(const char *dir, unsigned shard, uint64_t off)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/" SF_SHARD_NAME_FMT, dir, shard);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    int c = fgetc(f);
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    fputc(c ^ 0xff, f);
+    fclose(f);
+}
+
+/* Finishes and writes shard `si` of a dataset built with the format
+ * encoders: `file` holds the records up to `index_off` (the end of the last
+ * record, aligned); `index` the encoded entries and keys (index_size
+ * bytes). Encodes header, index and footer into `file` (which has room) and
+ * fills the manifest's descriptor. */
+static inline void unit_seal_shard(const char *dir, const sf_schema *s, uint32_t align,
+                                   uint64_t dataset_id, uint64_t si, uint64_t first, uint64_t count,
+                                   uint8_t *file, uint64_t index_off, const uint8_t *index,
+                                   uint64_t index_size, sf_shard_desc *desc)
+{
+    sf_shard_header h;
+    memset(&h, 0, sizeof h);
+    h.version_major = SF_FORMAT_MAJOR;
+    h.version_minor = SF_FORMAT_MINOR;
+    h.align = align;
+    h.shard_index = si;
+    h.record_count = count;
+    h.first_record = first;
+    h.data_offset = sf_data_offset(align);
+    h.index_offset = index_off;
+    h.index_size = index_size;
+    h.index_entry_size = s->entry_size;
+    h.field_count = s->field_count;
+    h.schema_hash = sf_schema_hash(s);
+    h.dataset_id = dataset_id;
+    sf_shard_header_encode(file, &h);
+    memcpy(file + index_off, index, index_size);
+    sf_shard_footer ft = {index_off, index_size, count, sf_hash(index, index_size), h.checksum, 0};
+    sf_shard_footer_encode(file + index_off + index_size, &ft);
+    uint64_t file_size = index_off + index_size + SF_SHARD_FOOTER_SIZE;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" SF_SHARD_NAME_FMT, dir, (unsigned)si);
+    unit_write_file(path, file, file_size);
+    *desc = (sf_shard_desc){count, first, file_size, h.checksum, ft.index_checksum};
 }
 
 #endif
