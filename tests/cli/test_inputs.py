@@ -217,6 +217,25 @@ class ListInput(Base):
         self.assert_fails(self.write_list("k.csv", "../files/a.png,1\n"), "k.csv:1:", "../files/a.png")
         self.assert_fails(self.write_list("q.csv", 'a.png,1\n"b.png,2\n'), "q.csv:2:", "not closed")
 
+    def test_export_writes_the_files_and_a_list_that_packs_the_same(self):
+        root, data = self.files(["a/x 1.bin", "b/y.bin"])
+        lst = self.write_list("l.csv", 'path,label,caption,score\na/x 1.bin,4,"c, d",0.25\nb/y.bin,2,e,-1\n')
+        self.pack(lst)
+        exp = os.path.join(self.tmp, "export")
+        run("export", self.out, "-o", exp, check=0)
+        for name, value in data.items():
+            with open(os.path.join(exp, name), "rb") as f:
+                self.assertEqual(f.read(), value)
+        with open(os.path.join(exp, "list.csv")) as f:
+            self.assertEqual(f.read(), 'path,label,caption,score\na/x 1.bin,4,"c, d",0.25\nb/y.bin,2,e,-1\n')
+        again = self.pack(os.path.join(exp, "list.csv"), out=os.path.join(self.tmp, "again"))
+        a, b = list(sfspec.read_records(again)), list(sfspec.read_records(self.out))
+        self.assertEqual([k for k, _ in a], [k for k, _ in b])
+        for (key, ra), (_, rb) in zip(a, b):
+            self.assertEqual(sorted(ra), sorted(rb))
+            for name in ra:
+                self.assertEqual(bytes(ra[name]), bytes(rb[name]), f"{key}.{name}")
+
 
 TAR_FIELDS = [("cls", BYTES, VAR), ("seg.png", BYTES, VAR), ("txt", BYTES, VAR)]
 
@@ -239,6 +258,20 @@ class TarInput(Base):
         make_tar(path, members)
         self.pack(path)
         self.check_dataset(self.out, "tar", TAR_FIELDS, want)
+
+    def test_export_gives_back_the_members(self):
+        members, _ = self.samples(["a/1", "a/2", "b/1"])
+        path = os.path.join(self.tmp, "one.tar")
+        make_tar(path, members)
+        self.pack(path)
+        exp = os.path.join(self.tmp, "export")
+        run("export", self.out, "-o", exp, check=0)
+        got = {}
+        for d, _, names in os.walk(exp):
+            for n in names:
+                with open(os.path.join(d, n), "rb") as f:
+                    got[os.path.relpath(os.path.join(d, n), exp)] = f.read()
+        self.assertEqual(got, dict(members))
 
     def test_tar_gz(self):
         members, want = self.samples([f"s{i}" for i in range(20)])
