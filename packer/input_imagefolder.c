@@ -63,19 +63,6 @@ static void strvec_free(strvec *s)
     memset(s, 0, sizeof *s);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Bytewise order (Python's code point order for UTF-8). An empty vector
- * has no array to hand qsort. */
-static void strvec_sort(strvec *s)
-{
-    if (s->n > 1)
-        qsort(s->v, s->n, sizeof *s->v, cmp_str);
-}
-
 static int is_image_name(const char *name)
 {
     size_t n = strlen(name);
@@ -87,9 +74,38 @@ static int is_image_name(const char *name)
     return 0;
 }
 
-/* Lists dir: sub-folders into *dirs and files into *files (names only),
- * following symlinks like os.walk(followlinks=True). */
-static int list_dir(const char *path, strvec *dirs, strvec *files)
+/* One entry of a folder, stat'ed once (following symlinks, as os.walk
+ * with followlinks=True does). */
+typedef struct entry {
+    char *name;
+    int err;         /* errno of the stat, 0 when it worked */
+    int is_dir, is_reg;
+    uint64_t size;
+    dev_t dev;
+    ino_t ino;
+} entry;
+
+typedef struct entries {
+    entry *v;
+    size_t n, cap;
+} entries;
+
+static void entries_free(entries *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i].name);
+    free(e->v);
+    memset(e, 0, sizeof *e);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
+}
+
+/* Reads folder `path` once. A failed stat is kept with the entry: it only
+ * matters for a file that would be packed. */
+static int list_dir(const char *path, entries *out)
 {
     DIR *d = opendir(path);
     if (!d)
@@ -101,73 +117,119 @@ static int list_dir(const char *path, strvec *dirs, strvec *files)
         const char *n = de->d_name;
         if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
             continue;
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? out->cap * 2 : 64;
+            entry *v = realloc(out->v, cap * sizeof *v);
+            if (!v) {
+                rc = sf_fail(-ENOMEM, "out of memory");
+                break;
+            }
+            out->v = v;
+            out->cap = cap;
+        }
+        entry *e = &out->v[out->n];
+        memset(e, 0, sizeof *e);
         struct stat st;
         if (fstatat(dirfd(d), n, &st, 0) != 0) {
-            rc = sf_fail(SF_E_INPUT, "%s/%s: %s", path, n, strerror(errno));
+            e->err = errno;
+        } else {
+            e->is_dir = S_ISDIR(st.st_mode);
+            e->is_reg = S_ISREG(st.st_mode);
+            e->size = (uint64_t)st.st_size;
+            e->dev = st.st_dev;
+            e->ino = st.st_ino;
+        }
+        if (!(e->name = strdup(n))) {
+            rc = sf_fail(-ENOMEM, "out of memory");
             break;
         }
-        if (S_ISDIR(st.st_mode))
-            rc = dirs ? strvec_push(dirs, strdup(n)) : 0;
-        else
-            rc = strvec_push(files, strdup(n));
+        out->n++;
         errno = 0;
     }
     if (!rc && errno)
         rc = sf_fail(SF_E_INPUT, "%s: reading folder: %s", path, strerror(errno));
     closedir(d);
+    if (!rc && out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_entry); /* bytewise: Python's order for UTF-8 */
     return rc;
 }
+
+/* A folder of a class and what it holds. */
+typedef struct folder {
+    char *rel; /* relative to ROOT */
+    entries list;
+} folder;
 
 typedef struct walk {
     const char *root;
     dev_t dev[64];
     ino_t ino[64];
     int depth;
-    strvec rel; /* every folder of the class, relative to ROOT */
+    folder *f; /* every folder of the class */
+    size_t n, cap;
 } walk;
 
-/* Collects `rel` (a folder relative to ROOT) and, recursively, its
- * sub-folders. A folder that is its own ancestor (a symlink loop) is an
- * error: os.walk would go round it forever. */
-static int collect_dirs(walk *w, const char *rel)
+static void walk_free(walk *w)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->f[i].rel);
+        entries_free(&w->f[i].list);
+    }
+    free(w->f);
+}
+
+/* Reads folder `rel` (relative to ROOT; dev/ino from its stat) and,
+ * recursively, its sub-folders. A folder that is its own ancestor (a
+ * symlink loop) is an error: os.walk would go round it forever. */
+static int collect(walk *w, const char *rel, dev_t dev, ino_t ino)
 {
     char *path = pack_path_join(w->root, rel);
     if (!path)
         return sf_fail(-ENOMEM, "out of memory");
-    struct stat st;
     int rc = 0;
-    if (stat(path, &st) != 0) {
-        rc = sf_fail(SF_E_INPUT, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    for (int i = 0; i < w->depth; i++)
-        if (w->dev[i] == st.st_dev && w->ino[i] == st.st_ino) {
+    for (int i = 0; i < w->depth && !rc; i++)
+        if (w->dev[i] == dev && w->ino[i] == ino)
             rc = sf_fail(SF_E_INPUT, "%s: symlink loop (the folder contains itself)", path);
-            goto out;
-        }
-    if (w->depth == (int)(sizeof w->dev / sizeof w->dev[0])) {
+    if (!rc && w->depth == (int)(sizeof w->dev / sizeof w->dev[0]))
         rc = sf_fail(SF_E_LIMIT, "%s: folders nested more than 64 deep", path);
-        goto out;
-    }
-    if ((rc = strvec_push(&w->rel, strdup(rel))))
-        goto out;
-    strvec subs = {0}, files = {0};
-    if ((rc = list_dir(path, &subs, &files)) == 0) {
-        w->dev[w->depth] = st.st_dev;
-        w->ino[w->depth] = st.st_ino;
-        w->depth++;
-        for (size_t i = 0; i < subs.n && !rc; i++) {
-            char *sub = pack_path_join(rel, subs.v[i]);
-            rc = sub ? collect_dirs(w, sub) : sf_fail(-ENOMEM, "out of memory");
-            free(sub);
+    if (!rc && w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        folder *f = realloc(w->f, cap * sizeof *f);
+        rc = f ? 0 : sf_fail(-ENOMEM, "out of memory");
+        if (f) {
+            w->f = f;
+            w->cap = cap;
         }
-        w->depth--;
     }
-    strvec_free(&subs);
-    strvec_free(&files);
-out:
+    size_t me = w->n;
+    if (!rc) {
+        memset(&w->f[me], 0, sizeof w->f[me]);
+        w->n++;
+        w->f[me].rel = strdup(rel);
+        rc = w->f[me].rel ? list_dir(path, &w->f[me].list) : sf_fail(-ENOMEM, "out of memory");
+    }
     free(path);
+    if (rc)
+        return rc;
+    w->dev[w->depth] = dev;
+    w->ino[w->depth] = ino;
+    w->depth++;
+    /* Index, not pointer: the recursion may move w->f. */
+    for (size_t i = 0; i < w->f[me].list.n && !rc; i++) {
+        const entry *e = &w->f[me].list.v[i];
+        if (!e->is_dir)
+            continue;
+        char *sub = pack_path_join(rel, e->name);
+        rc = sub ? collect(w, sub, e->dev, e->ino) : sf_fail(-ENOMEM, "out of memory");
+        free(sub);
+    }
+    w->depth--;
     return rc;
+}
+
+static int cmp_folder(const void *a, const void *b)
+{
+    return strcmp(((const folder *)a)->rel, ((const folder *)b)->rel);
 }
 
 typedef struct found {
@@ -198,67 +260,53 @@ static int add_sample(found *fo, char *key, uint32_t label, uint64_t size)
     return strvec_push(&fo->keys, key);
 }
 
-/* The samples of class `c`, in torchvision's order. */
-static int scan_class(pack_input *in, found *fo, const char *root, const char *cls, uint32_t c)
+/* One file of a class folder: a sample, or skipped (not an image name). */
+static int add_file(pack_input *in, found *fo, const char *root, const char *dir, const entry *e,
+                    uint32_t c)
+{
+    char *key = pack_path_join(dir, e->name);
+    if (!key)
+        return sf_fail(-ENOMEM, "out of memory");
+    if (!is_image_name(e->name)) {
+        if (in->skipped++ == 0)
+            snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", root, key);
+        free(key);
+        return 0;
+    }
+    int rc = 0;
+    if (!sf_valid_key(key, strlen(key)))
+        rc = sf_fail(SF_E_INPUT,
+                     "%s/%s: the path is not a valid sample key (at most %u bytes of UTF-8 without "
+                     "control characters)",
+                     root, key, SF_MAX_KEY);
+    else if (e->err || !e->is_reg)
+        rc = sf_fail(SF_E_INPUT, "%s/%s: %s", root, key, e->err ? strerror(e->err) : "not a regular file");
+    if (rc) {
+        free(key);
+        return rc;
+    }
+    return add_sample(fo, key, c, e->size);
+}
+
+/* The samples of class `c` (a folder entry of ROOT), in torchvision's order. */
+static int scan_class(pack_input *in, found *fo, const char *root, const entry *cls, uint32_t c)
 {
     walk w = {.root = root};
-    int rc = collect_dirs(&w, cls);
-    if (!rc)
-        /* sorted(os.walk(...)) orders folders by their whole path. */
-        strvec_sort(&w.rel);
+    int rc = collect(&w, cls->name, cls->dev, cls->ino);
+    /* sorted(os.walk(...)) orders folders by their whole path. */
+    if (!rc && w.n > 1)
+        qsort(w.f, w.n, sizeof *w.f, cmp_folder);
     size_t before = fo->keys.n;
-    for (size_t d = 0; d < w.rel.n && !rc; d++) {
-        char *path = pack_path_join(root, w.rel.v[d]);
-        strvec files = {0};
-        rc = path ? list_dir(path, NULL, &files) : sf_fail(-ENOMEM, "out of memory");
-        if (!rc)
-            strvec_sort(&files);
-        for (size_t i = 0; i < files.n && !rc; i++) {
-            char *key = pack_path_join(w.rel.v[d], files.v[i]);
-            if (!key) {
-                rc = sf_fail(-ENOMEM, "out of memory");
-                break;
-            }
-            if (!is_image_name(files.v[i])) {
-                if (in->skipped++ == 0)
-                    snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", root, key);
-                free(key);
-                continue;
-            }
-            if (!sf_valid_key(key, strlen(key))) {
-                rc = sf_fail(SF_E_INPUT,
-                             "%s/%s: the path is not a valid sample key (at most %u bytes of "
-                             "UTF-8 without control characters)",
-                             root, key, SF_MAX_KEY);
-                free(key);
-                break;
-            }
-            struct stat st;
-            char *full = pack_path_join(root, key);
-            if (!full) {
-                free(key);
-                rc = sf_fail(-ENOMEM, "out of memory");
-                break;
-            }
-            int serr = stat(full, &st) != 0 ? errno : 0;
-            if (serr || !S_ISREG(st.st_mode)) {
-                rc = sf_fail(SF_E_INPUT, "%s: %s", full, serr ? strerror(serr) : "not a regular file");
-                free(full);
-                free(key);
-                break;
-            }
-            free(full);
-            rc = add_sample(fo, key, c, (uint64_t)st.st_size);
-        }
-        strvec_free(&files);
-        free(path);
-    }
+    for (size_t d = 0; d < w.n && !rc; d++)
+        for (size_t i = 0; i < w.f[d].list.n && !rc; i++)
+            if (!w.f[d].list.v[i].is_dir)
+                rc = add_file(in, fo, root, w.f[d].rel, &w.f[d].list.v[i], c);
     if (!rc && fo->keys.n == before)
         rc = sf_fail(SF_E_INPUT,
                      "%s/%s: class folder has no image files (torchvision's extensions: .jpg .jpeg "
                      ".png .ppm .bmp .pgm .tif .tiff .webp)",
-                     root, cls);
-    strvec_free(&w.rel);
+                     root, cls->name);
+    walk_free(&w);
     return rc;
 }
 
@@ -337,21 +385,34 @@ int pack_input_imagefolder(pack_input *in, const char *root)
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
     in->priv = p;
-    strvec classes = {0}, files = {0};
-    int rc = list_dir(root, &classes, &files);
-    if (!rc && classes.n == 0)
+    entries top = {0};
+    int rc = list_dir(root, &top);
+    size_t nclass = 0;
+    for (size_t i = 0; i < top.n; i++) {
+        if (top.v[i].is_dir)
+            nclass++;
+        else if (in->skipped++ == 0) /* torchvision ignores files under ROOT; so do we, counting them */
+            snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", root, top.v[i].name);
+    }
+    if (!rc && nclass == 0)
         rc = sf_fail(SF_E_INPUT, "%s: no class folders (ImageFolder input is ROOT/<class>/<image>)", root);
-    if (!rc && classes.n > UINT32_MAX)
+    if (!rc && nclass > UINT32_MAX)
         rc = sf_fail(SF_E_LIMIT, "%s: too many classes", root);
-    /* torchvision ignores files directly under ROOT; so do we, counting them. */
-    for (size_t i = 0; i < files.n; i++)
-        if (in->skipped++ == 0)
-            snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", root, files.v[i]);
-    if (!rc)
-        strvec_sort(&classes);
+    char **classes = rc ? NULL : calloc(nclass, sizeof *classes);
+    if (!rc && !classes)
+        rc = sf_fail(-ENOMEM, "out of memory");
     found fo = {0};
-    for (size_t c = 0; c < classes.n && !rc; c++)
-        rc = scan_class(in, &fo, root, classes.v[c], (uint32_t)c);
+    uint32_t c = 0;
+    for (size_t i = 0; i < top.n && !rc; i++) {
+        if (!top.v[i].is_dir)
+            continue;
+        classes[c] = strdup(top.v[i].name);
+        rc = classes[c] ? scan_class(in, &fo, root, &top.v[i], c) : sf_fail(-ENOMEM, "out of memory");
+        c++;
+    }
+    /* Owned by `in` from here, so pack_input_free frees them on failure too. */
+    in->class_names = classes;
+    in->class_count = c;
     schema_of(&in->schema);
     if (!rc)
         rc = sf_schema_finish(&in->schema);
@@ -367,15 +428,10 @@ int pack_input_imagefolder(pack_input *in, const char *root)
         fo.keys.n = 0; /* the keys now belong to `in` */
         p->labels = fo.labels;
         fo.labels = NULL;
-        in->class_names = classes.v;
-        in->class_count = (uint32_t)classes.n;
-        classes.v = NULL;
-        classes.n = 0;
     }
     strvec_free(&fo.keys);
     free(fo.labels);
     free(fo.sizes);
-    strvec_free(&classes);
-    strvec_free(&files);
+    entries_free(&top);
     return rc;
 }
