@@ -6,6 +6,9 @@
       (/usr/share/datasets/fashion-mnist): img uint8 (28, 28), label int64 ().
   make-npy-samples.py synthetic OUT_DIR --count N [--shape 3,224,224] [--dtype float32] [--seed S]
       Random arrays, label int64 = i % 1000; deterministic for a given seed.
+  make-npy-samples.py imagefolder OUT_DIR --count N [--classes C] [--seed S]
+      An ImageFolder tree OUT_DIR/class NN/nNNNNNN.JPEG of N files of random bytes,
+      20-200 kB each (about ImageNet's sizes; pack does not decode them).
 """
 import argparse
 import gzip
@@ -60,6 +63,16 @@ def synthetic(args):
     print(f"wrote {args.count} synthetic samples {shape} {args.dtype} to {args.out}")
 
 
+def imagefolder(args):
+    rng = np.random.default_rng(args.seed)
+    for i in range(args.count):
+        d = os.path.join(args.out, f"class {i % args.classes:02d}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"n{i:06d}.JPEG"), "wb") as f:
+            f.write(rng.bytes(int(rng.integers(20_000, 200_001))))
+    print(f"wrote {args.count} files in {args.classes} classes to {args.out}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -73,8 +86,13 @@ def main():
     s.add_argument("--shape", default="3,224,224")
     s.add_argument("--dtype", default="float32")
     s.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("imagefolder")
+    t.add_argument("out")
+    t.add_argument("--count", type=int, required=True)
+    t.add_argument("--classes", type=int, default=10)
+    t.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    fashion(args) if args.cmd == "fashion-mnist" else synthetic(args)
+    {"fashion-mnist": fashion, "synthetic": synthetic, "imagefolder": imagefolder}[args.cmd](args)
 
 
 if __name__ == "__main__":
