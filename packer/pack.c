@@ -12,6 +12,7 @@
 
 #include "format/error_internal.h"
 #include "format/hash.h"
+#include "format/le.h"
 #include "pack_internal.h"
 #include "shardfeed/pack.h"
 
@@ -184,10 +185,11 @@ static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t
         .first_record = plan->shards[first].first,
         .first_shard = first,
     };
+    /* Little-endian like every stored number: the same id on every machine. */
     uint8_t buf[24];
-    memcpy(buf, &plan->dataset_id, 8);
-    memcpy(buf + 8, &k, 4);
-    memcpy(buf + 12, &n, 4);
+    sf_put_le64(buf, plan->dataset_id);
+    sf_put_le32(buf + 8, k);
+    sf_put_le32(buf + 12, n);
     memcpy(buf + 16, "part\0\0\0\0", 8);
     uint64_t id = sf_hash(buf, sizeof buf);
     return pack_plan_slice(plan, first, end - first, id ? id : 1);
