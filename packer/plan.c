@@ -44,7 +44,8 @@ static uint64_t dataset_id(const pack_input *in, uint32_t align, uint64_t shard_
     hash_u64(st, in->sample_count);
     for (uint64_t s = 0; s < in->sample_count; s++) {
         XXH3_64bits_update(st, in->keys[s], strlen(in->keys[s]) + 1);
-        XXH3_64bits_update(st, in->sizes + s * nf, nf * sizeof *in->sizes);
+        for (uint32_t f = 0; f < nf; f++)
+            hash_u64(st, in->sizes[s * nf + f]);
     }
     uint64_t id = XXH3_64bits_digest(st);
     XXH3_freeState(st);
