@@ -276,6 +276,9 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
 /* Called by the engine once all of a task's reads have finished (t->err set
  * on failure): checks the record, finishes the slot when it was the last. */
 void sf_loader_task_done(sf_reader *r, sf_task *t);
+/* sf_loader_task_done for n tasks at once (in claim order), with one
+ * update of the shared counters per slot instead of one per task. */
+void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n);
 /* Sets t->err and its detail on the slot (first error wins). */
 void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
 /* A value of task t does not decompress (SF_E_CORRUPT, detail in
