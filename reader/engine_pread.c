@@ -98,12 +98,11 @@ static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
     sf_loader_task_done(r, task);
 }
 
-/* Records (all of their payload) up to this size go a claim at a time:
- * copied one after another, then hashed one-shot while the claim (at most
- * CLAIM_BYTES) is still in L2, with the clock read twice per claim and the
- * shared counters updated once. Per record, the clock readings, the
- * streaming hash state and the atomics cost more than copying 1 KiB. */
-#define SMALL_RECORD (64u << 10)
+/* Small records (sf_loader_small_records) go a claim at a time: copied one
+ * after another, then hashed one-shot while the claim (at most CLAIM_BYTES)
+ * is still in L2, with the clock read twice per claim and the shared
+ * counters updated once. Per record, the clock readings, the streaming hash
+ * state and the atomics cost more than copying 1 KiB. */
 
 /* Asks for the source bytes of a task that will be copied soon (mmap). */
 typedef void (*prefetch_fn)(const sf_reader *r, const sf_task *task);
@@ -192,7 +191,7 @@ static void copy_run(sf_io_thread *t, copy_fn copy, prefetch_fn prefetch)
     sf_reader *r = t->r;
     sf_task *tasks[CLAIM_MAX];
     unsigned want = claim_size(r), got;
-    int small = !r->compressed && r->schema->n_var == 0 && fixed_bytes(r) <= SMALL_RECORD;
+    int small = sf_loader_small_records(r);
     while ((got = sf_loader_claim(r, tasks, want, 1)) > 0) {
         if (small) {
             copy_small(t, tasks, got, copy, prefetch);

@@ -269,6 +269,11 @@ int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint6
                     uint64_t len);
 
 /* ---- reader.c, for the engines ---- */
+/* Whether records are small: only fixed-size, uncompressed fields, at most
+ * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
+ * (a batch, typically) at a time. */
+#define SF_SMALL_RECORD (64u << 10)
+int sf_loader_small_records(const sf_reader *r);
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
  * is at least one or the reader stops. Returns the count; 0 means stop (when
  * blocking) or nothing now (when not). */
