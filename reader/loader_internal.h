@@ -269,6 +269,11 @@ int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint6
                     uint64_t len);
 
 /* ---- reader.c, for the engines ---- */
+/* Whether records are small: only fixed-size, uncompressed fields, at most
+ * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
+ * (a batch, typically) at a time. */
+#define SF_SMALL_RECORD (64u << 10)
+int sf_loader_small_records(const sf_reader *r);
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
  * is at least one or the reader stops. Returns the count; 0 means stop (when
  * blocking) or nothing now (when not). */
@@ -276,6 +281,9 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
 /* Called by the engine once all of a task's reads have finished (t->err set
  * on failure): checks the record, finishes the slot when it was the last. */
 void sf_loader_task_done(sf_reader *r, sf_task *t);
+/* sf_loader_task_done for n tasks at once (in claim order), with one
+ * update of the shared counters per slot instead of one per task. */
+void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n);
 /* Sets t->err and its detail on the slot (first error wins). */
 void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
 /* A value of task t does not decompress (SF_E_CORRUPT, detail in

@@ -140,7 +140,7 @@ typedef struct sf_reader_opts {
     int direct;           /* enum sf_reader_direct */
     int verify;           /* enum sf_reader_verify */
     int on_corrupt;       /* enum sf_reader_on_corrupt */
-    uint32_t io_threads;  /* I/O threads; 0: chosen from the engine and the CPU count */
+    uint32_t io_threads;  /* I/O threads; 0: chosen from the engine, the record size and the CPU count */
     uint32_t queue_depth; /* io_uring: reads in flight per ring; 0: 32 */
     int device;           /* enum sf_reader_device */
     int device_index;     /* CUDA device ordinal (cuda:N) */
