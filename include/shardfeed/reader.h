@@ -78,7 +78,9 @@ enum sf_reader_uneven {
 
 enum sf_reader_engine {
     SF_ENGINE_AUTO = 0,  /* io_uring; pread (with a one-line notice) where io_uring is blocked
-                            (ENOSYS, EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM) */
+                            (ENOSYS, EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM);
+                            mmap for small fixed-size records (<= 64 KiB, uncompressed) whose
+                            shards are in the page cache at open (checked with mincore) */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */

@@ -67,6 +67,9 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
   left in that epoch. A mismatching option raises ValueError naming it. rank is
   not checked: every rank is at the same position, so one rank's state
   restores them all.
+- engine: "auto" (default: io_uring, or mmap for small fixed-size records
+  whose shards are already in the page cache), "uring", "pread" or "mmap";
+  stats()["engine"] says which ran.
 - device: "cpu" (default), or "cuda" / "cuda:N" / a torch.device: tensors are
   copied to the GPU (``.to(device, non_blocking=True)``) and the slot is
   released at once. "cuda" means cuda:LOCAL_RANK when LOCAL_RANK is set.
