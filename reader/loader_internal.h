@@ -109,7 +109,9 @@ typedef struct sf_slot_layout {
  * caller releases a slot (on_release: fence the device buffer after work on
  * `stream`, and wait until the copy no longer reads the host slot), and before
  * new reads overwrite a slot that was freed without a release (on_reuse).
- * Any member may be NULL. */
+ * on_close is called exactly once when the reader closes, also when open
+ * failed (slab NULL if it was never made, and after a failed on_slab): it
+ * frees ctx. Any member may be NULL. */
 typedef struct sf_reader_stage {
     void *ctx;
     int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);

@@ -959,8 +959,7 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     if (r->stage.on_slab &&
         (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
         rc = sf_fail_prefix(rc, "device stage");
-        r->stage.on_close = NULL;
-        goto fail;
+        goto fail; /* close still calls on_close, which frees the stage */
     }
     if ((rc = start_io(r)))
         goto fail;
@@ -983,8 +982,10 @@ void sf_reader_close(sf_reader *r)
     if (r->engine)
         stop_engine(r);
     sf_trace_free_all(atomic_load(&r->trace));
-    if (r->stage.on_close && r->slab)
-        r->stage.on_close(r->stage.ctx, r->slab, r->slab_bytes);
+    /* Always, once: the stage's context is freed there even when open
+     * failed before the slab existed or the stage refused it. */
+    if (r->stage.on_close)
+        r->stage.on_close(r->stage.ctx, r->slab, r->slab ? r->slab_bytes : 0);
     slots_free(r);
     sf_slab_free(r->slab, r->slab_bytes);
     if (r->direct_fds) {
