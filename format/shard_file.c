@@ -1,4 +1,6 @@
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -272,4 +274,34 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
     }
     XXH3_freeState(st);
     return rc ? rc : problems;
+}
+
+/* Reads dir/manifest.sfm whole, capped at the largest valid manifest. */
+int sf_manifest_load(sf_manifest *m, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sf_fail(-errno, "%s: %s", path,
+                       errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
+                                       : strerror(errno));
+    struct stat st;
+    int rc = 0;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) != 0) {
+        rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
+    } else if ((uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE) {
+        rc = sf_fail(SF_E_LIMIT, "%s: %lld bytes, larger than any valid manifest", path,
+                     (long long)st.st_size);
+    } else if (!(buf = malloc((size_t)st.st_size + 1))) {
+        rc = sf_fail(-ENOMEM, "%s: out of memory", path);
+    } else if ((rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0))) {
+        rc = sf_fail(rc, "%s: read failed: %s", path, sf_strerror(rc));
+    } else if ((rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size))) {
+        sf_fail_prefix(rc, path);
+    }
+    free(buf);
+    close(fd);
+    return rc;
 }

@@ -49,6 +49,10 @@ typedef void (*sf_shard_problem_fn)(void *ctx, const sf_shard_problem *p);
 int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *s, int fd, uint8_t *buf,
                            uint64_t buf_size, sf_shard_problem_fn cb, void *ctx);
 
+/* Reads and decodes DIR/manifest.sfm, its size capped at the largest valid
+ * manifest before anything is allocated. Errors name the file. */
+int sf_manifest_load(sf_manifest *m, const char *dir);
+
 /* Reads exactly `len` bytes at `off`, retrying short reads and EINTR.
  * Returns 0, SF_E_TRUNCATED at end of file, or -errno. */
 int sf_pread_full(int fd, void *buf, uint64_t len, uint64_t off);

@@ -25,36 +25,11 @@ typedef struct part {
     pack_part_info info;
 } part;
 
-static int read_manifest(sf_manifest *m, const char *dir)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sf_fail(SF_E_INPUT, "%s: %s (not a finished dataset part)", path, strerror(errno));
-    struct stat st;
-    int rc = 0;
-    uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0)
-        rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
-    else if ((uint64_t)st.st_size < SF_MANIFEST_MIN_SIZE || (uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE)
-        rc = sf_fail(SF_E_CORRUPT, "%s: %lld bytes is not a manifest size", path, (long long)st.st_size);
-    else if (!(buf = malloc((size_t)st.st_size)))
-        rc = sf_fail(-ENOMEM, "out of memory");
-    else if ((rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0)) != 0)
-        rc = sf_fail(rc, "%s: read failed: %s", path, sf_strerror(rc));
-    else if ((rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size)) != 0)
-        sf_fail_prefix(rc, path);
-    free(buf);
-    close(fd);
-    return rc;
-}
-
 static int load_part(part *p)
 {
-    int rc = read_manifest(&p->m, p->dir);
+    int rc = sf_manifest_load(&p->m, p->dir);
     if (rc)
-        return rc;
+        return sf_fail_prefix(rc == -ENOENT ? SF_E_INPUT : rc, "not a finished dataset part");
     const uint8_t *v;
     uint32_t len;
     if (!sf_metadata_find(&v, &len, &p->m, "part"))

@@ -12,36 +12,6 @@
 #include "dataset_internal.h"
 #include "format/error_internal.h"
 
-/* Reads dir/manifest.sfm whole, capped at the largest valid manifest. */
-static int read_manifest(sf_manifest *m, const char *dir)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sf_fail(-errno, "%s: %s", path,
-                       errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
-                                       : strerror(errno));
-    struct stat st;
-    int rc = 0;
-    uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0) {
-        rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
-    } else if ((uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE) {
-        rc = sf_fail(SF_E_LIMIT, "%s: %lld bytes, larger than any valid manifest", path,
-                     (long long)st.st_size);
-    } else if (!(buf = malloc((size_t)st.st_size + 1))) {
-        rc = sf_fail(-ENOMEM, "%s: out of memory", path);
-    } else if ((rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0))) {
-        rc = sf_fail(rc, "%s: read failed: %s", path, sf_strerror(rc));
-    } else if ((rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size))) {
-        sf_fail_prefix(rc, path);
-    }
-    free(buf);
-    close(fd);
-    return rc;
-}
-
 int sf_dataset_open(sf_dataset **out, const char *dir)
 {
     if (!out || !dir)
@@ -53,7 +23,7 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         return sf_fail(-ENOMEM, "out of memory");
     }
     pthread_mutex_init(&ds->map_lock, NULL);
-    int rc = read_manifest(&ds->manifest, dir);
+    int rc = sf_manifest_load(&ds->manifest, dir);
     if (!rc)
         rc = sf_dataset_load_metadata(ds);
     if (rc) {
