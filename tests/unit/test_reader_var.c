@@ -17,19 +17,7 @@
 
 #include "unit_helpers.h"
 
-static char g_root[4096];
-
-static void scratch_fini(void)
-{
-    if (g_root[0])
-        unit_rm_tree(g_root);
-}
-
-static void scratch_init(void)
-{
-    snprintf(g_root, sizeof g_root, "reader-var-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_root), "mkdtemp: %s", strerror(errno));
-}
+UNIT_SCRATCH("reader-var-test")
 
 TestSuite(reader_var, .init = scratch_init, .fini = scratch_fini, .timeout = 120);
 

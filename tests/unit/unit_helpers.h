@@ -98,4 +98,19 @@ static inline void unit_seal_shard(const char *dir, const sf_schema *s, uint32_t
     *desc = (sf_shard_desc){count, first, file_size, h.checksum, ft.index_checksum};
 }
 
+/* A suite's scratch directory g_root, made by scratch_init (the suite's
+ * .init) under the current directory and removed by scratch_fini. */
+#define UNIT_SCRATCH(prefix)                                                      \
+    static char g_root[4096];                                                     \
+    static void scratch_fini(void)                                                \
+    {                                                                             \
+        if (g_root[0])                                                            \
+            unit_rm_tree(g_root);                                                 \
+    }                                                                             \
+    static void scratch_init(void)                                                \
+    {                                                                             \
+        snprintf(g_root, sizeof g_root, "%s-XXXXXX", prefix);                     \
+        cr_assert_not_null(mkdtemp(g_root), "mkdtemp: %s", strerror(errno));      \
+    }
+
 #endif
