@@ -4,13 +4,15 @@ bottleneck verdict on constructed cases with wide margins:
 
   consumer-bound  a consumer that sleeps 20 ms per batch on a small warm set
                   (the reader needs well under a millisecond per batch);
-  io-bound        O_DIRECT reads of ~75 MB with a consumer that does nothing
-                  (cold storage reads against in-cache hashing).
+  reader-bound    O_DIRECT reads of ~75 MB with a consumer that does nothing:
+                  the consumer waits, so the verdict names a reader stage.
 
-Checksum-bound is not asserted on real runs: warm copies and hashes cost about
-the same here, so no case has a margin that survives a loaded machine (the
-rule itself is covered by tests/unit/test_trace.c on constructed stats, and
-copy-bound there with slowed device copies).
+Which reader stage (io-bound or checksum-bound) is not asserted on real runs:
+it depends on the disk. On a slow disk the reads dominate; on this project's
+virtual disk O_DIRECT reads run at 1.5 GB/s or more and hashing the freshly
+DMA'd (uncached) bytes takes longer. No case has a margin that survives every
+machine, so the rule itself is covered by tests/unit/test_trace.c on
+constructed stats (and copy-bound there with slowed device copies).
 
 Run by ctest with SHARDFEED and SF_TEST_TMP (scratch on the build's file
 system: O_DIRECT needs a real one) in the environment; or by hand:
@@ -205,7 +207,7 @@ class Verdict(Base):
         self.assertLess(j["fractions"]["consumer_wait"], 0.10)
         self.assertGreaterEqual(j["seconds"], 16 * 0.020)
 
-    def test_cold_direct_reads_are_io_bound(self):
+    def test_cold_direct_reads_are_reader_bound(self):
         # O_DIRECT bypasses the page cache: every epoch reads from the disk.
         # 128 samples of 3x224x224 float32 (147 pages each), consumer does nothing.
         inp, ds = os.path.join(self.tmp, "big-in"), os.path.join(self.tmp, "big")
@@ -218,9 +220,11 @@ class Verdict(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         j = json.loads(p.stdout)
         self.assertTrue(j["options"]["direct"])
-        self.assertEqual(j["verdict"], "io-bound", j)
+        self.assertIn(j["verdict"], ("io-bound", "checksum-bound"), j)
         self.assertGreater(j["fractions"]["consumer_wait"], 0.5)
-        self.assertGreater(j["fractions"]["io_share"], j["fractions"]["checksum_share"])
+        # The verdict names the larger of the two shares.
+        larger = "io-bound" if j["fractions"]["io_share"] >= j["fractions"]["checksum_share"] else "checksum-bound"
+        self.assertEqual(j["verdict"], larger, j)
 
 
 class Python(Base):
