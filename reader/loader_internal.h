@@ -201,6 +201,8 @@ struct sf_reader {
     int started;          /* the first sf_reader_next has scheduled */
     /* delivery position: the batch sf_reader_next returns next */
     uint64_t del_epoch, del_index;
+    int restored;             /* sf_reader_restore moved the position and nothing was
+                                 delivered since: set_epoch of that epoch keeps it */
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
     uint32_t held;

@@ -1018,7 +1018,12 @@ int sf_reader_set_epoch(sf_reader *r, uint64_t epoch)
     if (!r)
         return sf_fail(SF_E_INVALID, "sf_reader_set_epoch: NULL reader");
     pthread_mutex_lock(&r->lock);
-    reposition_locked(r, epoch, 0, 0);
+    /* The documented loop calls set_epoch at the top of every epoch, also
+     * the first one after a restore: that call must not throw the restored
+     * position away and replay the epoch. */
+    if (!(r->restored && epoch == r->del_epoch))
+        reposition_locked(r, epoch, 0, 0);
+    r->restored = 0;
     pthread_mutex_unlock(&r->lock);
     return 0;
 }
@@ -1044,6 +1049,7 @@ int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
                        (unsigned long long)state->next_batch, (unsigned long long)r->num_batches);
     pthread_mutex_lock(&r->lock);
     reposition_locked(r, state->epoch, state->next_batch, 0);
+    r->restored = 1;
     pthread_mutex_unlock(&r->lock);
     return 0;
 }
@@ -1061,6 +1067,7 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
         schedule_locked(r);
     }
     int rc = 0;
+    r->restored = 0; /* the restored position is being consumed */
     for (;;) {
         if (r->del_index >= r->num_batches) {
             /* End of the epoch: say so once, then continue with the next. */

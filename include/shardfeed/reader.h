@@ -202,7 +202,10 @@ SF_API void sf_reader_close(sf_reader *r);
 
 /* Positions the reader at the start of `epoch`. Read-ahead already done for
  * that position is kept; anything else is discarded. Batches the caller
- * holds stay valid until released. */
+ * holds stay valid until released. Right after sf_reader_restore, before any
+ * sf_reader_next, set_epoch of the restored epoch keeps the restored
+ * position (so the loop above, started at state.epoch, resumes mid-epoch
+ * instead of replaying it); another epoch moves to its start as usual. */
 SF_API int sf_reader_set_epoch(sf_reader *r, uint64_t epoch);
 
 /* Batches per epoch for this rank: the same for every epoch and every rank. */

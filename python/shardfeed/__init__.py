@@ -462,8 +462,15 @@ class Loader:
         return self._epoch
 
     def set_epoch(self, epoch):
+        """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
+        Right after load_state_dict(), set_epoch of the saved epoch keeps the saved
+        position, so the usual loop (set_epoch at the top of every epoch) resumes
+        mid-epoch instead of replaying it."""
         self._check_open()
-        self._epoch = _uint("epoch", epoch, 0, _U64)
+        epoch = _uint("epoch", epoch, 0, _U64)
+        if self._resume is not None and epoch == self._epoch:
+            return
+        self._epoch = epoch
         self._pos = 0
         self._resume = None
         self._gen += 1
@@ -589,10 +596,11 @@ Shard = namedtuple("Shard", "name first_sample num_samples file_size")
 
 class Dataset:
     """An opened dataset: len(ds), ds.fields, ds.shards, ds.class_names, ds.key(i),
-    ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are read-only numpy views
-    of the shards' memory maps (the dataset stays open while one is alive), or of a
-    decompressed copy for compressed fields; bytes for variable-length fields of dtype bytes. With verify (default) each record's checksum is
-    checked when it is read."""
+    ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are copies that belong to
+    the caller: writable numpy arrays (torch.from_numpy(ds[i]["img"]).add_(1) changes
+    that copy only), decompressed for compressed fields; bytes for variable-length fields
+    of dtype bytes. With verify (default) each record's checksum is checked when it is
+    read; a damaged or truncated shard raises shardfeed.Error naming it."""
 
     def __init__(self, path, verify=True):
         self.path = os.fspath(path)

@@ -415,6 +415,102 @@ Test(reader, resume_after_k_batches_equals_uninterrupted_run)
     }
 }
 
+/* The documented loop (include/shardfeed/reader.h, README) calls set_epoch
+ * at the top of every epoch. After a restore, the loop starts at the saved
+ * epoch: its set_epoch must keep the restored position, not replay the
+ * epoch, and the following epochs start at batch 0 as usual. */
+static uint64_t documented_loop(sf_reader *r, uint64_t from_epoch, uint64_t epochs, pos *out,
+                                uint64_t max)
+{
+    uint64_t k = 0;
+    for (uint64_t epoch = from_epoch; epoch < epochs; epoch++) {
+        cr_assert_eq(sf_reader_set_epoch(r, epoch), 0);
+        const sf_batch *b;
+        while (sf_reader_next(&b, r) == 0 && b) {
+            cr_assert_lt(k, max);
+            cr_assert_eq(b->epoch, epoch);
+            out[k++] = (pos){b->epoch, b->index, b->ids[0] * 1000003u + b->ids[b->size - 1]};
+            sf_reader_release(r, b);
+        }
+    }
+    return k;
+}
+
+Test(reader, resume_with_the_documented_loop_replays_nothing)
+{
+    test_ds d = make_ds("a", 90, 64, 64);
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 7;
+    o.shuffle = SF_READER_SHUFFLE_GLOBAL;
+    o.seed = 9;
+    sf_reader *r = open_reader(&d, &o);
+    uint64_t nb = sf_reader_num_batches(r);
+    pos all[64];
+    uint64_t total = documented_loop(r, 0, 3, all, 64);
+    cr_assert_eq(total, 3 * nb);
+    sf_reader_close(r);
+
+    for (uint64_t k = 1; k < total; k += 4) {
+        /* Interrupt after k batches, inside the documented loop. */
+        r = open_reader(&d, &o);
+        uint64_t epoch = k / nb;
+        for (uint64_t e = 0; e <= epoch; e++) {
+            cr_assert_eq(sf_reader_set_epoch(r, e), 0);
+            uint64_t upto = e < epoch ? nb : k % nb;
+            for (uint64_t i = 0; i < upto; i++) {
+                const sf_batch *b;
+                cr_assert_eq(sf_reader_next(&b, r), 0);
+                cr_assert_not_null(b);
+                sf_reader_release(r, b);
+            }
+        }
+        sf_resume_state s;
+        cr_assert_eq(sf_reader_state(&s, r), 0);
+        sf_reader_close(r);
+
+        r = open_reader(&d, &o);
+        cr_assert_eq(sf_reader_restore(r, &s), 0);
+        pos rest[64];
+        uint64_t m = documented_loop(r, s.epoch, 3, rest, 64);
+        sf_reader_close(r);
+        cr_assert_eq(k + m, total, "k=%llu: %llu batches after resume (an epoch replayed?)",
+                     (unsigned long long)k, (unsigned long long)m);
+        for (uint64_t i = 0; i < m; i++)
+            cr_assert_eq(rest[i].first_id, all[k + i].first_id, "k=%llu batch %llu differs",
+                         (unsigned long long)k, (unsigned long long)i);
+    }
+}
+
+/* After a restore, set_epoch of another epoch still moves to its start, and
+ * a second set_epoch of the restored epoch (once batches were delivered)
+ * restarts it as documented. */
+Test(reader, set_epoch_after_restore_of_another_epoch_starts_it)
+{
+    test_ds d = make_ds("a", 90, 64, 64);
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 7;
+    sf_reader *r = open_reader(&d, &o);
+    sf_resume_state s = {1, 3}, now;
+    cr_assert_eq(sf_reader_restore(r, &s), 0);
+    cr_assert_eq(sf_reader_set_epoch(r, 2), 0);
+    cr_assert_eq(sf_reader_state(&now, r), 0);
+    cr_assert_eq(now.epoch, 2);
+    cr_assert_eq(now.next_batch, 0);
+
+    cr_assert_eq(sf_reader_restore(r, &s), 0);
+    cr_assert_eq(sf_reader_set_epoch(r, 1), 0);
+    cr_assert_eq(sf_reader_state(&now, r), 0);
+    cr_assert_eq(now.next_batch, 3, "the restored position is kept");
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0);
+    cr_assert_eq(b->index, 3);
+    sf_reader_release(r, b);
+    cr_assert_eq(sf_reader_set_epoch(r, 1), 0);
+    cr_assert_eq(sf_reader_state(&now, r), 0);
+    cr_assert_eq(now.next_batch, 0, "set_epoch after delivery restarts the epoch");
+    sf_reader_close(r);
+}
+
 Test(reader, set_epoch_mid_epoch_discards_read_ahead_keeps_held_batches)
 {
     test_ds d = make_ds("a", 120, 500, 64);
