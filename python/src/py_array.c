@@ -82,8 +82,6 @@ PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, cons
         n *= (Py_ssize_t)shape[i];
     }
     a->nbytes = n;
-    if (Py_IS_TYPE(owner, &sf_py_dataset_type))
-        ((sf_py_dataset *)owner)->live++;
     return (PyObject *)a;
 }
 
@@ -91,11 +89,7 @@ static void array_dealloc(sf_py_array *a)
 {
     PyObject *owner = a->owner;
     PyObject_Free(a);
-    if (owner) {
-        if (Py_IS_TYPE(owner, &sf_py_dataset_type))
-            sf_py_dataset_view_gone((sf_py_dataset *)owner);
-        Py_DECREF(owner);
-    }
+    Py_XDECREF(owner);
 }
 
 /* ---- buffer protocol ---- */

@@ -1,6 +1,6 @@
 /* _shardfeed.Dataset: an sf_dataset for inspection and random access. Values
- * are read-only views of the shard mmaps (or of the loaded index, for inline
- * fields) that keep the dataset open while they are alive. */
+ * are copies the caller owns (see dataset_get), so nothing outside a call
+ * refers to the dataset's memory. */
 #include "py_internal.h"
 
 static const char *storage_name(int storage)
@@ -17,17 +17,19 @@ static const char *storage_name(int storage)
     }
 }
 
+/* Closes the sf_dataset once close() was asked for and no get() of another
+ * thread still runs on it. */
 static void dataset_maybe_free(sf_py_dataset *d)
 {
-    if (d->ds && d->closing && d->live == 0) {
+    if (d->ds && d->closing && d->busy == 0) {
         sf_dataset_close(d->ds);
         d->ds = NULL;
     }
 }
 
-void sf_py_dataset_view_gone(sf_py_dataset *d)
+static void dataset_call_done(sf_py_dataset *d)
 {
-    d->live--;
+    d->busy--;
     dataset_maybe_free(d);
 }
 
@@ -69,7 +71,7 @@ static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void dataset_dealloc(sf_py_dataset *self)
 {
     self->closing = 1;
-    self->live = 0; /* views hold references: none is alive here */
+    self->busy = 0; /* a running get() holds a reference: none runs here */
     dataset_maybe_free(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -213,23 +215,29 @@ static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
     return out;
 }
 
-/* A compressed value, decompressed into a new bytes object (the Array's
- * owner, so the Array keeps it alive). */
-static PyObject *read_compressed(sf_py_dataset *self, uint64_t i, unsigned field, int check)
+/* The value of `field` of sample i, copied (and decompressed) into a new
+ * buffer object: bytes when as_bytes, else a bytearray, which the Array made
+ * over it owns, so the value is writable and independent of the shard files
+ * (a write never reaches a read-only mapping; a shard truncated later cannot
+ * fault it). */
+static PyObject *read_value(sf_py_dataset *self, uint64_t i, unsigned field, int check, int as_bytes)
 {
     uint64_t size = 0, got = 0;
     sf_dataset *ds = self->ds;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = sf_dataset_value_size(&size, ds, i, field); /* checked: at most 2^30 */
+    rc = sf_dataset_value_size(&size, ds, i, field); /* compressed: checked, at most 2^30 */
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return sf_py_raise(rc);
-    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (size > (uint64_t)PY_SSIZE_T_MAX)
+        return PyErr_NoMemory();
+    PyObject *buf = as_bytes ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size)
+                             : PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!buf)
         return NULL;
-    char *dst = PyBytes_AS_STRING(buf);
-    Py_BEGIN_ALLOW_THREADS
+    char *dst = as_bytes ? PyBytes_AS_STRING(buf) : PyByteArray_AS_STRING(buf);
+    Py_BEGIN_ALLOW_THREADS /* may fault pages in and hash the record */
     rc = sf_dataset_read_value(dst, size, &got, ds, i, field, check);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
@@ -239,10 +247,10 @@ static PyObject *read_compressed(sf_py_dataset *self, uint64_t i, unsigned field
     return buf;
 }
 
-/* get(sample, field, check) -> a read-only Array [shape...] (fixed, inline),
+/* get(sample, field, check) -> a writable Array [shape...] (fixed, inline),
  * a 1-D Array (variable length, numeric), or bytes (variable length, dtype
- * bytes: a copy). Compressed fields are decompressed into memory the Array
- * owns; others are views of the shard mmaps. */
+ * bytes). Always a copy the caller owns: torch.from_numpy(ds[i]["img"]).add_(1)
+ * must work, and must not change the dataset. */
 static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
 {
     PyObject *sample;
@@ -259,46 +267,20 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
     int rc = sf_dataset_field(&fi, self->ds, field);
     if (rc < 0)
         return sf_py_raise(rc);
-    if (fi.codec != SF_FIELD_CODEC_NONE) {
-        self->live++; /* a close() from another thread meanwhile waits for this call */
-        PyObject *buf = read_compressed(self, i, field, check);
-        PyObject *ret = NULL;
-        if (buf && fi.storage == SF_FIELD_VAR && fi.dtype == 0) {
-            ret = Py_NewRef(buf);
-        } else if (buf) {
-            uint64_t n = (uint64_t)PyBytes_GET_SIZE(buf) / (fi.elem_size ? fi.elem_size : 1);
-            ret = fi.storage == SF_FIELD_VAR
-                      ? sf_py_array_new(buf, PyBytes_AS_STRING(buf), fi.dtype, 1, &n, 1)
-                      : sf_py_array_new(buf, PyBytes_AS_STRING(buf), fi.dtype, (int)fi.ndim, fi.shape, 1);
-        }
-        Py_XDECREF(buf);
-        sf_py_dataset_view_gone(self);
-        return ret;
+    int as_bytes = fi.storage == SF_FIELD_VAR && fi.dtype == 0;
+    self->busy++; /* a close() from another thread meanwhile waits for this call */
+    PyObject *buf = read_value(self, i, field, check, as_bytes);
+    PyObject *ret = NULL;
+    if (buf && as_bytes) {
+        ret = Py_NewRef(buf);
+    } else if (buf) {
+        void *data = PyByteArray_AS_STRING(buf);
+        uint64_t n = (uint64_t)PyByteArray_GET_SIZE(buf) / (fi.elem_size ? fi.elem_size : 1);
+        ret = fi.storage == SF_FIELD_VAR ? sf_py_array_new(buf, data, fi.dtype, 1, &n, 0)
+                                         : sf_py_array_new(buf, data, fi.dtype, (int)fi.ndim, fi.shape, 0);
     }
-    const void *data;
-    uint64_t size;
-    sf_dataset *ds = self->ds;
-    self->live++; /* a close() from another thread meanwhile waits for this call */
-    Py_BEGIN_ALLOW_THREADS /* may fault pages in and hash the record */
-    rc = sf_dataset_get(&data, &size, ds, i, field, check);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyObject *ret = sf_py_raise(rc);
-        sf_py_dataset_view_gone(self);
-        return ret;
-    }
-    PyObject *ret;
-    if (fi.storage == SF_FIELD_VAR) {
-        if (fi.dtype == 0) {
-            ret = PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
-        } else {
-            uint64_t n = fi.elem_size ? size / fi.elem_size : size;
-            ret = sf_py_array_new((PyObject *)self, (void *)data, fi.dtype, 1, &n, 1);
-        }
-    } else {
-        ret = sf_py_array_new((PyObject *)self, (void *)data, fi.dtype, (int)fi.ndim, fi.shape, 1);
-    }
-    sf_py_dataset_view_gone(self);
+    Py_XDECREF(buf);
+    dataset_call_done(self);
     return ret;
 }
 
@@ -361,7 +343,7 @@ static PyMethodDef dataset_methods[] = {
     {"get", (PyCFunction)dataset_get, METH_VARARGS,
      "get(sample, field, check=True) -> read-only Array (or bytes for a bytes field)"},
     {"close", (PyCFunction)dataset_close, METH_NOARGS,
-     "close(): freed once no view of its memory is alive"},
+     "close(): the dataset is freed once no get() of another thread runs on it"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef dataset_getset[] = {

@@ -6,14 +6,17 @@
  *           is freed when no Batch of it is alive any more.
  *   Batch   one sf_batch held by the caller; holds a strong reference to its
  *           Reader. Its dealloc calls sf_reader_release (thread-safe).
- *   Array   a view of memory owned by `owner` (a Batch, or a Dataset for
- *           random access); holds a strong reference to the owner. Exports
+ *   Array   a view of memory owned by `owner` (a Batch, or the bytearray
+ *           holding a copied random-access value); holds a strong reference
+ *           to the owner. Exports
  *           the buffer protocol and, for batch memory, DLPack: every
  *           DLManagedTensor holds a reference to the Array, dropped by its
  *           deleter (which takes the GIL: consumers may call it from any
  *           thread).
- *   Dataset owns an sf_dataset (random access through its mmaps); freed when
- *           closed and no Array of it is alive.
+ *   Dataset owns an sf_dataset. get() copies each value into memory the
+ *           returned Array owns, so no Array refers to the dataset; the
+ *           sf_dataset is freed at close() once no get() of another thread
+ *           runs on it.
  *
  * Only the public headers of the library are used. */
 #ifndef SF_PY_INTERNAL_H
@@ -105,10 +108,7 @@ typedef struct sf_py_dataset {
     PyObject_HEAD
     sf_dataset *ds;
     int closing;
-    Py_ssize_t live; /* Arrays viewing its memory */
+    Py_ssize_t busy; /* get() calls running with the GIL released */
 } sf_py_dataset;
-
-/* Called by an Array's dealloc when its owner is a Dataset. */
-void sf_py_dataset_view_gone(sf_py_dataset *d);
 
 #endif

@@ -89,25 +89,39 @@ class RandomAccess(unittest.TestCase):
         self.assertEqual(len(ds[2:5]), 3)
         self.assertEqual(sum(1 for _ in ds), N)
 
-    def test_views_are_read_only_and_keep_the_dataset(self):
+    def test_values_are_writable_copies(self):
+        # The common __getitem__ pattern: torch.from_numpy(ds[i]["img"]).add_(1).
+        # Values used to be read-only views of the shard mmaps, and writing
+        # through a tensor made from one was a segfault.
         ds = shardfeed.open(DS)
+        ref = load_source(SRC, "img", str(N - 1))
         img = ds[N - 1]["img"]
         label = ds[N - 1]["label"]
-        self.assertFalse(img.flags.writeable)
-        with self.assertRaises(ValueError):
-            img[0, 0] = 1.0
+        self.assertTrue(img.flags.writeable)
+        self.assertTrue(img.flags.owndata or img.base is not None)
+        if HAVE_TORCH:
+            torch.from_numpy(img).add_(1)
+        else:
+            img += 1
+        np.testing.assert_array_equal(img, ref + 1)
+        np.testing.assert_array_equal(ds[N - 1]["img"], ref, "the dataset is unchanged")
+        self.assertEqual(ds.get(N - 1, verify=True)["img"].sum(), ref.sum())
+        label[...] = -5  # 0-d inline values too
+        self.assertEqual(ds[N - 1]["label"], load_source(SRC, "label", str(N - 1)))
         ds.close()
         del ds
         gc.collect()
-        np.testing.assert_array_equal(img, load_source(SRC, "img", str(N - 1)))
-        self.assertEqual(label, load_source(SRC, "label", str(N - 1)))
+        np.testing.assert_array_equal(img, ref + 1)  # a copy outlives the dataset
 
-    def test_no_dlpack_for_mmap_memory(self):
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_random_access_values_export_through_dlpack(self):
+        # Writable copies, so DLPack (which has no read-only flag) may share them.
         ds = shardfeed._shardfeed.Dataset(DS)
         a = ds.get(0, 0, True)
-        self.assertTrue(a.readonly)
-        with self.assertRaises(BufferError):
-            a.__dlpack__()
+        self.assertFalse(a.readonly)
+        t = torch.utils.dlpack.from_dlpack(a.__dlpack__())
+        t.add_(1)
+        np.testing.assert_array_equal(np.asarray(a), t.numpy())
 
 
 class EveryDtypeThroughTheLoader(unittest.TestCase):
