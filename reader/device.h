@@ -62,6 +62,9 @@ extern const sf_device_ops sf_device_cuda;
  * how many copies found their host slot changed since they were enqueued. */
 void sf_device_host_set_delay_us(unsigned us);
 unsigned long sf_device_host_violations(void);
+/* Test hook: while on, the copy thread starts no copy (they stay queued),
+ * so a test can see that copies are asynchronous without timing them. */
+void sf_device_host_hold(sf_device *d, int on);
 
 /* 1 when CUDA support was compiled in. */
 int sf_device_cuda_compiled(void);

@@ -58,7 +58,16 @@ struct sf_device {
     pthread_cond_t work, done;
     uint64_t next_seq;
     int stop;
+    int hold; /* test hook: copies wait until released */
 };
+
+void sf_device_host_hold(sf_device *d, int on)
+{
+    pthread_mutex_lock(&d->lock);
+    d->hold = on;
+    pthread_cond_signal(&d->work);
+    pthread_mutex_unlock(&d->lock);
+}
 
 static void *copy_thread(void *arg)
 {
@@ -74,7 +83,7 @@ static void *copy_thread(void *arg)
                 pick = &d->s[i];
                 idx = i;
             }
-        if (!pick) {
+        if (!pick || (d->hold && !d->stop)) {
             if (d->stop)
                 break;
             pthread_cond_wait(&d->work, &d->lock);
