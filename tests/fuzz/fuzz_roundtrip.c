@@ -20,21 +20,6 @@
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"
 
-/* sf_pack_npy_dir's calling thread polls its workers with 200 ms sleeps
- * (packer/pack.c, run_workers), so every pack takes >= 200 ms however small.
- * This target is linked with -Wl,--wrap=nanosleep (tests/CMakeLists.txt)
- * and caps those sleeps at 1 ms: otherwise it runs ~5 inputs a second. */
-int __wrap_nanosleep(const struct timespec *req, struct timespec *rem);
-int __wrap_nanosleep(const struct timespec *req, struct timespec *rem)
-{
-    struct timespec t = *req;
-    if (t.tv_sec > 0 || t.tv_nsec > 1000000) {
-        t.tv_sec = 0;
-        t.tv_nsec = 1000000;
-    }
-    return clock_nanosleep(CLOCK_MONOTONIC, 0, &t, rem);
-}
-
 #define MAX_SAMPLES 8
 #define MAX_ELEMS 64 /* 4*4*4 */
 
