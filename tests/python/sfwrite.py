@@ -1,7 +1,9 @@
-"""A minimal writer of shardfeed datasets, from SPEC.md alone, for tests that need what
-`shardfeed pack` does not produce yet (variable-length fields, zstd-compressed fields). No
-fsync, no resume: test data only. XXH3-64 and zstd come from libxxhash and libzstd through
-ctypes."""
+"""A minimal writer of shardfeed datasets, from SPEC.md alone: a second writer next to
+`shardfeed pack`, for tests that need datasets pack cannot make from its inputs — variable-
+length fields of numeric dtypes (pack's list, tar and ImageFolder inputs give `bytes` fields, its
+.npy input fixed shapes), any mix of storage kinds and codecs per field, schemas chosen value by
+value. No fsync, no resume: test data only. XXH3-64 and zstd come from libxxhash and libzstd
+through ctypes."""
 import ctypes
 import ctypes.util
 import os

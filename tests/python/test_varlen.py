@@ -1,6 +1,8 @@
 """Variable-length fields through shardfeed.Loader (varlen="list" and "pair") and
-shardfeed.open. `shardfeed pack` does not write them yet: sfwrite.py writes the dataset
-from SPEC.md, and `shardfeed verify` checks it first. See sfpytest.py for how to run it."""
+shardfeed.open, numeric ones (int32 tokens) next to bytes. `shardfeed pack` writes variable-
+length fields only as bytes (list, tar, ImageFolder inputs), so sfwrite.py writes this dataset
+from SPEC.md, and `shardfeed verify` checks it first (packed bytes fields are covered by
+test_imagefolder.py and test_compressed.py). See sfpytest.py for how to run it."""
 import os
 import sys
 import unittest
