@@ -483,6 +483,53 @@ Test(device_cuda, a_reader_on_the_second_device_puts_everything_there)
     assert_nothing_left();
 }
 
+Test(device_cuda, open_and_close_leave_the_callers_current_device_alone)
+{
+    /* A trainer's thread on cuda:0 opening a reader for cuda:1 stays on
+     * cuda:0 (its own allocations and launches go there), also when open
+     * fails, and whichever thread closes the reader. */
+    fakecuda_set_device_count(2);
+    CK(cudaSetDevice(0));
+    int dev = -1;
+    sf_reader *r = open_cuda("ds", SF_ENGINE_PREAD, 2, 1);
+    CK(cudaGetDevice(&dev));
+    cr_assert_eq(dev, 0, "sf_reader_open moved the caller to device %d", dev);
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0);
+    cr_assert_eq(sf_batch_wait(r, b), 0);
+    cr_assert_eq(sf_reader_release(r, b), 0);
+    sf_reader_close(r);
+    CK(cudaGetDevice(&dev));
+    cr_assert_eq(dev, 0, "sf_reader_close moved the caller to device %d", dev);
+    fakecuda_fail_call("cudaMalloc", 1, cudaErrorMemoryAllocation);
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.device = SF_DEVICE_CUDA;
+    o.device_index = 1;
+    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_NOT_SUPPORTED);
+    CK(cudaGetDevice(&dev));
+    cr_assert_eq(dev, 0, "a failed sf_reader_open moved the caller to device %d", dev);
+    assert_no_misuse_nor_race();
+    assert_nothing_left();
+}
+
+Test(device_cuda, a_reader_on_cuda_1_makes_no_context_on_another_device)
+{
+    /* A rank that opens its reader for cuda:1 from a thread that never used
+     * CUDA (current device 0 by default), and the reader's own threads: a
+     * context on device 0 would cost every rank's process memory on GPU 0. */
+    fakecuda_set_device_count(2);
+    sf_reader *r = open_cuda("ds", SF_ENGINE_PREAD, 2, 1);
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0); /* an I/O thread has enqueued its copy */
+    sf_reader_close(r);
+    cr_assert_eq(fakecuda_stat("contexts"), 1, "a context was made on a device besides cuda:1");
+    int dev = -1;
+    CK(cudaGetDevice(&dev));
+    cr_assert_eq(dev, 0);
+    assert_no_misuse_nor_race();
+    assert_nothing_left();
+}
+
 Test(device_cuda, no_device_and_a_missing_ordinal_fail_cleanly)
 {
     fakecuda_set_device_count(0);
