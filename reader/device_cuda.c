@@ -6,6 +6,7 @@
  * open (device memory stays constant afterwards), an event recorded after its
  * copy and an event the consumer's release records. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,10 +39,24 @@ static int cuda_err(cudaError_t e, const char *what)
     return sf_fail(SF_E_NOT_SUPPORTED, "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
-static void cuda_close(sf_device *d)
+/* open and close make their CUDA calls on a thread of their own. They need
+ * the reader's device current, and the caller's thread must keep its own:
+ * a trainer on cuda:0 opening a reader for cuda:1 would find itself on
+ * cuda:1, and setting its device back would create a context on a device
+ * its thread may never have used (cudaSetDevice initialises the device
+ * since CUDA 12). On the caller's thread only if no thread can start. */
+static void run_on_own_thread(void *(*fn)(void *), void *arg)
 {
-    if (!d)
-        return;
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, arg) == 0)
+        pthread_join(t, NULL);
+    else
+        fn(arg);
+}
+
+static void *close_on_device(void *arg)
+{
+    sf_device *d = arg;
     cudaSetDevice(d->ordinal);
     for (uint32_t i = 0; i < d->slots; i++) {
         if (d->stream && d->stream[i]) {
@@ -57,11 +72,50 @@ static void cuda_close(sf_device *d)
         cudaFree(d->pool);
     if (d->registered)
         cudaHostUnregister(d->slab);
+    return NULL;
+}
+
+static void cuda_close(sf_device *d)
+{
+    if (!d)
+        return;
+    run_on_own_thread(close_on_device, d);
     free(d->stream);
     free(d->copied);
     free(d->released);
     free(d->fenced);
     free(d);
+}
+
+/* The CUDA side of open; the first failing call and what it was for. */
+typedef struct open_job {
+    sf_device *d;
+    cudaError_t e;
+    const char *what;
+} open_job;
+
+static void *open_on_device(void *arg)
+{
+    open_job *j = arg;
+    sf_device *d = j->d;
+    cudaError_t e;
+    if ((e = cudaSetDevice(d->ordinal)) != cudaSuccess) {
+        j->what = "cudaSetDevice";
+    } else if ((e = cudaHostRegister(d->slab, d->slab_bytes, cudaHostRegisterDefault)) != cudaSuccess) {
+        j->what = "cudaHostRegister of the batch slab";
+    } else {
+        d->registered = 1;
+        if ((e = cudaMalloc((void **)&d->pool, d->slot_bytes * d->slots)) != cudaSuccess)
+            j->what = "cudaMalloc of the device batch pool";
+    }
+    for (uint32_t i = 0; e == cudaSuccess && i < d->slots; i++) {
+        if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess)
+            j->what = "creating streams and events";
+    }
+    j->e = e;
+    return NULL;
 }
 
 static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
@@ -89,19 +143,11 @@ static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_
     int rc = 0;
     if (!d->stream || !d->copied || !d->released || !d->fenced)
         rc = sf_fail(-ENOMEM, "out of memory");
-    if (!rc && (e = cudaSetDevice(ordinal)) != cudaSuccess)
-        rc = cuda_err(e, "cudaSetDevice");
-    if (!rc && (e = cudaHostRegister(slab, slab_bytes, cudaHostRegisterDefault)) != cudaSuccess)
-        rc = cuda_err(e, "cudaHostRegister of the batch slab");
-    d->registered = rc == 0;
-    if (!rc && (e = cudaMalloc((void **)&d->pool, slot_bytes * slots)) != cudaSuccess)
-        rc = cuda_err(e, "cudaMalloc of the device batch pool");
-    for (uint32_t i = 0; !rc && i < slots; i++) {
-        if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess)
-            rc = cuda_err(e, "creating streams and events");
-    }
+    open_job job = {d, cudaSuccess, NULL};
+    if (!rc)
+        run_on_own_thread(open_on_device, &job);
+    if (!rc && job.e != cudaSuccess)
+        rc = cuda_err(job.e, job.what);
     if (rc) {
         cuda_close(d);
         return rc;

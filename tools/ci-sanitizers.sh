@@ -4,7 +4,12 @@
 #     AddressSanitizer + UndefinedBehaviorSanitizer;
 #  2. the threaded paths (pack -j, verify -j, the reader's I/O threads with
 #     every engine, the host-copy device stage) under ThreadSanitizer;
-#  3. valgrind memcheck on a pack + verify + read + export run, zero errors.
+#  3. valgrind memcheck on a pack + verify + read + export run, zero errors;
+#  4. the CUDA delivery code (reader/device_cuda.c, tools/gpu/gpu_check.cu)
+#     on the fake CUDA runtime (tests/fakecuda, -DSHARDFEED_CUDA=FAKE): its
+#     tests plain and under ASan+UBSan, the GPU check and the CUDA device
+#     path of `shardfeed bench` under TSan. Skipped without a CUDA toolkit
+#     (the headers and nvcc; no GPU needed).
 # Usage: tools/ci-sanitizers.sh [WORK_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +19,7 @@ jobs=$(nproc)
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 
-echo "== 1/3 ASan+UBSan: every C test"
+echo "== 1/4 ASan+UBSan: every C test"
 cmake -S . -B "$work/asan" -DSHARDFEED_WERROR=ON -DSHARDFEED_SANITIZE=address,undefined \
       -DSHARDFEED_CUDA=OFF -DSHARDFEED_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$work/asan" -j "$jobs" >/dev/null
@@ -22,7 +27,7 @@ cmake --build "$work/asan" -j "$jobs" >/dev/null
 # in the plain build.
 SF_CRASH_RUNS=40 ctest --test-dir "$work/asan" --output-on-failure -j "$jobs"
 
-echo "== 2/3 TSan: threaded packing, verifying and reading"
+echo "== 2/4 TSan: threaded packing, verifying and reading"
 cmake -S . -B "$work/tsan" -DSHARDFEED_WERROR=ON -DSHARDFEED_SANITIZE=thread \
       -DSHARDFEED_CUDA=OFF -DSHARDFEED_PYTHON=OFF -DSHARDFEED_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$work/tsan" -j "$jobs" --target shardfeed_cli >/dev/null
@@ -41,7 +46,7 @@ done
 "$sf" bench "$data/ds" --engine pread --direct --batch-size 16 --epochs 2 >/dev/null 2>&1 || true
 echo "TSan: no data races reported"
 
-echo "== 3/3 valgrind memcheck: pack, verify, read, export"
+echo "== 3/4 valgrind memcheck: pack, verify, read, export"
 cmake -S . -B "$work/plain" -DSHARDFEED_CUDA=OFF -DSHARDFEED_PYTHON=OFF -DSHARDFEED_TESTS=OFF \
       -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$work/plain" -j "$jobs" --target shardfeed_cli >/dev/null
@@ -57,3 +62,33 @@ $vg "$sf" bench "$data/vds" --engine pread --batch-size 16 --epochs 2 >/dev/null
 $vg "$sf" bench "$data/vds" --engine mmap --batch-size 16 --epochs 1 >/dev/null
 $vg "$sf" export "$data/vds" -o "$data/vexp" >/dev/null
 echo "valgrind: 0 errors"
+
+echo "== 4/4 the CUDA delivery code on the fake CUDA runtime: plain, ASan+UBSan, TSan"
+if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+    echo "no CUDA toolkit: skipped"
+    exit 0
+fi
+fake_targets="test_fakecuda test_device_cuda gpu_check shardfeed_cli"
+fake_tests='^unit\.test_fakecuda$|^unit\.test_device_cuda$|^cli\.gpu_check_fake$'
+for leg in plain asan; do
+    opts=(-DSHARDFEED_CUDA=FAKE -DSHARDFEED_PYTHON=OFF)
+    [ "$leg" = asan ] && opts+=(-DSHARDFEED_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+    cmake -S . -B "$work/fake-$leg" -DSHARDFEED_WERROR=ON "${opts[@]}" >/dev/null
+    cmake --build "$work/fake-$leg" -j "$jobs" --target $fake_targets >/dev/null
+    ctest --test-dir "$work/fake-$leg" --output-on-failure -R "$fake_tests"
+done
+# Criterion's test runner does not start under TSan: the reader's threads,
+# the copies they enqueue and the fake's stream threads run under TSan in the
+# GPU check (release_after on a stream, kernels, 20 epochs) and in bench on
+# every engine, copies delayed; FAKECUDA_STRICT=1 aborts at a misuse or race.
+cmake -S . -B "$work/fake-tsan" -DSHARDFEED_WERROR=ON -DSHARDFEED_SANITIZE=thread \
+      -DSHARDFEED_CUDA=FAKE -DSHARDFEED_PYTHON=OFF -DSHARDFEED_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build "$work/fake-tsan" -j "$jobs" --target gpu_check shardfeed_cli >/dev/null
+sf="$work/fake-tsan/shardfeed"
+tests/fakecuda/gpu_check_fake.sh "$work/fake-tsan/gpu_check" "$sf" /usr/bin/python3 "$PWD" \
+    "$work/fake-tsan/gpu-check-data"
+for engine in uring pread mmap; do
+    FAKECUDA_STRICT=1 FAKECUDA_COPY_DELAY_US=1000 "$sf" bench "$data/ds" --device cuda:0 \
+        --engine "$engine" --threads 3 --batch-size 16 --epochs 3 --shuffle global --prefetch 2 >/dev/null
+done
+echo "fake CUDA: device tests passed plain and under ASan+UBSan; no data races under TSan"

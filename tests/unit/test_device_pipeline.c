@@ -24,27 +24,15 @@
 
 static char g_root[256];
 
-/* A packed dataset: img_{i}.npy float32 (3, 32, 32) with content derived
- * from i, label_{i}.npy int64 i * 5. */
+/* A packed dataset of unit_write_image_samples. */
 static void setup(void)
 {
     snprintf(g_root, sizeof g_root, "devpipe-XXXXXX");
     cr_assert_not_null(mkdtemp(g_root));
-    char in[512], out[512], path[600];
+    char in[512], out[512];
     snprintf(in, sizeof in, "%s/in", g_root);
     snprintf(out, sizeof out, "%s/ds", g_root);
-    cr_assert_eq(mkdir(in, 0755), 0);
-    float img[IMG_BYTES / 4];
-    uint64_t shape[3] = {3, 32, 32};
-    for (int i = 0; i < SAMPLES; i++) {
-        for (int j = 0; j < IMG_BYTES / 4; j++)
-            img[j] = (float)(i * 1000 + j);
-        int64_t label = i * 5;
-        snprintf(path, sizeof path, "%s/img_%d.npy", in, i);
-        unit_write_npy(path, SF_DT_F32, 3, shape, img, sizeof img);
-        snprintf(path, sizeof path, "%s/label_%d.npy", in, i);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
-    }
+    unit_write_image_samples(in, SAMPLES);
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     po.shard_size = 256 << 10;
     cr_assert_eq(sf_pack_npy_dir(NULL, in, out, &po), 0, "%s", sf_last_error());

@@ -98,6 +98,27 @@ static inline void unit_seal_shard(const char *dir, const sf_schema *s, uint32_t
     *desc = (sf_shard_desc){count, first, file_size, h.checksum, ft.index_checksum};
 }
 
+/* The image samples of the device tests: in directory `dir` (made here),
+ * img_{i}.npy float32 (3, 32, 32) holding i * 1000 + j at position j and
+ * label_{i}.npy int64 holding i * 5, for i < samples. */
+#define UNIT_IMG_FLOATS (3 * 32 * 32)
+static inline void unit_write_image_samples(const char *dir, int samples)
+{
+    cr_assert_eq(mkdir(dir, 0755), 0, "%s: %s", dir, strerror(errno));
+    static float img[UNIT_IMG_FLOATS];
+    uint64_t shape[3] = {3, 32, 32};
+    char path[4200];
+    for (int i = 0; i < samples; i++) {
+        for (int j = 0; j < UNIT_IMG_FLOATS; j++)
+            img[j] = (float)(i * 1000 + j);
+        int64_t label = i * 5;
+        cr_assert_lt(snprintf(path, sizeof path, "%s/img_%d.npy", dir, i), (int)sizeof path);
+        unit_write_npy(path, SF_DT_F32, 3, shape, img, sizeof img);
+        cr_assert_lt(snprintf(path, sizeof path, "%s/label_%d.npy", dir, i), (int)sizeof path);
+        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+    }
+}
+
 /* A suite's scratch directory g_root, made by scratch_init (the suite's
  * .init) under the current directory and removed by scratch_fini. */
 #define UNIT_SCRATCH(prefix)                                                      \

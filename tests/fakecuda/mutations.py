@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Mutation checks of the CUDA glue, on the fake CUDA runtime.
+
+Removes each wait, fence, device switch and teardown step of
+reader/device_cuda.c (and the slot waits of reader/device_stage.c), one at a
+time, in a scratch copy of the tree; rebuilds with -DSHARDFEED_CUDA=FAKE; runs
+tests/unit/test_device_cuda.c and the GPU check on the fake. Every mutation
+must make a test fail, except the ones marked equivalent (with the reason):
+a surviving one means a test is missing.
+
+    tests/fakecuda/mutations.py [NAME...]     (all when none given)
+
+Not part of CI (about ten minutes on two cores): run it after changing
+device_cuda.c or device_stage.c, and update the table below with the code.
+Exit status 1 when a mutation that should be caught survives.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+NOWAIT = ("static void *cuda_device_ptr",
+          "static int cuda_nowait(sf_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
+          "    return 0;\n}\n\nstatic void *cuda_device_ptr")
+CUDA = "reader/device_cuda.c"
+STAGE = "reader/device_stage.c"
+
+# name: (file, [(old, new)], what it removes, None or why it is equivalent)
+MUTATIONS = {
+    "copy_fence": (CUDA, [("    if (e == cudaSuccess && d->fenced[slot])\n"
+                           "        e = cudaStreamWaitEvent(d->stream[slot], d->released[slot], 0);\n", "")],
+                   "cudaStreamWaitEvent on the release event before a slot's next copy", None),
+    "copy_record": (CUDA, [("    if (e == cudaSuccess)\n"
+                            "        e = cudaEventRecord(d->copied[slot], d->stream[slot]);\n", "")],
+                    "cudaEventRecord of the copy event after a slot's copy", None),
+    "release_record": (CUDA, [("    cudaError_t e = cudaEventRecord(d->released[slot], (cudaStream_t)stream);\n"
+                               "    if (e != cudaSuccess)\n"
+                               "        return cuda_err(e, \"recording the release of a batch\");\n"
+                               "    d->fenced[slot] = 1;", "")],
+                       "release_after's cudaEventRecord on the consumer's stream", None),
+    "reuse_wait": (CUDA, [("    .reuse = cuda_wait,", "    .reuse = cuda_nowait,"), NOWAIT],
+                   "cudaEventSynchronize of the copy before a host slot is reused", None),
+    "batch_wait": (CUDA, [("    .wait = cuda_wait,", "    .wait = cuda_nowait,"), NOWAIT],
+                   "cudaEventSynchronize in sf_batch_wait", None),
+    "close_stream_sync": (CUDA, [("            cudaStreamSynchronize(d->stream[i]);\n", "")],
+                          "cudaStreamSynchronize of each slot stream at close", None),
+    "open_set_device": (CUDA, [("(e = cudaSetDevice(d->ordinal)) != cudaSuccess",
+                                "(e = cudaSuccess) != cudaSuccess")],
+                        "cudaSetDevice(ordinal) at open", None),
+    "copy_set_device": (CUDA, [("    cudaError_t e = cudaSetDevice(d->ordinal);\n",
+                                "    cudaError_t e = cudaSuccess;\n")],
+                        "cudaSetDevice(ordinal) in the I/O thread before a copy", None),
+    "close_set_device": (CUDA, [("    sf_device *d = arg;\n    cudaSetDevice(d->ordinal);\n",
+                                 "    sf_device *d = arg;\n")],
+                         "cudaSetDevice(ordinal) at close", None),
+    "own_thread": (CUDA, [("    if (pthread_create(&t, NULL, fn, arg) == 0)\n        pthread_join(t, NULL);\n"
+                           "    else\n        fn(arg);\n", "    (void)t;\n    fn(arg);\n")],
+                   "open's and close's thread of their own (the caller's device kept)", None),
+    "host_register": (CUDA, [("(e = cudaHostRegister(d->slab, d->slab_bytes, cudaHostRegisterDefault)) != cudaSuccess",
+                              "(e = cudaSuccess) != cudaSuccess"),
+                             ("        d->registered = 1;\n", "        d->registered = 0;\n")],
+                      "cudaHostRegister of the slab", None),
+    "host_unregister": (CUDA, [("        cudaHostUnregister(d->slab);\n", "        (void)0;\n")],
+                        "cudaHostUnregister at close", None),
+    "free_pool": (CUDA, [("        cudaFree(d->pool);\n", "        (void)0;\n")], "cudaFree of the pool", None),
+    "stream_destroy": (CUDA, [("            cudaStreamDestroy(d->stream[i]);\n", "")],
+                       "cudaStreamDestroy at close", None),
+    "event_destroy": (CUDA, [("            cudaEventDestroy(d->released[i]);\n", "            (void)0;\n")],
+                      "cudaEventDestroy of the release events at close", None),
+    "stage_release_reuse": (STAGE, [("    int rc2 = d->ops->reuse(d->dev, slot);", "    int rc2 = 0;")],
+                            "the device stage's wait for the copy when a slot is released", None),
+    "stage_reuse": (STAGE, [("    device_stage *d = ctx;\n    d->ops->reuse(d->dev, slot);\n",
+                             "    (void)ctx, (void)slot;\n")],
+                    "the wait for dropped read-ahead copies after a reposition", None),
+}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def copy_tree(src, dst):
+    files = run(["git", "ls-files", "-co", "--exclude-standard"], cwd=src, check=True).stdout.split()
+    for f in files:
+        if os.path.isfile(os.path.join(src, f)):
+            os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
+            shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
+
+
+def failing_tests(build):
+    unit = run(["./tests/test_device_cuda", "--verbose", "--jobs", "1"], cwd=build)
+    fails = sorted(set(re.findall(r"^\[(?:FAIL|CRASH)\] device_cuda::(\w+)", unit.stdout, re.M)))
+    if unit.returncode and not fails:
+        fails = ["test_device_cuda exited %d" % unit.returncode]
+    gpu = run(["ctest", "-R", "cli.gpu_check_fake"], cwd=build)
+    return fails + (["cli.gpu_check_fake"] if gpu.returncode else [])
+
+
+def main():
+    names = sys.argv[1:] or list(MUTATIONS)
+    for n in names:
+        if n not in MUTATIONS:
+            sys.exit("no mutation %s (known: %s)" % (n, " ".join(MUTATIONS)))
+    root = run(["git", "rev-parse", "--show-toplevel"], check=True).stdout.strip()
+    scratch = tempfile.mkdtemp(prefix="sf-mutations-")
+    src, build = os.path.join(scratch, "src"), os.path.join(scratch, "build")
+    copy_tree(root, src)
+    targets = ["test_device_cuda", "gpu_check", "shardfeed_cli"]
+    jobs = str(min(os.cpu_count() or 2, 8))
+    conf = run(["cmake", "-S", src, "-B", build, "-DSHARDFEED_CUDA=FAKE", "-DSHARDFEED_PYTHON=OFF"])
+    if conf.returncode:
+        sys.exit(conf.stdout)
+
+    def build_and_test():
+        b = run(["cmake", "--build", build, "-j", jobs, "--target"] + targets)
+        return ["BUILD FAILED:\n" + b.stdout[-2000:]] if b.returncode else failing_tests(build)
+
+    base = build_and_test()
+    if base:
+        sys.exit("the unmutated tree fails: %s" % base)
+    bad = 0
+    print("%-22s %-8s %s" % ("mutation", "verdict", "failing tests"))
+    for n in names:
+        path, edits, what, equivalent = MUTATIONS[n]
+        full = os.path.join(src, path)
+        original = open(full).read()
+        text = original
+        for old, new in edits:
+            if text.count(old) != 1:
+                sys.exit("%s: the code to remove is not in %s any more: update the table" % (n, path))
+            text = text.replace(old, new, 1)
+        open(full, "w").write(text)
+        fails = build_and_test()
+        open(full, "w").write(original)
+        if equivalent:
+            verdict = "equiv." if not fails else "killed"
+        else:
+            verdict = "killed" if fails else "SURVIVED"
+            bad += not fails
+        print("%-22s %-8s %s" % (n, verdict, ", ".join(fails) or "(none: %s)" % (equivalent or "a test is missing")))
+        print("%-22s %-8s removes: %s" % ("", "", what))
+        sys.stdout.flush()
+    shutil.rmtree(scratch)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
