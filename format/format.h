@@ -93,6 +93,9 @@ typedef struct sf_schema {
 /* Validates the fields (names, dtypes, shapes, sizes, storage rules) and fills
  * the derived members. */
 int sf_schema_finish(sf_schema *s);
+/* Validates one field descriptor (what sf_schema_finish checks of each):
+ * SF_E_CORRUPT or SF_E_LIMIT with the detail naming the field. */
+int sf_field_check(const sf_field *f);
 /* Index of the field called `name`, or -1. */
 int sf_schema_find(const sf_schema *s, const char *name);
 /* 1 when `name` is a valid field name: 1..63 bytes of [A-Za-z0-9._-], not
@@ -104,6 +107,14 @@ int sf_valid_field_name(const char *name, size_t len);
  * components are neither empty, "." nor "..". So a key joined to a
  * directory always names something inside it. */
 int sf_valid_key(const char *key, size_t len);
+/* sf_valid_key that says what is wrong: returns 1 for a valid key; else 0,
+ * and when why != NULL writes the one message every part of shardfeed
+ * gives for a bad key ("key '../x' has a '..' component at byte 0; ..."),
+ * the key shown with unprintable bytes escaped. */
+int sf_key_check(const char *key, size_t len, char *why, size_t cap);
+#define SF_KEY_RULE                                                                        \
+    "a key is a relative path of 1 to 255 bytes of UTF-8 without control characters, whose " \
+    "'/'-separated parts are not empty, '.' or '..'"
 /* Encodes the field table (field_count * SF_FIELD_DESC_SIZE bytes). */
 void sf_schema_encode(uint8_t *out, const sf_schema *s);
 /* XXH3-64 of the encoded field table: ties shards to their schema. */
@@ -174,7 +185,6 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
  * record. `index` holds h->index_size bytes. On failure, sets the detail with
  * the record number and returns SF_E_CORRUPT or SF_E_LIMIT. */
 int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *index);
-
 /* ---- manifest ---- */
 typedef struct sf_shard_desc {
     uint64_t record_count;

@@ -309,9 +309,9 @@ int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *
             key_pos + e.key_length > key_area)
             return sf_fail(SF_E_CORRUPT, "record %llu: key at %u+%u outside the key area",
                            (unsigned long long)r, e.key_offset, e.key_length);
-        if (!sf_valid_key((const char *)keys + key_pos, e.key_length))
-            return sf_fail(SF_E_CORRUPT, "record %llu: key has characters outside [A-Za-z0-9._-]",
-                           (unsigned long long)r);
+        char why[600];
+        if (!sf_key_check((const char *)keys + key_pos, e.key_length, why, sizeof why))
+            return sf_fail(SF_E_CORRUPT, "record %llu: %s", (unsigned long long)r, why);
         key_pos += e.key_length;
         expect_off = sf_align_up(e.offset + e.size, h->align);
         if (expect_off > h->index_offset)

@@ -354,11 +354,10 @@ static char *full_path(const list_priv *p, const char *path)
 static int add_file(pack_input *in, list_priv *p, uint64_t r, const char *path)
 {
     const char *k = key_part(path);
-    if (!sf_valid_key(k, strlen(k)))
-        return sf_fail(SF_E_INPUT,
-                       "%s:%llu: path '%s' does not make a valid sample key (a relative path of at "
-                       "most %u bytes of UTF-8 without control characters, '.' or '..' components)",
-                       in->path, (unsigned long long)p->line[r], path, SF_MAX_KEY);
+    char why[600];
+    if (!sf_key_check(k, strlen(k), why, sizeof why))
+        return sf_fail(SF_E_INPUT, "%s:%llu: path '%s': %s", in->path, (unsigned long long)p->line[r],
+                       path, why);
     if (!(in->keys[r] = strdup(k)))
         return sf_fail(-ENOMEM, "out of memory");
     char *full = full_path(p, path);
