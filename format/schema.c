@@ -162,13 +162,16 @@ int sf_field_check(const sf_field *f)
                        "with '.')",
                        shown, SF_MAX_NAME);
     }
+    /* Codes SPEC.md does not define are reserved: a file that uses one
+     * breaks the format (a later format version would say so in its
+     * version or required_flags). */
     if (f->dtype >= SF_DT_COUNT)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown dtype code %u", f->name, f->dtype);
+        return sf_fail(SF_E_CORRUPT, "field '%s': dtype code %u is reserved", f->name, f->dtype);
     if (f->ndim > SF_MAX_NDIM)
         return sf_fail(SF_E_LIMIT, "field '%s': %u dimensions (limit %u)", f->name, f->ndim,
                        SF_MAX_NDIM);
     if (f->codec >= SF_CODEC_COUNT)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown codec %u", f->name, f->codec);
+        return sf_fail(SF_E_CORRUPT, "field '%s': codec %u is reserved", f->name, f->codec);
     /* An inline value lives in its index entry, where there is no room for
      * a frame and nothing to gain. */
     if (f->codec != SF_CODEC_NONE && f->storage == SF_STORE_INLINE)
@@ -186,7 +189,7 @@ int sf_field_check(const sf_field *f)
         return 0;
     }
     if (f->storage != SF_STORE_FIXED && f->storage != SF_STORE_INLINE)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown storage %u", f->name, f->storage);
+        return sf_fail(SF_E_CORRUPT, "field '%s': storage code %u is reserved", f->name, f->storage);
     if (f->dtype == SF_DT_BYTES)
         return sf_fail(SF_E_CORRUPT, "field '%s': dtype bytes is for variable-length fields only",
                        f->name);

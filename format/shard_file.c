@@ -283,9 +283,10 @@ int sf_manifest_load(sf_manifest *m, const char *dir)
     snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return sf_fail(-errno, "%s: %s", path,
+        return sf_fail(-errno, "%s: %s%s", path,
                        errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
-                                       : strerror(errno));
+                                       : strerror(errno),
+                       sf_errno_hint(errno));
     struct stat st;
     int rc = 0;
     uint8_t *buf = NULL;

@@ -45,7 +45,12 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         snprintf(path, sizeof path, "%s/%s", dir, s->name);
         s->fd = open(path, O_RDONLY | O_CLOEXEC);
         if (s->fd < 0) {
-            rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
+            int e = errno;
+            char all[80] = "";
+            if (e == EMFILE) /* every shard stays open while the dataset is */
+                snprintf(all, sizeof all, "; an open dataset keeps all its %llu shards open",
+                         (unsigned long long)m->shard_count);
+            rc = sf_fail(-e, "%s: %s%s%s", path, strerror(e), all, sf_errno_hint(e));
             break;
         }
         sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};

@@ -45,14 +45,10 @@ static void report(verify_run *v, int code, const char *file, int64_t shard, int
     pthread_mutex_unlock(&v->lock);
 }
 
-/* Damage in the files is a problem to report (exit 2); anything else (out
- * of memory, an I/O error, a permission) means verification could not run
- * (exit 1): a dataset is never called corrupt for the machine's sake. */
-static int is_format_error(int rc)
-{
-    return rc <= SF_E_BASE && rc >= SF_E_LAST;
-}
-
+/* Damage in the files is a problem to report (exit 2: sf_is_data_error);
+ * anything else (out of memory, an I/O error, a permission) means
+ * verification could not run (exit 1): a dataset is never called corrupt
+ * for the machine's sake. */
 static void environment_error(verify_run *v, int rc, const char *file)
 {
     pthread_mutex_lock(&v->lock);
@@ -147,7 +143,7 @@ static void decompress_shard(verify_run *v, const sf_shard_meta *meta, int fd, c
         }
     }
     if (rc) {
-        if (rc < 0 || !is_format_error(rc))
+        if (rc < 0 || !sf_is_data_error(rc))
             sf_fail(rc, "decompressing: %s", sf_strerror(rc));
         environment_error(v, rc, name);
     }
@@ -168,7 +164,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
         if (e == ENOENT) {
             report(v, SF_E_CORRUPT, name, (int64_t)i, -1, 0, "shard file is missing");
         } else {
-            sf_fail(-e, "cannot open: %s", strerror(e));
+            sf_fail(-e, "cannot open: %s%s", strerror(e), sf_errno_hint(e));
             environment_error(v, -e, name);
         }
         return;
@@ -179,7 +175,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     uint64_t bad = 0;
     int rc = sf_shard_load_meta(&meta, fd, &exp, &bad);
     if (rc) {
-        if (is_format_error(rc))
+        if (sf_is_data_error(rc))
             report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
         else
             environment_error(v, rc, name);
@@ -249,34 +245,22 @@ static void check_strays(verify_run *v)
     closedir(d);
 }
 
+/* The manifest through the one loader open uses: a missing one means the
+ * folder is not a dataset (exit 1), a damaged one is a problem (exit 2). */
 static int load_manifest(sf_manifest *m, const char *dir, verify_run *v)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) {
-            report(v, SF_E_CORRUPT, SF_MANIFEST_NAME, -1, -1, 0,
-                   "manifest is missing (not a dataset, or packing did not finish)");
-            return SF_E_CORRUPT;
-        }
-        return sf_fail(-errno, "%s: %s", path, strerror(errno));
+    int rc = sf_manifest_load(m, dir);
+    if (rc == -ENOENT)
+        return sf_fail(rc, "%s: not a dataset: no %s (or packing did not finish)", dir, SF_MANIFEST_NAME);
+    if (sf_is_data_error(rc)) {
+        /* The detail starts with the path, which the problem names. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s: ", dir, SF_MANIFEST_NAME);
+        const char *msg = sf_last_error();
+        if (strncmp(msg, path, strlen(path)) == 0)
+            msg += strlen(path);
+        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, msg);
     }
-    struct stat st;
-    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
-    uint8_t *buf = NULL;
-    if (!rc && (uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE) {
-        rc = SF_E_LIMIT;
-        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, "larger than any valid manifest");
-    } else if (!rc && !(buf = malloc((size_t)st.st_size + 1))) {
-        rc = sf_fail(-ENOMEM, "out of memory");
-    } else if (!rc && (rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0))) {
-        rc = sf_fail(rc, "%s: %s", path, sf_strerror(rc));
-    } else if (!rc && (rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size))) {
-        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, sf_last_error());
-    }
-    free(buf);
-    close(fd);
     return rc;
 }
 
@@ -302,7 +286,9 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(dir, &st) != 0)
+        return sf_fail(-errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
         return sf_fail(-ENOTDIR, "%s: not a directory", dir);
     verify_run v = {.dir = dir, .cb = cb, .ctx = ctx, .decompress = opts->decompress};
     pthread_mutex_init(&v.lock, NULL);
@@ -344,7 +330,7 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         return sf_fail(v.io_error, "%s", v.io_message);
     if (v.problems)
         return sf_fail(SF_E_CORRUPT, "%s: %llu problem(s) found", dir, (unsigned long long)v.problems);
-    if (rc < 0 && rc != SF_E_CORRUPT)
+    if (rc < 0 && !sf_is_data_error(rc))
         return rc;
     return 0;
 }

@@ -1,8 +1,14 @@
 /* The format's rules as the library states them: what is wrong with a bad
- * key (one message for every caller). */
+ * key (one message for every caller), and the hint a failed open gives when
+ * the process is out of file descriptors (verify; the CLI tests cover
+ * inspect, export and bench). */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "format/format.h"
 #include "shardfeed/shardfeed.h"
@@ -47,4 +53,54 @@ Test(rules, key_messages_say_what_is_wrong)
     const char *ok[] = {"a", "cat/img 1.jpg", "Größe/a.png", ".hidden", "a..b", "...", "日本/x"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         cr_assert_eq(sf_key_check(ok[i], strlen(ok[i]), why, sizeof why), 1, "%s", ok[i]);
+}
+
+/* A small dataset packed from two .npy samples. */
+static void small_dataset(const char *in, const char *out)
+{
+    cr_assert_eq(mkdir(in, 0777), 0);
+    for (int i = 0; i < 2; i++) {
+        char p[4300];
+        uint8_t img[4] = {1, 2, 3, (uint8_t)i};
+        uint64_t shape[1] = {4};
+        snprintf(p, sizeof p, "%s/img_%d.npy", in, i);
+        unit_write_npy(p, SF_DT_U8, 1, shape, img, sizeof img);
+    }
+    sf_pack_opts po = SF_PACK_OPTS_INIT;
+    cr_assert_eq(sf_pack_npy_dir(NULL, in, out, &po), 0, "%s", sf_last_error());
+}
+
+/* Leaves exactly `spare` descriptors free: under a limit of 256, every
+ * free one is taken by /dev/null, then the last `spare` are given back. */
+static int g_dummy[256], g_ndummy;
+
+static void leave_spare_fds(int spare)
+{
+    while (g_ndummy)
+        close(g_dummy[--g_ndummy]);
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = 256; /* the soft limit only: root or not, it may be set again */
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "%s", strerror(errno));
+    int fd;
+    while ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        g_dummy[g_ndummy++] = fd;
+    cr_assert_eq(errno, EMFILE);
+    for (int i = 0; i < spare; i++)
+        close(g_dummy[--g_ndummy]);
+}
+
+Test(rules, out_of_file_descriptors_says_which_limit)
+{
+    char in[4200], ds[4200];
+    snprintf(in, sizeof in, "%s/emfile-in", g_root);
+    snprintf(ds, sizeof ds, "%s/emfile-ds", g_root);
+    small_dataset(in, ds);
+
+    leave_spare_fds(0);
+    sf_verify_summary s;
+    int rc = sf_verify(&s, ds, 1, NULL, NULL);
+    cr_assert_eq(rc, -EMFILE, "%d %s", rc, sf_last_error());
+    cr_assert(strstr(sf_last_error(), "ulimit -n"), "%s", sf_last_error());
+    cr_assert_eq(sf_is_data_error(rc), 0);
 }

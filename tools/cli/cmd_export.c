@@ -44,10 +44,8 @@ int cmd_export(int argc, char **argv)
     }
     uint64_t n = 0;
     int rc = npy ? sf_export_npy(argv[optind], out, &n) : sf_export(argv[optind], out, &n);
-    if (rc) {
-        cli_error("export", rc);
-        return rc == SF_E_CHECKSUM || rc == SF_E_CORRUPT ? EXIT_CORRUPT : EXIT_USAGE;
-    }
+    if (rc)
+        return cli_fail("export", rc);
     printf("exported %llu files to %s\n", (unsigned long long)n, out);
     return EXIT_OK;
 }
