@@ -88,6 +88,8 @@ typedef struct sf_schema {
      * slot holds the value's stored byte length. */
     int8_t var_slot[SF_MAX_FIELDS];
     int8_t inline_slot[SF_MAX_FIELDS]; /* field -> position among inline fields, or -1 */
+    uint8_t payload_field[SF_MAX_FIELDS]; /* payload field k (fixed or variable) -> field */
+    uint64_t bool_payload;             /* bit k: payload field k has dtype bool */
 } sf_schema;
 
 /* Validates the fields (names, dtypes, shapes, sizes, storage rules) and fills
@@ -181,10 +183,22 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
 
 /* Checks the whole decoded index of one shard for the structural rules of
  * SPEC.md ("Records", "Index"): offsets contiguous under the alignment, sizes
- * equal to the layout, keys contiguous and valid, index right after the last
- * record. `index` holds h->index_size bytes. On failure, sets the detail with
+ * equal to the layout, keys contiguous and valid, inline bool values 0 or 1,
+ * index right after the last record. (Keys distinct across the dataset:
+ * sf_keyset.) `index` holds h->index_size bytes. On failure, sets the detail with
  * the record number and returns SF_E_CORRUPT or SF_E_LIMIT. */
 int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *index);
+
+/* Offset of the first byte of p[0..len) that is neither 0 nor 1, or
+ * UINT64_MAX when there is none. */
+uint64_t sf_first_non_bool(const uint8_t *p, uint64_t len);
+/* Checks the value of payload field k (k < s->n_payload: the k-th fixed or
+ * variable field, as it is after decompression) against SPEC.md "Data
+ * types": the bytes of a bool value are 0 or 1. Returns 0, or SF_E_CORRUPT
+ * with the detail naming the field and the byte. Costs one test for a
+ * field that is not bool. The check of a record, like its checksum. */
+int sf_payload_value_check(const sf_schema *s, uint32_t k, const uint8_t *value, uint64_t len);
+
 /* ---- manifest ---- */
 typedef struct sf_shard_desc {
     uint64_t record_count;

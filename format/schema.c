@@ -213,6 +213,7 @@ int sf_schema_finish(sf_schema *s)
     if (s->field_count == 0 || s->field_count > SF_MAX_FIELDS)
         return sf_fail(SF_E_LIMIT, "%u fields (must be 1..%u)", s->field_count, SF_MAX_FIELDS);
     s->n_payload = s->n_var = s->n_inline = 0;
+    s->bool_payload = 0;
     for (uint32_t i = 0; i < s->field_count; i++) {
         const sf_field *f = &s->fields[i];
         int rc = sf_field_check(f);
@@ -226,7 +227,9 @@ int sf_schema_finish(sf_schema *s)
         if (f->storage == SF_STORE_INLINE) {
             s->inline_slot[i] = (int8_t)s->n_inline++;
         } else {
-            s->n_payload++;
+            if (f->dtype == SF_DT_BOOL)
+                s->bool_payload |= 1ull << s->n_payload;
+            s->payload_field[s->n_payload++] = (uint8_t)i;
             /* A compressed value's stored length varies per record even when
              * its field is fixed: it gets a length slot like a variable one. */
             if (f->storage == SF_STORE_VAR || f->codec != SF_CODEC_NONE)

@@ -117,10 +117,12 @@ typedef struct sf_verify_summary {
 
 /* Checks everything SPEC.md defines: the manifest, each shard's header,
  * index, footer, every record checksum and padding byte, counts and sizes,
- * no shard missing and no stray shard file. Calls `cb` (may be NULL) for
- * every problem, from one thread at a time. Returns 0 when the dataset is
- * intact, SF_E_CORRUPT (or the manifest's own error) when a problem was
- * found, or another negative code when verification itself could not run.
+ * no shard missing and no stray shard file, keys distinct across the
+ * dataset, bool values 0 or 1. Calls `cb` (may be NULL) for every problem
+ * (its code one sf_is_data_error accepts), from one thread at a time.
+ * Returns 0 when the dataset is intact, SF_E_CORRUPT when a problem was
+ * found, or another negative code when verification itself could not run
+ * (-ENOENT for a folder without a manifest: not a dataset).
  * `jobs` shards are read in parallel (0: one per CPU). */
 SF_API int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb,
                      void *ctx);

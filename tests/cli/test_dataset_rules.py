@@ -1,6 +1,10 @@
-"""SPEC.md rules every reader enforces, with the messages that say what is wrong: a bad
-key is described by what is wrong with it, the same way by verify and by every pack input;
-a field that cannot be stored names the file it came from.
+"""SPEC.md rules every reader enforces, with the messages that say what is wrong:
+keys are distinct across the whole dataset (verify, and every command that opens one,
+name both records); bool values are 0 or 1 (inline ones at open and in verify, payload
+ones in verify and the streaming reader, compressed ones with verify --decompress;
+pack refuses a .npy bool array holding anything else); a bad key is described by what is
+wrong with it, the same way by verify and by every pack input; a field that cannot be
+stored names the file it came from.
 
 Run by ctest (SHARDFEED, SF_TEST_TMP in the environment) or by hand:
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_dataset_rules.py -v
@@ -36,6 +40,82 @@ FIELDS = [("img", "uint8", sfwrite.FIXED, (16,)), ("label", "int64", sfwrite.INL
 
 def samples(n):
     return [{"img": np.full(16, i, np.uint8), "label": np.int64(i)} for i in range(n)]
+
+
+class DistinctKeys(Base):
+    def test_repeat_across_shards_names_both_records(self):
+        ds = self.dataset(FIELDS, samples(6), per_shard=2, keys=["a", "b", "c", "d", "b", "e"])
+        p = run("verify", ds, check=2)
+        self.assertIn("shard-000002.sfs record 0", p.stdout)
+        self.assertIn("key 'b' repeats the key of shard-000000.sfs record 1", p.stdout)
+        self.assertIn("1 problem(s)", p.stdout)
+        out = os.path.join(self.tmp, "out")
+        for args in (["inspect", ds], ["export", ds, "-o", out], ["bench", ds, "--batch-size", "2"]):
+            with self.subTest(command=args[0]):
+                p = run(*args, check=2)
+                self.assertIn("shard-000002.sfs: record 0 (sample 4) has the key 'b' of "
+                              "shard-000000.sfs record 1 (sample 1)", p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_every_repeat_is_reported_within_a_shard(self):
+        ds = self.dataset(FIELDS, samples(5), keys=["x", "y", "x", "z", "x"])
+        p = run("verify", ds, "--json", check=2)
+        self.assertEqual(p.stdout.count("repeats the key of shard-000000.sfs record 0"), 2)
+
+    def test_keys_differing_in_one_byte_are_distinct(self):
+        keys = ["k%03d" % i for i in range(300)] + ["K000", "k00", "k0000"]
+        ds = self.dataset(FIELDS, samples(len(keys)), per_shard=7, keys=keys)
+        run("verify", ds, check=0)
+        run("inspect", ds, check=0)
+
+
+class Bools(Base):
+    BOOL_FIELDS = [("flag", "bool", sfwrite.INLINE, ()), ("mask", "bool", sfwrite.FIXED, (16,))]
+
+    def bools(self, flag2=1, mask2=1, codec=None):
+        fields = self.BOOL_FIELDS if codec is None else [self.BOOL_FIELDS[0], self.BOOL_FIELDS[1] + (codec,)]
+        s = [{"flag": np.array(i % 2, np.uint8), "mask": np.ones(16, np.uint8) * (i % 2)} for i in range(3)]
+        s[2] = {"flag": np.array(flag2, np.uint8), "mask": np.full(16, mask2, np.uint8)}
+        return self.dataset(fields, s)
+
+    def test_intact(self):
+        ds = self.bools()
+        run("verify", ds, check=0)
+        run("bench", ds, "--batch-size", "3", check=0)
+
+    def test_inline_bool_is_refused_at_open_and_by_verify(self):
+        ds = self.bools(flag2=2)
+        p = run("verify", ds, check=2)
+        self.assertIn("record 2: bool field 'flag' holds byte 0x02", p.stdout)
+        for args in (["inspect", ds], ["bench", ds], ["export", ds, "-o", os.path.join(self.tmp, "o")]):
+            with self.subTest(command=args[0]):
+                self.assertIn("bool field 'flag' holds byte 0x02", run(*args, check=2).stderr)
+
+    def test_payload_bool_is_refused_by_verify_and_the_reader(self):
+        ds = self.bools(mask2=0xFF)
+        p = run("verify", ds, check=2)
+        self.assertIn("record 2: bool field 'mask' holds a byte other than 0 and 1", p.stdout)
+        p = run("bench", ds, "--batch-size", "3", check=2)
+        self.assertIn("record 2 (sample 2)", p.stderr)
+        self.assertIn("field 'mask': bool value holds byte 0xff", p.stderr)
+
+    def test_compressed_payload_bool_is_refused_after_decompression(self):
+        ds = self.bools(mask2=2, codec="zstd")
+        run("verify", ds, check=0)  # the stored bytes hash fine: --decompress looks inside
+        p = run("verify", ds, "--decompress", check=2)
+        self.assertIn("field 'mask': bool value holds byte 0x02", p.stdout)
+        p = run("bench", ds, "--batch-size", "3", check=2)
+        self.assertIn("field 'mask': bool value holds byte 0x02", p.stderr)
+
+    def test_pack_refuses_a_npy_bool_array_with_other_bytes(self):
+        inp = self.path("in")
+        os.makedirs(inp)
+        np.save(os.path.join(inp, "m_0.npy"), np.array([True, False]))
+        np.save(os.path.join(inp, "m_1.npy"), np.frombuffer(b"\x01\x05", dtype=np.bool_))
+        out = self.path("out")
+        p = run("pack", inp, "-o", out, check=1)
+        self.assertIn("m_1.npy: bool array holds byte 0x05 at element 1", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
 
 class KeyMessages(Base):

@@ -1,7 +1,8 @@
 /* The format's rules as the library states them: what is wrong with a bad
- * key (one message for every caller), and the hint a failed open gives when
- * the process is out of file descriptors (verify; the CLI tests cover
- * inspect, export and bench). */
+ * key (one message for every caller), repeated keys (format/key_table.h),
+ * bool bytes, and the hint a failed open gives when the process is out of
+ * file descriptors (verify; the CLI tests cover inspect, export and
+ * bench). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "format/format.h"
+#include "format/key_table.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"
@@ -53,6 +55,49 @@ Test(rules, key_messages_say_what_is_wrong)
     const char *ok[] = {"a", "cat/img 1.jpg", "Größe/a.png", ".hidden", "a..b", "...", "日本/x"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         cr_assert_eq(sf_key_check(ok[i], strlen(ok[i]), why, sizeof why), 1, "%s", ok[i]);
+}
+
+static const char *const g_keys[] = {"a", "b", "ab", "ba", "a/b", "b", "A", "a", "abc"};
+
+static void key_at(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    (void)ctx;
+    *key = (const uint8_t *)g_keys[id];
+    *len = strlen(g_keys[id]);
+}
+
+Test(rules, key_table_finds_each_repeat_and_its_first)
+{
+    sf_key_table t;
+    size_t n = sizeof g_keys / sizeof g_keys[0];
+    cr_assert_eq(sf_key_table_init(&t, n, key_at, NULL), 0);
+    uint64_t first, repeats = 0;
+    for (uint64_t id = 0; id < n; id++) {
+        int r = sf_key_table_add(&t, id, (const uint8_t *)g_keys[id], strlen(g_keys[id]), &first);
+        cr_assert(r == 0 || r == 1);
+        if (r == 1) {
+            repeats++;
+            cr_assert_str_eq(g_keys[first], g_keys[id]);
+            cr_assert_lt(first, id);
+            cr_assert_eq(first, id == 5 ? 1 : 0, "key %s: first %llu", g_keys[id], (unsigned long long)first);
+        }
+    }
+    cr_assert_eq(repeats, 2);
+    sf_key_table_free(&t);
+}
+
+Test(rules, bool_bytes)
+{
+    uint8_t v[40];
+    for (size_t len = 0; len <= sizeof v; len++) {
+        for (size_t at = 0; at <= len; at++) {
+            for (size_t i = 0; i < len; i++)
+                v[i] = (uint8_t)(i & 1);
+            if (at < len)
+                v[at] = at % 2 ? 0x81 : 2;
+            cr_assert_eq(sf_first_non_bool(v, len), at < len ? at : UINT64_MAX, "len %zu at %zu", len, at);
+        }
+    }
 }
 
 /* A small dataset packed from two .npy samples. */
