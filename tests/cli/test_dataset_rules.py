@@ -1,7 +1,7 @@
 """SPEC.md rules every reader enforces, with the messages that say what is wrong:
 keys are distinct across the whole dataset (verify, and every command that opens one,
 name both records); bool values are 0 or 1 (inline ones at open and in verify, payload
-ones in verify and the streaming reader, compressed ones with verify --decompress;
+ones in verify, the streaming reader and export, compressed ones with verify --decompress;
 pack refuses a .npy bool array holding anything else); a bad key is described by what is
 wrong with it, the same way by verify and by every pack input; a field that cannot be
 stored names the file it came from.
@@ -91,12 +91,14 @@ class Bools(Base):
             with self.subTest(command=args[0]):
                 self.assertIn("bool field 'flag' holds byte 0x02", run(*args, check=2).stderr)
 
-    def test_payload_bool_is_refused_by_verify_and_the_reader(self):
+    def test_payload_bool_is_refused_by_verify_reader_and_export(self):
         ds = self.bools(mask2=0xFF)
         p = run("verify", ds, check=2)
         self.assertIn("record 2: bool field 'mask' holds a byte other than 0 and 1", p.stdout)
         p = run("bench", ds, "--batch-size", "3", check=2)
         self.assertIn("record 2 (sample 2)", p.stderr)
+        self.assertIn("field 'mask': bool value holds byte 0xff", p.stderr)
+        p = run("export", ds, "-o", os.path.join(self.tmp, "o"), check=2)
         self.assertIn("field 'mask': bool value holds byte 0xff", p.stderr)
 
     def test_compressed_payload_bool_is_refused_after_decompression(self):

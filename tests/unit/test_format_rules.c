@@ -1,8 +1,7 @@
 /* The format's rules as the library states them: what is wrong with a bad
  * key (one message for every caller), repeated keys (format/key_table.h),
  * bool bytes, and the hint a failed open gives when the process is out of
- * file descriptors (verify; the CLI tests cover inspect, export and
- * bench). */
+ * file descriptors (verify and export; the CLI tests cover inspect). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -137,9 +136,10 @@ static void leave_spare_fds(int spare)
 
 Test(rules, out_of_file_descriptors_says_which_limit)
 {
-    char in[4200], ds[4200];
+    char in[4200], ds[4200], out[4200];
     snprintf(in, sizeof in, "%s/emfile-in", g_root);
     snprintf(ds, sizeof ds, "%s/emfile-ds", g_root);
+    snprintf(out, sizeof out, "%s/emfile-out", g_root);
     small_dataset(in, ds);
 
     leave_spare_fds(0);
@@ -148,4 +148,13 @@ Test(rules, out_of_file_descriptors_says_which_limit)
     cr_assert_eq(rc, -EMFILE, "%d %s", rc, sf_last_error());
     cr_assert(strstr(sf_last_error(), "ulimit -n"), "%s", sf_last_error());
     cr_assert_eq(sf_is_data_error(rc), 0);
+
+    /* One spare: the dataset opens (its shard holds it), the output folder does not. */
+    leave_spare_fds(1);
+    uint64_t n = 99;
+    rc = sf_export_npy(ds, out, &n);
+    cr_assert_eq(rc, -EMFILE, "%d %s", rc, sf_last_error());
+    cr_assert(strstr(sf_last_error(), "ulimit -n"), "%s", sf_last_error());
+    cr_assert_eq(n, 0);
+    cr_assert_neq(access(out, F_OK), 0, "a refused export left its folder");
 }
