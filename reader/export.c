@@ -31,6 +31,7 @@
 #include "format/hash.h"
 #include "format/le.h"
 #include "format/npy.h"
+#include "format/number_text.h"
 
 #define LIST_NAME "list.csv"
 #define WHAT_LIST 0xFF /* output entry: list.csv, not a field's file */
@@ -435,27 +436,38 @@ static void csv_text(FILE *f, const char *t, uint64_t size)
         fputc('"', f);
 }
 
-/* One cell of list.csv. */
+/* One cell of list.csv: text as it is, numbers as format/number_text.h
+ * writes them, which is how the list packer reads them back (a float64
+ * cell keeps its text: "0.1", not "0.10000000000000001"). */
 static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
 {
     fputc(',', f);
+    char t[SF_NUMBER_TEXT_MAX];
     if (fd->storage == SF_STORE_VAR || fd->ndim != 0) {
         csv_text(f, v, size);
     } else if (fd->dtype == SF_DT_F64) {
         double d;
         uint64_t bits = sf_get_le64(v);
         memcpy(&d, &bits, 8);
-        fprintf(f, "%.17g", d);
+        fwrite(t, 1, sf_format_f64(t, d), f);
     } else if (fd->dtype == SF_DT_F32) {
         float x;
         uint32_t bits = sf_get_le32(v);
         memcpy(&x, &bits, 4);
         fprintf(f, "%.9g", (double)x);
     } else {
+        /* An integer (or bool) of `size` bytes, little-endian. */
         uint8_t b[8] = {0};
         memcpy(b, v, size < 8 ? size : 8);
-        int64_t i = (int64_t)sf_get_le64(b);
-        fprintf(f, "%" PRId64, i);
+        uint64_t u = sf_get_le64(b);
+        int is_signed = fd->dtype == SF_DT_I8 || fd->dtype == SF_DT_I16 || fd->dtype == SF_DT_I32 ||
+                        fd->dtype == SF_DT_I64;
+        if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
+            u |= ~0ull << (8 * size); /* sign-extend */
+        if (is_signed)
+            fwrite(t, 1, sf_format_i64(t, (int64_t)u), f);
+        else
+            fprintf(f, "%" PRIu64, u);
     }
 }
 

@@ -1,17 +1,21 @@
 /* The format's rules as the library states them: what is wrong with a bad
- * key (one message for every caller), repeated keys (format/key_table.h),
+ * key (one message for every caller), the exact decimal text of list
+ * numbers (format/number_text.h), repeated keys (format/key_table.h),
  * bool bytes, and the hint a failed open gives when the process is out of
  * file descriptors (verify and export; the CLI tests cover inspect). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "format/format.h"
 #include "format/key_table.h"
+#include "format/number_text.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"
@@ -54,6 +58,82 @@ Test(rules, key_messages_say_what_is_wrong)
     const char *ok[] = {"a", "cat/img 1.jpg", "Größe/a.png", ".hidden", "a..b", "...", "日本/x"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         cr_assert_eq(sf_key_check(ok[i], strlen(ok[i]), why, sizeof why), 1, "%s", ok[i]);
+}
+
+static void int_text(const char *t, int ok, int64_t want)
+{
+    int64_t v = 0;
+    cr_assert_eq(sf_parse_i64_text(t, strlen(t), &v), ok, "'%s'", t);
+    if (!ok)
+        return;
+    cr_assert_eq(v, want, "'%s'", t);
+    char back[SF_NUMBER_TEXT_MAX];
+    cr_assert_eq(sf_format_i64(back, v), strlen(t));
+    cr_assert_str_eq(back, t);
+}
+
+Test(rules, int64_text_is_one_spelling)
+{
+    int_text("0", 1, 0);
+    int_text("-12", 1, -12);
+    int_text("9223372036854775807", 1, INT64_MAX);
+    int_text("-9223372036854775808", 1, INT64_MIN);
+    const char *bad[] = {"", "-", "+1", "01", "-0", " 1", "1 ", "1.0", "1e3", "0x1A",
+                         "9223372036854775808", "-9223372036854775809", "99999999999999999999", "1a"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        int_text(bad[i], 0, 0);
+}
+
+static void float_text(double v, const char *want)
+{
+    char t[SF_NUMBER_TEXT_MAX];
+    size_t n = sf_format_f64(t, v);
+    cr_assert_eq(n, strlen(t));
+    cr_assert_str_eq(t, want);
+    double back;
+    cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+    cr_assert(isnan(v) ? isnan(back) : memcmp(&back, &v, 8) == 0, "'%s'", t);
+}
+
+Test(rules, float64_text_is_the_shortest_that_reads_back)
+{
+    /* What Python's repr() writes for each (tests/cli/test_list_types.py
+     * compares with Python itself on many more). */
+    float_text(0.1, "0.1");
+    float_text(1.0, "1.0");
+    float_text(-0.0, "-0.0");
+    float_text(2500.0, "2500.0");
+    float_text(1e15, "1000000000000000.0");
+    float_text(1e16, "1e+16");
+    float_text(0.0001, "0.0001");
+    float_text(0.00001, "1e-05");
+    float_text(1.5e300, "1.5e+300");
+    float_text(5e-324, "5e-324");
+    float_text(1.7976931348623157e308, "1.7976931348623157e+308");
+    float_text(0x1p-24, "5.960464477539063e-08"); /* a lopsided interval: not printf's 17 digits */
+    float_text(NAN, "nan");
+    float_text(INFINITY, "inf");
+    float_text(-INFINITY, "-inf");
+    const char *bad[] = {"", "1", "1e3", "0x1A", "+1.0", ".5", "5.", "1.50", "NaN", "Infinity",
+                         "-nan", " 1.0", "1.0 ", "0.10000000000000001", "1E+16", "1e16", "nan(1)"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        double v;
+        cr_assert_eq(sf_parse_f64_text(bad[i], strlen(bad[i]), &v), 0, "'%s' accepted", bad[i]);
+    }
+    /* Any double: its text reads back to the same bits. */
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 20000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double v;
+        memcpy(&v, &x, 8);
+        if (isnan(v))
+            continue;
+        char t[SF_NUMBER_TEXT_MAX];
+        size_t n = sf_format_f64(t, v);
+        double back;
+        cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+        cr_assert_eq(memcmp(&back, &v, 8), 0, "'%s'", t);
+    }
 }
 
 static const char *const g_keys[] = {"a", "b", "ab", "ba", "a/b", "b", "A", "a", "abc"};
