@@ -1,6 +1,8 @@
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "error_internal.h"
 
@@ -40,6 +42,39 @@ int sf_fail_prefix(int code, const char *prefix)
     memcpy(last_error + plen + 2, detail, dlen);
     last_error[plen + 2 + dlen] = '\0';
     return code;
+}
+
+const char *sf_errno_hint(int err)
+{
+    static _Thread_local char hint[160];
+    struct rlimit rl;
+    if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(hint, sizeof hint,
+                 " (the limit on open files per process is %llu: raise it, e.g. ulimit -n %llu)",
+                 (unsigned long long)rl.rlim_cur,
+                 (unsigned long long)(rl.rlim_cur < 4096 ? 65536 : rl.rlim_cur * 4));
+    else if (err == EMFILE || err == ENFILE)
+        snprintf(hint, sizeof hint, " (too many open files: raise the limit, %s)",
+                 err == EMFILE ? "ulimit -n" : "sysctl fs.file-max");
+    else
+        hint[0] = '\0';
+    return hint;
+}
+
+int sf_is_data_error(int err)
+{
+    switch (err) {
+    case SF_E_BAD_MAGIC:
+    case SF_E_VERSION:
+    case SF_E_CHECKSUM:
+    case SF_E_TRUNCATED:
+    case SF_E_CORRUPT:
+    case SF_E_LIMIT:
+    case SF_E_RESERVED:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 const char *sf_strerror(int err)

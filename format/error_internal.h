@@ -12,6 +12,11 @@ int sf_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
  * failure reported by a lower layer). Returns `code`. */
 int sf_fail_prefix(int code, const char *prefix);
 
+/* Text to append to the message of a failed open() that says which limit
+ * to raise: for EMFILE the per-process limit on open files and how to raise
+ * it (ulimit -n), for ENFILE the system's; "" for any other errno. */
+const char *sf_errno_hint(int err);
+
 /* Clears the detail. */
 void sf_clear_error(void);
 

@@ -88,11 +88,16 @@ typedef struct sf_schema {
      * slot holds the value's stored byte length. */
     int8_t var_slot[SF_MAX_FIELDS];
     int8_t inline_slot[SF_MAX_FIELDS]; /* field -> position among inline fields, or -1 */
+    uint8_t payload_field[SF_MAX_FIELDS]; /* payload field k (fixed or variable) -> field */
+    uint64_t bool_payload;             /* bit k: payload field k has dtype bool */
 } sf_schema;
 
 /* Validates the fields (names, dtypes, shapes, sizes, storage rules) and fills
  * the derived members. */
 int sf_schema_finish(sf_schema *s);
+/* Validates one field descriptor (what sf_schema_finish checks of each):
+ * SF_E_CORRUPT or SF_E_LIMIT with the detail naming the field. */
+int sf_field_check(const sf_field *f);
 /* Index of the field called `name`, or -1. */
 int sf_schema_find(const sf_schema *s, const char *name);
 /* 1 when `name` is a valid field name: 1..63 bytes of [A-Za-z0-9._-], not
@@ -104,6 +109,14 @@ int sf_valid_field_name(const char *name, size_t len);
  * components are neither empty, "." nor "..". So a key joined to a
  * directory always names something inside it. */
 int sf_valid_key(const char *key, size_t len);
+/* sf_valid_key that says what is wrong: returns 1 for a valid key; else 0,
+ * and when why != NULL writes the one message every part of shardfeed
+ * gives for a bad key ("key '../x' has a '..' component at byte 0; ..."),
+ * the key shown with unprintable bytes escaped. */
+int sf_key_check(const char *key, size_t len, char *why, size_t cap);
+#define SF_KEY_RULE                                                                        \
+    "a key is a relative path of 1 to 255 bytes of UTF-8 without control characters, whose " \
+    "'/'-separated parts are not empty, '.' or '..'"
 /* Encodes the field table (field_count * SF_FIELD_DESC_SIZE bytes). */
 void sf_schema_encode(uint8_t *out, const sf_schema *s);
 /* XXH3-64 of the encoded field table: ties shards to their schema. */
@@ -170,10 +183,21 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
 
 /* Checks the whole decoded index of one shard for the structural rules of
  * SPEC.md ("Records", "Index"): offsets contiguous under the alignment, sizes
- * equal to the layout, keys contiguous and valid, index right after the last
- * record. `index` holds h->index_size bytes. On failure, sets the detail with
+ * equal to the layout, keys contiguous and valid, inline bool values 0 or 1,
+ * index right after the last record. (Keys distinct across the dataset:
+ * sf_keyset.) `index` holds h->index_size bytes. On failure, sets the detail with
  * the record number and returns SF_E_CORRUPT or SF_E_LIMIT. */
 int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *index);
+
+/* Offset of the first byte of p[0..len) that is neither 0 nor 1, or
+ * UINT64_MAX when there is none. */
+uint64_t sf_first_non_bool(const uint8_t *p, uint64_t len);
+/* Checks the value of payload field k (k < s->n_payload: the k-th fixed or
+ * variable field, as it is after decompression) against SPEC.md "Data
+ * types": the bytes of a bool value are 0 or 1. Returns 0, or SF_E_CORRUPT
+ * with the detail naming the field and the byte. Costs one test for a
+ * field that is not bool. The check of a record, like its checksum. */
+int sf_payload_value_check(const sf_schema *s, uint32_t k, const uint8_t *value, uint64_t len);
 
 /* ---- manifest ---- */
 typedef struct sf_shard_desc {

@@ -1,5 +1,6 @@
 /* The schema (field table): validation, encoding and hashing. The field
  * table's decoder lives in manifest.c with the rest of the manifest. */
+#include <stdio.h>
 #include <string.h>
 
 #include "error_internal.h"
@@ -62,31 +63,84 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return len;
 }
 
-int sf_valid_key(const char *key, size_t len)
+/* Appends key[0..len) to out for a message: printable ASCII and
+ * well-formed UTF-8 as they are, any other byte as \xNN; at most 80 bytes of
+ * the key, then "...". */
+static void key_shown(char *out, size_t cap, const char *key, size_t len)
 {
-    if (len == 0 || len > SF_MAX_KEY)
-        return 0;
     const unsigned char *p = (const unsigned char *)key;
+    size_t o = 0, i = 0;
+    while (i < len && i < 80 && o + 8 < cap) {
+        size_t n = p[i] >= 0x80 ? utf8_seq(p + i, len - i) : 1;
+        if (n > 1) {
+            memcpy(out + o, p + i, n);
+            o += n;
+            i += n;
+        } else {
+            o += (size_t)snprintf(out + o, cap - o, p[i] >= 0x20 && p[i] < 0x7F ? "%c" : "\\x%02x", p[i]);
+            i++;
+        }
+    }
+    if (i < len && o + 4 < cap)
+        o += (size_t)snprintf(out + o, cap - o, "...");
+    out[o < cap ? o : cap - 1] = '\0';
+}
+
+/* What is wrong with a key, or NULL; *at receives the byte it concerns. */
+static const char *key_problem(const unsigned char *p, size_t len, size_t *at)
+{
+    *at = 0;
+    if (len == 0)
+        return "is empty";
+    if (len > SF_MAX_KEY)
+        return "is longer than 255 bytes";
     size_t comp = 0; /* start of the current '/'-separated component */
     for (size_t i = 0; i <= len;) {
         if (i == len || p[i] == '/') {
             size_t clen = i - comp;
+            *at = comp;
             /* No empty component (leading, trailing or doubled '/'), no "."
              * or "..": a key is always a relative path inside a directory. */
-            if (clen == 0 || (clen == 1 && p[comp] == '.') ||
-                (clen == 2 && p[comp] == '.' && p[comp + 1] == '.'))
-                return 0;
+            if (clen == 0)
+                return "has an empty component (a leading, trailing or doubled '/')";
+            if (clen == 1 && p[comp] == '.')
+                return "has a '.' component";
+            if (clen == 2 && p[comp] == '.' && p[comp + 1] == '.')
+                return "has a '..' component";
             comp = ++i;
             continue;
         }
+        *at = i;
         if (p[i] < 0x20 || p[i] == 0x7F)
-            return 0;
+            return "has a control character";
         size_t n = utf8_seq(p + i, len - i);
         if (n == 0)
-            return 0;
+            return "is not well-formed UTF-8";
         i += n;
     }
-    return 1;
+    return NULL;
+}
+
+int sf_key_check(const char *key, size_t len, char *why, size_t cap)
+{
+    size_t at;
+    const char *problem = key_problem((const unsigned char *)key, len, &at);
+    if (!problem)
+        return 1;
+    if (why && cap) {
+        char shown[400];
+        key_shown(shown, sizeof shown, key, len);
+        if (len == 0 || len > SF_MAX_KEY)
+            snprintf(why, cap, "key '%s' %s (%zu bytes); %s", shown, problem, len, SF_KEY_RULE);
+        else
+            snprintf(why, cap, "key '%s' %s at byte %zu; %s", shown, problem, at, SF_KEY_RULE);
+    }
+    return 0;
+}
+
+int sf_valid_key(const char *key, size_t len)
+{
+    return sf_key_check(key, len, NULL, 0);
 }
 
 int sf_schema_find(const sf_schema *s, const char *name)
@@ -97,18 +151,27 @@ int sf_schema_find(const sf_schema *s, const char *name)
     return -1;
 }
 
-static int check_field(const sf_field *f, uint32_t i)
+int sf_field_check(const sf_field *f)
 {
     size_t nlen = strnlen(f->name, sizeof f->name);
-    if (!sf_valid_field_name(f->name, nlen))
-        return sf_fail(SF_E_CORRUPT, "field %u: invalid name", i);
+    if (!sf_valid_field_name(f->name, nlen)) {
+        char shown[400];
+        key_shown(shown, sizeof shown, f->name, nlen);
+        return sf_fail(SF_E_CORRUPT,
+                       "field name '%s' is not valid (1 to %u bytes of [A-Za-z0-9._-], not starting "
+                       "with '.')",
+                       shown, SF_MAX_NAME);
+    }
+    /* Codes SPEC.md does not define are reserved: a file that uses one
+     * breaks the format (a later format version would say so in its
+     * version or required_flags). */
     if (f->dtype >= SF_DT_COUNT)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown dtype code %u", f->name, f->dtype);
+        return sf_fail(SF_E_CORRUPT, "field '%s': dtype code %u is reserved", f->name, f->dtype);
     if (f->ndim > SF_MAX_NDIM)
         return sf_fail(SF_E_LIMIT, "field '%s': %u dimensions (limit %u)", f->name, f->ndim,
                        SF_MAX_NDIM);
     if (f->codec >= SF_CODEC_COUNT)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown codec %u", f->name, f->codec);
+        return sf_fail(SF_E_CORRUPT, "field '%s': codec %u is reserved", f->name, f->codec);
     /* An inline value lives in its index entry, where there is no room for
      * a frame and nothing to gain. */
     if (f->codec != SF_CODEC_NONE && f->storage == SF_STORE_INLINE)
@@ -126,7 +189,7 @@ static int check_field(const sf_field *f, uint32_t i)
         return 0;
     }
     if (f->storage != SF_STORE_FIXED && f->storage != SF_STORE_INLINE)
-        return sf_fail(SF_E_UNSUPPORTED, "field '%s': unknown storage %u", f->name, f->storage);
+        return sf_fail(SF_E_CORRUPT, "field '%s': storage code %u is reserved", f->name, f->storage);
     if (f->dtype == SF_DT_BYTES)
         return sf_fail(SF_E_CORRUPT, "field '%s': dtype bytes is for variable-length fields only",
                        f->name);
@@ -150,9 +213,10 @@ int sf_schema_finish(sf_schema *s)
     if (s->field_count == 0 || s->field_count > SF_MAX_FIELDS)
         return sf_fail(SF_E_LIMIT, "%u fields (must be 1..%u)", s->field_count, SF_MAX_FIELDS);
     s->n_payload = s->n_var = s->n_inline = 0;
+    s->bool_payload = 0;
     for (uint32_t i = 0; i < s->field_count; i++) {
         const sf_field *f = &s->fields[i];
-        int rc = check_field(f, i);
+        int rc = sf_field_check(f);
         if (rc)
             return rc;
         for (uint32_t j = 0; j < i; j++)
@@ -163,7 +227,9 @@ int sf_schema_finish(sf_schema *s)
         if (f->storage == SF_STORE_INLINE) {
             s->inline_slot[i] = (int8_t)s->n_inline++;
         } else {
-            s->n_payload++;
+            if (f->dtype == SF_DT_BOOL)
+                s->bool_payload |= 1ull << s->n_payload;
+            s->payload_field[s->n_payload++] = (uint8_t)i;
             /* A compressed value's stored length varies per record even when
              * its field is fixed: it gets a length slot like a variable one. */
             if (f->storage == SF_STORE_VAR || f->codec != SF_CODEC_NONE)

@@ -1,4 +1,5 @@
 /* Shard header, footer and index: encoding, decoding, structural checks. */
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include "format/hash.h"
@@ -257,6 +258,49 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
     return 0;
 }
 
+uint64_t sf_first_non_bool(const uint8_t *p, uint64_t len)
+{
+    uint64_t i = 0;
+    /* Eight bytes at a time: a bool byte has no bit set but the lowest. */
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w & 0xFEFEFEFEFEFEFEFEull)
+            break;
+    }
+    for (; i < len; i++)
+        if (p[i] > 1)
+            return i;
+    return UINT64_MAX;
+}
+
+int sf_payload_value_check(const sf_schema *s, uint32_t k, const uint8_t *value, uint64_t len)
+{
+    assert(k < s->n_payload);
+    if (!(s->bool_payload >> k & 1))
+        return 0;
+    uint64_t at = sf_first_non_bool(value, len);
+    if (at == UINT64_MAX)
+        return 0;
+    return sf_fail(SF_E_CORRUPT, "field '%s': bool value holds byte 0x%02x at byte %llu of the value (bools are 0 or 1)",
+                   s->fields[s->payload_field[k]].name, value[at], (unsigned long long)at);
+}
+
+/* Inline bool values hold only 0 and 1 (SPEC.md "Data types"). */
+static int check_inline_bools(const sf_schema *s, const sf_index_entry *e, uint64_t r)
+{
+    for (uint32_t f = 0; f < s->field_count; f++) {
+        int slot = s->inline_slot[f];
+        if (slot < 0 || s->fields[f].dtype != SF_DT_BOOL)
+            continue;
+        uint64_t at = sf_first_non_bool(e->inline_val[slot], s->fields[f].item_size);
+        if (at != UINT64_MAX)
+            return sf_fail(SF_E_CORRUPT, "record %llu: bool field '%s' holds byte 0x%02x (bools are 0 or 1)",
+                           (unsigned long long)r, s->fields[f].name, e->inline_val[slot][at]);
+    }
+    return 0;
+}
+
 int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *index)
 {
     uint64_t entries = h->record_count * s->entry_size;
@@ -309,9 +353,11 @@ int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *
             key_pos + e.key_length > key_area)
             return sf_fail(SF_E_CORRUPT, "record %llu: key at %u+%u outside the key area",
                            (unsigned long long)r, e.key_offset, e.key_length);
-        if (!sf_valid_key((const char *)keys + key_pos, e.key_length))
-            return sf_fail(SF_E_CORRUPT, "record %llu: key has characters outside [A-Za-z0-9._-]",
-                           (unsigned long long)r);
+        char why[600];
+        if (!sf_key_check((const char *)keys + key_pos, e.key_length, why, sizeof why))
+            return sf_fail(SF_E_CORRUPT, "record %llu: %s", (unsigned long long)r, why);
+        if ((rc = check_inline_bools(s, &e, r)))
+            return rc;
         key_pos += e.key_length;
         expect_off = sf_align_up(e.offset + e.size, h->align);
         if (expect_off > h->index_offset)

@@ -192,7 +192,10 @@ static uint64_t stream_zero(struct stream *s, uint64_t off, uint64_t len, int *r
     return UINT64_MAX;
 }
 
-static int stream_hash(struct stream *s, XXH3_state_t *st, uint64_t off, uint64_t len)
+/* Hashes [off, off+len) into st; when `bools`, also finds the first byte
+ * that is neither 0 nor 1 (its offset in *bad, else unchanged). */
+static int stream_hash(struct stream *s, XXH3_state_t *st, uint64_t off, uint64_t len, int bools,
+                       uint64_t *bad)
 {
     while (len) {
         const uint8_t *p;
@@ -201,6 +204,9 @@ static int stream_hash(struct stream *s, XXH3_state_t *st, uint64_t off, uint64_
         if (rc)
             return rc;
         XXH3_64bits_update(st, p, got);
+        uint64_t at = bools && *bad == UINT64_MAX ? sf_first_non_bool(p, got) : UINT64_MAX;
+        if (at != UINT64_MAX)
+            *bad = off + at;
         off += got;
         len -= got;
     }
@@ -234,7 +240,7 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
         if (rc)
             break;
         if (bad != UINT64_MAX) {
-            sf_shard_problem p = {SF_E_CORRUPT, -1, bad};
+            sf_shard_problem p = {SF_E_CORRUPT, -1, bad, SF_PROBLEM_PADDING, 0};
             if (cb)
                 cb(ctx, &p);
             problems++;
@@ -242,8 +248,8 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
         if (r == h->record_count)
             break;
         XXH3_64bits_reset(st);
-        uint32_t k = 0;
-        uint64_t first_bad_pad = UINT64_MAX;
+        uint32_t k = 0, bad_field = 0;
+        uint64_t first_bad_pad = UINT64_MAX, first_bad_value = UINT64_MAX;
         cursor = e.offset;
         for (uint32_t f = 0; f < sc->field_count && rc == 0; f++) {
             if (sc->fields[f].storage == SF_STORE_INLINE)
@@ -252,21 +258,36 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
             bad = stream_zero(&s, cursor, start - cursor, &rc);
             if (bad != UINT64_MAX && first_bad_pad == UINT64_MAX)
                 first_bad_pad = bad;
+            /* Stored bytes are the value unless compressed (verify
+             * --decompress checks those). */
+            int bools = (sc->bool_payload >> k & 1) && sc->fields[f].codec == SF_CODEC_NONE;
+            uint64_t before = first_bad_value;
             if (rc == 0)
-                rc = stream_hash(&s, st, start, field_size[k]);
+                rc = stream_hash(&s, st, start, field_size[k], bools, &first_bad_value);
+            if (before != first_bad_value)
+                bad_field = f;
             cursor = start + field_size[k];
             k++;
         }
         if (rc)
             break;
-        if (XXH3_64bits_digest(st) != e.checksum) {
-            sf_shard_problem p = {SF_E_CHECKSUM, (int64_t)r, e.offset};
+        int hashed_ok = XXH3_64bits_digest(st) == e.checksum;
+        if (!hashed_ok) {
+            sf_shard_problem p = {SF_E_CHECKSUM, (int64_t)r, e.offset, SF_PROBLEM_CHECKSUM, 0};
             if (cb)
                 cb(ctx, &p);
             problems++;
         }
         if (first_bad_pad != UINT64_MAX) {
-            sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_pad};
+            sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_pad, SF_PROBLEM_PADDING, 0};
+            if (cb)
+                cb(ctx, &p);
+            problems++;
+        }
+        /* A damaged payload is reported by its checksum; a bad value under
+         * a good checksum was written so. */
+        if (hashed_ok && first_bad_value != UINT64_MAX) {
+            sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_value, SF_PROBLEM_VALUE, bad_field};
             if (cb)
                 cb(ctx, &p);
             problems++;
@@ -283,9 +304,10 @@ int sf_manifest_load(sf_manifest *m, const char *dir)
     snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return sf_fail(-errno, "%s: %s", path,
+        return sf_fail(-errno, "%s: %s%s", path,
                        errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
-                                       : strerror(errno));
+                                       : strerror(errno),
+                       sf_errno_hint(errno));
     struct stat st;
     int rc = 0;
     uint8_t *buf = NULL;

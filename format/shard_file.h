@@ -32,18 +32,29 @@ typedef struct sf_shard_meta {
 int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, uint64_t *bad_offset);
 void sf_shard_meta_clear(sf_shard_meta *m);
 
+/* What sf_shard_scan_data found wrong. */
+enum sf_shard_problem_kind {
+    SF_PROBLEM_CHECKSUM, /* a record's payload does not hash to its checksum */
+    SF_PROBLEM_PADDING,  /* a padding byte is not zero */
+    SF_PROBLEM_VALUE,    /* a value breaks its dtype: a bool byte other than 0 and 1 */
+};
+
 /* One problem found in a shard's data area. */
 typedef struct sf_shard_problem {
-    int code;        /* SF_E_CHECKSUM for a record, SF_E_CORRUPT for padding */
+    int code;        /* SF_E_CHECKSUM for a record, SF_E_CORRUPT for padding and values */
     int64_t record;  /* record within the shard, or -1 for padding outside records */
     uint64_t offset; /* byte offset in the file */
+    enum sf_shard_problem_kind kind;
+    uint32_t field;  /* SF_PROBLEM_VALUE: the field */
 } sf_shard_problem;
 
 typedef void (*sf_shard_problem_fn)(void *ctx, const sf_shard_problem *p);
 
 /* Streams the data area [128, index_offset) of a shard whose metadata was
  * loaded: hashes every record's payload and compares it with its index
- * entry, and checks that every padding byte is zero. Calls `cb` for each
+ * entry, checks that every padding byte is zero, and that the stored
+ * values of uncompressed bool fields are 0 or 1 (reported for records
+ * whose checksum holds). Calls `cb` for each
  * problem (`cb` may be NULL). Reads sequentially through `buf` (buf_size bytes, >= 64 KiB).
  * Returns the number of problems (>= 0), or a negative code for an I/O error. */
 int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *s, int fd, uint8_t *buf,

@@ -274,11 +274,9 @@ static int add_file(pack_input *in, found *fo, const char *root, const char *dir
         return 0;
     }
     int rc = 0;
-    if (!sf_valid_key(key, strlen(key)))
-        rc = sf_fail(SF_E_INPUT,
-                     "%s/%s: the path is not a valid sample key (at most %u bytes of UTF-8 without "
-                     "control characters)",
-                     root, key, SF_MAX_KEY);
+    char why[600];
+    if (!sf_key_check(key, strlen(key), why, sizeof why))
+        rc = sf_fail(SF_E_INPUT, "%s/%s: the path is not a valid sample key: %s", root, key, why);
     else if (e->err || !e->is_reg)
         rc = sf_fail(SF_E_INPUT, "%s/%s: %s", root, key, e->err ? strerror(e->err) : "not a regular file");
     if (rc) {

@@ -4,8 +4,9 @@
  * list's folder unless absolute), "label" the row's integer label (int64,
  * inline). Further columns become fields typed over all rows: int64 when
  * every cell is an integer, float64 when every cell is a number, else the
- * cell's text as variable-length bytes. The first row is a header when its
- * label cell is not an integer; a header names the further columns (the
+ * cell's text as variable-length bytes; a number is written exactly as
+ * export writes it back (parse_int). The first row is a header when its
+ * label cell is not empty and no number in any spelling; a header names the further columns (the
  * first two fields are always "data" and "label"); without one they are
  * col2, col3, ... The key of a sample is its path as written, without a
  * leading "./" or '/'.
@@ -27,6 +28,7 @@
 
 #include "format/error_internal.h"
 #include "format/le.h"
+#include "format/number_text.h"
 #include "format/shard_file.h"
 #include "keyset.h"
 #include "pack_internal.h"
@@ -245,34 +247,30 @@ static const char *skip_blanks(const char *s)
     return s;
 }
 
-/* A whole cell as an int64; blanks around it are allowed (", 3"). */
+/* Typing rule (README "list"): a cell is an int64 or a float64 only when
+ * it is written exactly as export writes that number back
+ * (format/number_text.h), so packing never changes a cell's text: "7",
+ * "-3", "0.5", "1.0", "1e-05", "nan" are numbers; "+7", "007", " 7", "7.",
+ * "1e3", "0x1A", "NaN", "" and anything beyond int64 are not. */
 static int parse_int(const char *s, int64_t *v)
 {
-    s = skip_blanks(s);
-    const char *d = s + (*s == '+' || *s == '-');
-    if (*d < '0' || *d > '9')
-        return 0;
-    errno = 0;
-    char *end;
-    long long x = strtoll(s, &end, 10);
-    if (errno || *skip_blanks(end))
-        return 0;
-    *v = x;
-    return 1;
+    return sf_parse_i64_text(s, strlen(s), v);
 }
 
-/* A whole cell as a float64 (what strtod takes, in the C locale). */
 static int parse_float(const char *s, double *v)
 {
+    return sf_parse_f64_text(s, strlen(s), v);
+}
+
+/* Whether a cell is meant as a number in some spelling (what strtod reads,
+ * blanks around allowed): a first row whose label cell is one is data
+ * (then held to the typing rule), never a header. */
+static int looks_numeric(const char *s)
+{
     s = skip_blanks(s);
-    if (!*s)
-        return 0;
     char *end;
-    double x = strtod(s, &end);
-    if (end == s || *skip_blanks(end))
-        return 0;
-    *v = x;
-    return 1;
+    strtod(s, &end);
+    return end != s && *skip_blanks(end) == '\0';
 }
 
 static const char *cell(const parser *ps, size_t row, uint32_t col)
@@ -354,11 +352,10 @@ static char *full_path(const list_priv *p, const char *path)
 static int add_file(pack_input *in, list_priv *p, uint64_t r, const char *path)
 {
     const char *k = key_part(path);
-    if (!sf_valid_key(k, strlen(k)))
-        return sf_fail(SF_E_INPUT,
-                       "%s:%llu: path '%s' does not make a valid sample key (a relative path of at "
-                       "most %u bytes of UTF-8 without control characters, '.' or '..' components)",
-                       in->path, (unsigned long long)p->line[r], path, SF_MAX_KEY);
+    char why[600];
+    if (!sf_key_check(k, strlen(k), why, sizeof why))
+        return sf_fail(SF_E_INPUT, "%s:%llu: path '%s': %s", in->path, (unsigned long long)p->line[r],
+                       path, why);
     if (!(in->keys[r] = strdup(k)))
         return sf_fail(-ENOMEM, "out of memory");
     char *full = full_path(p, path);
@@ -453,8 +450,10 @@ static int fill_samples(pack_input *in, list_priv *p, const parser *ps, int head
         const char *path = cell(ps, row, F_DATA), *label = cell(ps, row, F_LABEL);
         int64_t v;
         if (!parse_int(label, &v))
-            return sf_fail(SF_E_INPUT, "%s:%llu: label '%s' is not an integer", in->path,
-                           (unsigned long long)p->line[r], label);
+            return sf_fail(SF_E_INPUT,
+                           "%s:%llu: label '%s' is not an integer written in plain decimal (digits, "
+                           "an optional '-', no leading zeros, '+' or blanks, within int64)",
+                           in->path, (unsigned long long)p->line[r], label);
         p->cols[F_LABEL].v[r] = (uint64_t)v;
         in->sizes[r * p->ncols + F_LABEL] = 8;
         p->cols[F_DATA].v[r] = (uint64_t)(path - ps->arena);
@@ -576,8 +575,8 @@ int pack_input_list(pack_input *in, const char *path)
         ps.delim = pick_delimiter(path, ps.buf, ps.len);
         rc = parse_rows(&ps);
     }
-    int64_t unused;
-    int header = !rc && ps.nrows > 0 && !parse_int(cell(&ps, 0, F_LABEL), &unused);
+    const char *first_label = !rc && ps.nrows > 0 ? cell(&ps, 0, F_LABEL) : "";
+    int header = first_label[0] != '\0' && !looks_numeric(first_label);
     if (!rc && ps.nrows <= (size_t)header)
         rc = sf_fail(SF_E_INPUT, "%s: no rows (a list holds path,label rows)", path);
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];

@@ -67,13 +67,15 @@ static int parse_name(npy_entry *e, const char *dir, const char *name)
     *us = '\0';
     if (!sf_valid_field_name(stem, strlen(stem))) {
         free(stem);
-        return sf_fail(SF_E_INPUT, "%s/%s: field name must be 1-%u characters of [A-Za-z0-9_-]",
+        return sf_fail(SF_E_INPUT,
+                       "%s/%s: the field name before the key's '_' is not valid (1 to %u bytes of "
+                       "[A-Za-z0-9._-], not starting with '.')",
                        dir, name, SF_MAX_NAME);
     }
-    if (!sf_valid_key(us + 1, strlen(us + 1))) {
+    char why[600];
+    if (!sf_key_check(us + 1, strlen(us + 1), why, sizeof why)) {
         free(stem);
-        return sf_fail(SF_E_INPUT, "%s/%s: key must be 1-%u characters of [A-Za-z0-9._-]", dir,
-                       name, SF_MAX_KEY);
+        return sf_fail(SF_E_INPUT, "%s/%s: %s", dir, name, why);
     }
     e->field = stem;
     e->key = us + 1;
@@ -314,10 +316,15 @@ int pack_input_npy_dir(pack_input *in, const char *dir)
             if (rc)
                 return rc;
             npy_file_close(&nf_);
-            if (s == 0)
+            if (s == 0) {
+                /* The field is what this file holds: a field it cannot be
+                 * (an empty dimension, too large) is this file's error. */
                 field_from_npy(&in->schema.fields[f], names[f], &nf_.info);
-            else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], p->names[f])))
+                if ((rc = sf_field_check(&in->schema.fields[f])))
+                    return sf_fail_prefix(rc, nf_.path);
+            } else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], p->names[f]))) {
                 return rc;
+            }
             in->sizes[s * nf + f] = nf_.info.data_size;
             in->bytes_in += nf_.info.data_size;
         }

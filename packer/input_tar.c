@@ -69,11 +69,9 @@ static int split_member(const char *tar, const char *name, char key[SF_MAX_KEY +
                        "key ends at the first '.')",
                        tar, name);
     size_t klen = (size_t)(dot - n);
-    if (klen > SF_MAX_KEY || !sf_valid_key(n, klen))
-        return sf_fail(SF_E_INPUT,
-                       "%s: member '%s': '%.*s' is not a valid sample key (a relative path of at most "
-                       "%u bytes of UTF-8 without control characters, '.' or '..' components)",
-                       tar, name, (int)(klen > 300 ? 300 : klen), n, SF_MAX_KEY);
+    char why[600];
+    if (!sf_key_check(n, klen, why, sizeof why))
+        return sf_fail(SF_E_INPUT, "%s: member '%s': %s", tar, name, why);
     if (!sf_valid_field_name(dot + 1, strlen(dot + 1)))
         return sf_fail(SF_E_INPUT,
                        "%s: member '%s': '%s' is not a valid field name (1-%u characters of "

@@ -11,6 +11,56 @@
 #include "codec.h"
 #include "dataset_internal.h"
 #include "format/error_internal.h"
+#include "format/key_table.h"
+#include "format/le.h"
+
+/* The key of record `local` of shard `shard`, from its index (entry bytes
+ * 24..29: key_offset, key_length; checked by sf_index_check at load). */
+static void shard_key(const sf_dataset *ds, uint64_t shard, uint64_t local, const uint8_t **key,
+                      size_t *len)
+{
+    const sf_schema *s = &ds->manifest.schema;
+    const sf_shard_meta *m = &ds->shards[shard].meta;
+    const uint8_t *e = m->index + local * s->entry_size;
+    *key = m->index + m->header.record_count * s->entry_size + sf_get_le32(e + 24);
+    *len = sf_get_le16(e + 28);
+}
+
+static void key_of_record(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    const sf_dataset *ds = ctx;
+    uint64_t local, shard = sf_dataset_locate(ds, id, &local);
+    shard_key(ds, shard, local, key, len);
+}
+
+/* SPEC.md "Schema": the records of a dataset have distinct keys (export
+ * writes a file per key, a trainer looks samples up by key). Fails naming
+ * both records of the first repeat. */
+static int check_distinct_keys(const sf_dataset *ds)
+{
+    const sf_manifest *m = &ds->manifest;
+    sf_key_table t;
+    int rc = sf_key_table_init(&t, m->record_count, key_of_record, (void *)ds);
+    for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
+        for (uint64_t r = 0; r < m->shards[i].record_count && !rc; r++) {
+            const uint8_t *key;
+            size_t len;
+            uint64_t id = m->shards[i].first_record + r, first;
+            shard_key(ds, i, r, &key, &len);
+            if (sf_key_table_add(&t, id, key, len, &first) == 0)
+                continue;
+            uint64_t first_local, first_shard = sf_dataset_locate(ds, first, &first_local);
+            rc = sf_fail(SF_E_CORRUPT,
+                         "%s/%s: record %llu (sample %llu) has the key '%.*s' of %s record %llu "
+                         "(sample %llu): the keys of a dataset are distinct",
+                         ds->dir, ds->shards[i].name, (unsigned long long)r, (unsigned long long)id,
+                         (int)len, (const char *)key, ds->shards[first_shard].name,
+                         (unsigned long long)first_local, (unsigned long long)first);
+        }
+    }
+    sf_key_table_free(&t);
+    return rc;
+}
 
 int sf_dataset_open(sf_dataset **out, const char *dir)
 {
@@ -45,7 +95,12 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         snprintf(path, sizeof path, "%s/%s", dir, s->name);
         s->fd = open(path, O_RDONLY | O_CLOEXEC);
         if (s->fd < 0) {
-            rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
+            int e = errno;
+            char all[80] = "";
+            if (e == EMFILE) /* every shard stays open while the dataset is */
+                snprintf(all, sizeof all, "; an open dataset keeps all its %llu shards open",
+                         (unsigned long long)m->shard_count);
+            rc = sf_fail(-e, "%s: %s%s%s", path, strerror(e), all, sf_errno_hint(e));
             break;
         }
         sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
@@ -58,6 +113,8 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
             break;
         }
     }
+    if (!rc)
+        rc = check_distinct_keys(ds);
     if (rc) {
         sf_dataset_close(ds);
         return rc;

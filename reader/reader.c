@@ -700,7 +700,11 @@ static void verify_task(sf_reader *r, sf_task *t)
         return;
     uint64_t got;
     int rc = check_task(r, t, &got);
-    if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
+    for (uint32_t k = 0; !rc && k < t->nreads; k++) /* SPEC.md "Data types": bools are 0 or 1 */
+        rc = sf_payload_value_check(r->schema, k, t->reads[k].dst, t->reads[k].out_len);
+    if (rc == SF_E_CORRUPT) {
+        sf_loader_task_bad_value(r, t);
+    } else if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
         t->corrupt = 1;
         atomic_fetch_add(&t->slot->corrupt, 1);
     } else if (rc == SF_E_CHECKSUM) {

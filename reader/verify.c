@@ -15,14 +15,25 @@
 
 #include "codec.h"
 #include "format/error_internal.h"
+#include "format/key_table.h"
+#include "format/le.h"
 #include "format/shard_file.h"
 #include "shardfeed/dataset.h"
 
 #define VERIFY_BUFFER (256u << 10) /* fits L2: the copy from the page cache is still cached when hashed */
 
+/* A shard's keys, kept for the distinct-key check after the shards are
+ * read: the key area of its index and where each key starts. */
+typedef struct shard_keys {
+    uint8_t *area;
+    uint32_t *start;      /* record_count + 1 offsets into area */
+    uint64_t area_offset; /* file offset of the key area */
+} shard_keys;
+
 typedef struct verify_run {
     const char *dir;
     const sf_manifest *m;
+    shard_keys *keys; /* [shard]; area NULL for a shard that did not load */
     sf_verify_fn cb;
     void *ctx;
     int decompress;   /* also decompress every compressed value */
@@ -45,14 +56,10 @@ static void report(verify_run *v, int code, const char *file, int64_t shard, int
     pthread_mutex_unlock(&v->lock);
 }
 
-/* Damage in the files is a problem to report (exit 2); anything else (out
- * of memory, an I/O error, a permission) means verification could not run
- * (exit 1): a dataset is never called corrupt for the machine's sake. */
-static int is_format_error(int rc)
-{
-    return rc <= SF_E_BASE && rc >= SF_E_LAST;
-}
-
+/* Damage in the files is a problem to report (exit 2: sf_is_data_error);
+ * anything else (out of memory, an I/O error, a permission) means
+ * verification could not run (exit 1): a dataset is never called corrupt
+ * for the machine's sake. */
 static void environment_error(verify_run *v, int rc, const char *file)
 {
     pthread_mutex_lock(&v->lock);
@@ -74,16 +81,26 @@ static void on_scan_problem(void *arg, const sf_shard_problem *p)
 {
     scan_ctx *c = arg;
     char msg[256];
-    if (p->code == SF_E_CHECKSUM)
+    switch (p->kind) {
+    case SF_PROBLEM_CHECKSUM:
         snprintf(msg, sizeof msg, "record %lld: checksum mismatch in its payload at bytes %llu..",
                  (long long)p->record, (unsigned long long)p->offset);
-    else if (p->record >= 0)
-        snprintf(msg, sizeof msg, "record %lld: padding between fields is not zero at byte %llu",
-                 (long long)p->record, (unsigned long long)p->offset);
-    else
-        snprintf(msg, sizeof msg, "padding is not zero at byte %llu", (unsigned long long)p->offset);
-    if (p->code == SF_E_CHECKSUM && c->bad)
-        c->bad[p->record / 8] |= (uint8_t)(1u << (p->record % 8));
+        if (c->bad)
+            c->bad[p->record / 8] |= (uint8_t)(1u << (p->record % 8));
+        break;
+    case SF_PROBLEM_VALUE:
+        snprintf(msg, sizeof msg, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
+                 (long long)p->record, c->v->m->schema.fields[p->field].name, (unsigned long long)p->offset);
+        break;
+    case SF_PROBLEM_PADDING:
+    default:
+        if (p->record >= 0)
+            snprintf(msg, sizeof msg, "record %lld: padding between fields is not zero at byte %llu",
+                     (long long)p->record, (unsigned long long)p->offset);
+        else
+            snprintf(msg, sizeof msg, "padding is not zero at byte %llu", (unsigned long long)p->offset);
+        break;
+    }
     report(c->v, p->code, c->file, c->shard, p->record, p->offset, msg);
 }
 
@@ -139,6 +156,8 @@ static void decompress_shard(verify_run *v, const sf_shard_meta *meta, int fd, c
             int bad_value = sf_zstd_content_size(&need, fld, in.p, len[pk]);
             if (!bad_value && !(rc = grow(&out, need ? need : 1)))
                 bad_value = sf_decompress_value(out.p, need, fld, in.p, len[pk], dctx);
+            if (!bad_value && !rc)
+                bad_value = sf_payload_value_check(s, pk, out.p, need);
             if (bad_value && !rc) {
                 char msg[600];
                 snprintf(msg, sizeof msg, "record %llu: %s", (unsigned long long)r, sf_last_error());
@@ -147,13 +166,94 @@ static void decompress_shard(verify_run *v, const sf_shard_meta *meta, int fd, c
         }
     }
     if (rc) {
-        if (rc < 0 || !is_format_error(rc))
+        if (rc < 0 || !sf_is_data_error(rc))
             sf_fail(rc, "decompressing: %s", sf_strerror(rc));
         environment_error(v, rc, name);
     }
     free(in.p);
     free(out.p);
     ZSTD_freeDCtx(dctx);
+}
+
+/* Copies a loaded shard's keys for check_keys. */
+static int keep_keys(shard_keys *k, const sf_shard_meta *meta, const sf_schema *s)
+{
+    uint64_t n = meta->header.record_count, entries = n * s->entry_size;
+    uint64_t area = meta->header.index_size - entries; /* sf_index_check: the keys fill it */
+    k->area = malloc(area ? area : 1);
+    k->start = malloc((n + 1) * sizeof *k->start);
+    if (!k->area || !k->start) {
+        free(k->area);
+        free(k->start);
+        k->area = NULL;
+        k->start = NULL;
+        return sf_fail(-ENOMEM, "out of memory for the keys");
+    }
+    memcpy(k->area, meta->index + entries, area);
+    for (uint64_t r = 0; r < n; r++)
+        k->start[r] = sf_get_le32(meta->index + r * s->entry_size + 24); /* key_offset */
+    k->start[n] = (uint32_t)area;
+    k->area_offset = meta->header.index_offset + entries;
+    return 0;
+}
+
+static uint64_t shard_of(const sf_manifest *m, uint64_t id)
+{
+    uint64_t lo = 0, hi = m->shard_count; /* first_record increases */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (m->shards[mid].first_record <= id)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void key_of_record(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    const verify_run *v = ctx;
+    uint64_t i = shard_of(v->m, id), r = id - v->m->shards[i].first_record;
+    const shard_keys *k = &v->keys[i];
+    *key = k->area + k->start[r];
+    *len = k->start[r + 1] - k->start[r];
+}
+
+/* SPEC.md "Schema": the records of a dataset have distinct keys. Every
+ * record whose key repeats an earlier record's (in dataset order) is a
+ * problem naming both. Shards that did not load were reported already. */
+static void check_keys(verify_run *v)
+{
+    const sf_manifest *m = v->m;
+    uint64_t loaded = 0; /* the table is sized by what was read, not by what the manifest claims */
+    for (uint64_t i = 0; i < m->shard_count; i++)
+        loaded += v->keys[i].area ? m->shards[i].record_count : 0;
+    sf_key_table t;
+    if (sf_key_table_init(&t, loaded, key_of_record, v) != 0) {
+        environment_error(v, -ENOMEM, SF_MANIFEST_NAME);
+        return;
+    }
+    for (uint64_t i = 0; i < m->shard_count; i++) {
+        const shard_keys *k = &v->keys[i];
+        for (uint64_t r = 0; k->area && r < m->shards[i].record_count; r++) {
+            const uint8_t *key;
+            size_t len;
+            uint64_t id = m->shards[i].first_record + r, first;
+            key_of_record(v, id, &key, &len);
+            if (sf_key_table_add(&t, id, key, len, &first) == 0)
+                continue;
+            uint64_t fi = shard_of(m, first);
+            char name[SF_SHARD_NAME_MAX], msg[600];
+            snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+            snprintf(msg, sizeof msg,
+                     "record %llu: key '%.*s' repeats the key of " SF_SHARD_NAME_FMT
+                     " record %llu (keys are distinct)",
+                     (unsigned long long)r, (int)len, (const char *)key, (unsigned)fi,
+                     (unsigned long long)(first - m->shards[fi].first_record));
+            report(v, SF_E_CORRUPT, name, (int64_t)i, (int64_t)r, k->area_offset + k->start[r], msg);
+        }
+    }
+    sf_key_table_free(&t);
 }
 
 static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
@@ -168,7 +268,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
         if (e == ENOENT) {
             report(v, SF_E_CORRUPT, name, (int64_t)i, -1, 0, "shard file is missing");
         } else {
-            sf_fail(-e, "cannot open: %s", strerror(e));
+            sf_fail(-e, "cannot open: %s%s", strerror(e), sf_errno_hint(e));
             environment_error(v, -e, name);
         }
         return;
@@ -179,13 +279,15 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     uint64_t bad = 0;
     int rc = sf_shard_load_meta(&meta, fd, &exp, &bad);
     if (rc) {
-        if (is_format_error(rc))
+        if (sf_is_data_error(rc))
             report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
         else
             environment_error(v, rc, name);
         close(fd);
         return;
     }
+    if (keep_keys(&v->keys[i], &meta, &m->schema) != 0)
+        environment_error(v, -ENOMEM, name);
     int zfields = 0;
     for (uint32_t f = 0; f < m->schema.field_count; f++)
         zfields += m->schema.fields[f].codec != SF_CODEC_NONE;
@@ -249,34 +351,22 @@ static void check_strays(verify_run *v)
     closedir(d);
 }
 
+/* The manifest through the one loader open uses: a missing one means the
+ * folder is not a dataset (exit 1), a damaged one is a problem (exit 2). */
 static int load_manifest(sf_manifest *m, const char *dir, verify_run *v)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) {
-            report(v, SF_E_CORRUPT, SF_MANIFEST_NAME, -1, -1, 0,
-                   "manifest is missing (not a dataset, or packing did not finish)");
-            return SF_E_CORRUPT;
-        }
-        return sf_fail(-errno, "%s: %s", path, strerror(errno));
+    int rc = sf_manifest_load(m, dir);
+    if (rc == -ENOENT)
+        return sf_fail(rc, "%s: not a dataset: no %s (or packing did not finish)", dir, SF_MANIFEST_NAME);
+    if (sf_is_data_error(rc)) {
+        /* The detail starts with the path, which the problem names. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s: ", dir, SF_MANIFEST_NAME);
+        const char *msg = sf_last_error();
+        if (strncmp(msg, path, strlen(path)) == 0)
+            msg += strlen(path);
+        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, msg);
     }
-    struct stat st;
-    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
-    uint8_t *buf = NULL;
-    if (!rc && (uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE) {
-        rc = SF_E_LIMIT;
-        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, "larger than any valid manifest");
-    } else if (!rc && !(buf = malloc((size_t)st.st_size + 1))) {
-        rc = sf_fail(-ENOMEM, "out of memory");
-    } else if (!rc && (rc = sf_pread_full(fd, buf, (uint64_t)st.st_size, 0))) {
-        rc = sf_fail(rc, "%s: %s", path, sf_strerror(rc));
-    } else if (!rc && (rc = sf_manifest_decode(m, buf, (uint64_t)st.st_size))) {
-        report(v, rc, SF_MANIFEST_NAME, -1, -1, 0, sf_last_error());
-    }
-    free(buf);
-    close(fd);
     return rc;
 }
 
@@ -302,13 +392,17 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(dir, &st) != 0)
+        return sf_fail(-errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
         return sf_fail(-ENOTDIR, "%s: not a directory", dir);
     verify_run v = {.dir = dir, .cb = cb, .ctx = ctx, .decompress = opts->decompress};
     pthread_mutex_init(&v.lock, NULL);
     sf_manifest m;
     memset(&m, 0, sizeof m);
     int rc = load_manifest(&m, dir, &v);
+    if (rc == 0 && !(v.keys = calloc(m.shard_count ? m.shard_count : 1, sizeof *v.keys)))
+        rc = sf_fail(-ENOMEM, "out of memory");
     if (rc == 0) {
         v.m = &m;
         if (jobs == 0) {
@@ -329,7 +423,14 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
             pthread_join(t[i], NULL);
         free(t);
         check_strays(&v);
+        if (!v.io_error)
+            check_keys(&v);
     }
+    for (uint64_t i = 0; v.keys && i < m.shard_count; i++) {
+        free(v.keys[i].area);
+        free(v.keys[i].start);
+    }
+    free(v.keys);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (summary) {
         summary->shards = m.shard_count;
@@ -344,7 +445,7 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         return sf_fail(v.io_error, "%s", v.io_message);
     if (v.problems)
         return sf_fail(SF_E_CORRUPT, "%s: %llu problem(s) found", dir, (unsigned long long)v.problems);
-    if (rc < 0 && rc != SF_E_CORRUPT)
+    if (rc < 0 && !sf_is_data_error(rc))
         return rc;
     return 0;
 }

@@ -117,10 +117,12 @@ typedef struct sf_verify_summary {
 
 /* Checks everything SPEC.md defines: the manifest, each shard's header,
  * index, footer, every record checksum and padding byte, counts and sizes,
- * no shard missing and no stray shard file. Calls `cb` (may be NULL) for
- * every problem, from one thread at a time. Returns 0 when the dataset is
- * intact, SF_E_CORRUPT (or the manifest's own error) when a problem was
- * found, or another negative code when verification itself could not run.
+ * no shard missing and no stray shard file, keys distinct across the
+ * dataset, bool values 0 or 1. Calls `cb` (may be NULL) for every problem
+ * (its code one sf_is_data_error accepts), from one thread at a time.
+ * Returns 0 when the dataset is intact, SF_E_CORRUPT when a problem was
+ * found, or another negative code when verification itself could not run
+ * (-ENOENT for a folder without a manifest: not a dataset).
  * `jobs` shards are read in parallel (0: one per CPU). */
 SF_API int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb,
                      void *ctx);
@@ -144,7 +146,8 @@ SF_API int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_ve
 
 /* ---- export ---- */
 /* Writes every sample back in the layout of the input it was packed from
- * (sf_dataset_source), creating out_dir:
+ * (sf_dataset_source) into out_dir, which must be new (it is created) or an
+ * empty folder (else SF_E_EXISTS):
  *   imagefolder  out_dir/<key>: the image file, byte for byte (the key is
  *                <class>/<path>), so the tree is the one that was packed;
  *   tar          out_dir/<key>.<field> for every field: the tar's members;
@@ -153,7 +156,14 @@ SF_API int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_ve
  *   npy or none  as sf_export_npy.
  * Never writes outside out_dir: names come from validated fields and keys,
  * folders and files are created with O_NOFOLLOW relative to their parent.
- * Checks record checksums. */
+ * Never replaces a file: every output name is planned before anything is
+ * written, and two samples (or a sample and list.csv) that would write the
+ * same name, or a file where a folder must go, fail with SF_E_UNSUPPORTED
+ * naming both (where out_dir's file system ignores case, names that differ
+ * only in ASCII case are the same); a name part longer than the file system
+ * takes fails with -ENAMETOOLONG; files are created with O_EXCL. Checks
+ * record checksums and bool values. *files_written: the files written
+ * whole, also on failure. */
 SF_API int sf_export(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
 /* Writes every sample as out_dir/{field}_{key}.npy (a key's folders become
  * folders: key "a/b" gives a/img_b.npy), C-order

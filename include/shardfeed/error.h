@@ -43,6 +43,13 @@ enum sf_error {
 /* Static description of an error code (sf_error or -errno). Never NULL. */
 SF_API const char *sf_strerror(int err);
 
+/* 1 when `err` says that a dataset's stored bytes break the format: bad
+ * magic, a format version this build does not read, a checksum mismatch,
+ * truncation, a structural inconsistency, a value over a limit, a reserved
+ * bit or code: what sf_verify reports as a problem and the command line
+ * exits 2 for. 0 for everything else (usage, environment, -errno). */
+SF_API int sf_is_data_error(int err);
+
 /* The detail of the last failure in this thread ("" if none). Valid until the
  * next failing shardfeed call in the same thread. */
 SF_API const char *sf_last_error(void);

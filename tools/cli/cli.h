@@ -8,10 +8,10 @@
 
 #include "shardfeed/shardfeed.h"
 
-/* Exit codes, the same for every subcommand. */
+/* Exit codes, the same for every subcommand (README "Exit codes"). */
 #define EXIT_OK 0
-#define EXIT_USAGE 1   /* usage or environment error */
-#define EXIT_CORRUPT 2 /* verify: the dataset is damaged */
+#define EXIT_USAGE 1   /* usage or environment error (missing folder, not a dataset, I/O) */
+#define EXIT_CORRUPT 2 /* a dataset's files break the format: sf_is_data_error */
 
 int cmd_pack(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
@@ -22,6 +22,15 @@ int cmd_bench(int argc, char **argv);
 
 /* Prints "shardfeed CMD: <detail>" for a failed library call. */
 void cli_error(const char *cmd, int rc);
+/* The exit status of a command that failed with library code `rc` while
+ * reading a dataset: EXIT_CORRUPT when the dataset's bytes break the
+ * format, EXIT_USAGE otherwise, EXIT_OK for 0. Every command that reads
+ * datasets maps its failures with this, so one problem gets one status
+ * whichever command meets it. (pack reads inputs, not datasets: its
+ * failures are EXIT_USAGE.) */
+int cli_exit_status(int rc);
+/* cli_error, then cli_exit_status. */
+int cli_fail(const char *cmd, int rc);
 /* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a non-negative integer; 0 on success. */

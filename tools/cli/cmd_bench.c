@@ -191,10 +191,8 @@ int cmd_bench(int argc, char **argv)
     double t_open = now_s(), cpu0 = cpu_s();
     sf_reader *r = NULL;
     int rc = sf_reader_open(&r, dir, &o);
-    if (rc) {
-        cli_error("bench", rc);
-        return EXIT_USAGE;
-    }
+    if (rc)
+        return cli_fail("bench", rc);
     if (trace) {
         /* every batch, and the read-ahead past the last one */
         uint64_t want = epochs * sf_reader_num_batches(r) + (o.prefetch ? o.prefetch : SF_READER_DEFAULT_PREFETCH);
@@ -227,9 +225,9 @@ int cmd_bench(int argc, char **argv)
     }
     double seconds = now_s() - t0;
     if (rc) {
-        cli_error("bench", rc);
+        int status = cli_fail("bench", rc);
         sf_reader_close(r);
-        return rc == SF_E_CHECKSUM ? EXIT_CORRUPT : EXIT_USAGE;
+        return status;
     }
     if (trace && (rc = sf_reader_trace_write(r, trace))) {
         cli_error("bench", rc);

@@ -14,9 +14,10 @@ static void export_usage(FILE *f)
             "  tar          DIR/<key>.<field>: the members of the tar files\n"
             "  list         DIR/<path> and DIR/list.csv (path and the other columns)\n"
             "  npy          DIR/{field}_{key}.npy\n"
-            "Record checksums are checked.\n"
+            "Record checksums are checked. DIR must be new or empty; two samples that\n"
+            "would write the same name stop the export before anything is written.\n"
             "\n"
-            "  -o, --output DIR   output directory (created if missing)\n"
+            "  -o, --output DIR   output directory (created if missing, else empty)\n"
             "      --npy          write {field}_{key}.npy files whatever the layout\n");
 }
 
@@ -45,8 +46,11 @@ int cmd_export(int argc, char **argv)
     uint64_t n = 0;
     int rc = npy ? sf_export_npy(argv[optind], out, &n) : sf_export(argv[optind], out, &n);
     if (rc) {
-        cli_error("export", rc);
-        return rc == SF_E_CHECKSUM || rc == SF_E_CORRUPT ? EXIT_CORRUPT : EXIT_USAGE;
+        int status = cli_fail("export", rc);
+        if (n)
+            fprintf(stderr, "shardfeed export: stopped after writing %llu files to %s\n",
+                    (unsigned long long)n, out);
+        return status;
     }
     printf("exported %llu files to %s\n", (unsigned long long)n, out);
     return EXIT_OK;

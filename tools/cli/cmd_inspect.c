@@ -145,10 +145,8 @@ int cmd_inspect(int argc, char **argv)
     }
     sf_dataset *ds;
     int rc = sf_dataset_open(&ds, argv[optind]);
-    if (rc) {
-        cli_error("inspect", rc);
-        return EXIT_USAGE;
-    }
+    if (rc)
+        return cli_fail("inspect", rc);
     if (json)
         print_json(ds, argv[optind]);
     else

@@ -42,10 +42,8 @@ int cmd_merge(int argc, char **argv)
     }
     sf_pack_result r;
     int rc = sf_pack_merge(&r, (const char *const *)argv + optind, (size_t)(argc - optind), out, force);
-    if (rc) {
-        cli_error("merge", rc);
-        return EXIT_USAGE;
-    }
+    if (rc)
+        return cli_fail("merge", rc);
     if (!quiet) {
         char b[32];
         printf("merged %d parts into %s: %llu samples in %llu shards, %s, %.2f s\n", argc - optind, out,

@@ -75,12 +75,16 @@ int cmd_verify(int argc, char **argv)
     sf_verify_summary s;
     memset(&s, 0, sizeof s);
     int rc = sf_verify_ex(&s, o.dir, &vo, on_problem, &o);
-    int status = rc == 0 ? EXIT_OK : s.problems ? EXIT_CORRUPT : EXIT_USAGE;
+    /* Problems found make it corrupt even when something else then stopped
+     * the run; without any, the code says (a folder that is not a dataset
+     * is a usage error). */
+    int status = s.problems ? EXIT_CORRUPT : cli_exit_status(rc);
+    int stopped = rc != 0 && rc != SF_E_CORRUPT; /* could not check everything */
     if (o.json) {
         printf("],\"ok\":%s,\"shards\":%llu,\"records\":%llu,\"bytes\":%llu,\"seconds\":%.6f",
                status == EXIT_OK ? "true" : "false", (unsigned long long)s.shards,
                (unsigned long long)s.records, (unsigned long long)s.bytes, s.seconds);
-        if (status == EXIT_USAGE) {
+        if (stopped) {
             printf(",\"error\":");
             cli_json_string(stdout, sf_last_error());
         }
@@ -93,9 +97,9 @@ int cmd_verify(int argc, char **argv)
         printf("OK %s: %llu shards, %llu records, %s verified in %.2f s (%s/s)\n", o.dir,
                (unsigned long long)s.shards, (unsigned long long)s.records,
                cli_bytes(b, sizeof b, (double)s.bytes), s.seconds, cli_bytes((char[32]){0}, 32, rate));
-    else if (status == EXIT_CORRUPT)
+    if (s.problems)
         printf("CORRUPT %s: %llu problem(s)\n", o.dir, (unsigned long long)s.problems);
-    else
+    if (stopped)
         cli_error("verify", rc);
     return status;
 }

@@ -12,6 +12,19 @@ void cli_error(const char *cmd, int rc)
     fprintf(stderr, "shardfeed %s: %s\n", cmd, detail[0] ? detail : sf_strerror(rc));
 }
 
+int cli_exit_status(int rc)
+{
+    if (rc == 0)
+        return EXIT_OK;
+    return sf_is_data_error(rc) ? EXIT_CORRUPT : EXIT_USAGE;
+}
+
+int cli_fail(const char *cmd, int rc)
+{
+    cli_error(cmd, rc);
+    return cli_exit_status(rc);
+}
+
 int cli_parse_uint(const char *s, uint64_t *out)
 {
     if (!s || !isdigit((unsigned char)s[0]))
