@@ -2,14 +2,85 @@
  * the sample tables, and the manifest metadata the packer writes. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/error_internal.h"
 #include "format/le.h"
 #include "pack_internal.h"
+
+#define EMFILE_HINT "this process's limit on open files: raise it with `ulimit -n`"
+#define ENFILE_HINT "the system's limit on open files: raise fs.file-max with sysctl"
+
+const char *pack_strerror(int e)
+{
+    if (e == EMFILE)
+        return "Too many open files (" EMFILE_HINT ")";
+    if (e == ENFILE)
+        return "Too many open files in system (" ENFILE_HINT ")";
+    return strerror(e);
+}
+
+int pack_explain_fd_limit(int rc)
+{
+    if (!rc)
+        return rc;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", sf_last_error());
+    if (strstr(msg, "ulimit -n") || strstr(msg, "fs.file-max"))
+        return rc; /* said where it happened */
+    /* strerror(EMFILE) is a prefix of strerror(ENFILE): test ENFILE first. */
+    if (rc == -ENFILE || strstr(msg, strerror(ENFILE)))
+        return sf_fail(rc, "%s (%s)", msg, ENFILE_HINT);
+    if (rc == -EMFILE || strstr(msg, strerror(EMFILE)))
+        return sf_fail(rc, "%s (%s)", msg, EMFILE_HINT);
+    return rc;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "of another kind";
+}
+
+int pack_open_input(const char *path, struct stat *st)
+{
+    /* O_NONBLOCK: opening a FIFO without a writer would otherwise wait
+     * forever; O_NOCTTY: a terminal never becomes ours. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return sf_fail(e == EMFILE || e == ENFILE || e == ENOMEM ? -e : SF_E_INPUT, "%s: cannot open: %s",
+                       path, pack_strerror(e));
+    }
+    int rc = 0;
+    if (fstat(fd, st) != 0)
+        rc = sf_fail(SF_E_INPUT, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        rc = sf_fail(SF_E_INPUT, "%s: %s, not a regular file: refusing to read it", path,
+                     file_kind(st->st_mode));
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            rc = sf_fail(-errno, "%s: fcntl: %s", path, strerror(errno));
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
 
 int pack_ends_with(const char *s, const char *suffix)
 {
@@ -37,7 +108,7 @@ static int detect_dir(const char **format, const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
-        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, pack_strerror(errno));
     int npy = 0, tar = 0, dirs = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {

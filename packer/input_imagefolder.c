@@ -109,7 +109,7 @@ static int list_dir(const char *path, entries *out)
 {
     DIR *d = opendir(path);
     if (!d)
-        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", path, strerror(errno));
+        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", path, pack_strerror(errno));
     int rc = 0;
     struct dirent *de;
     errno = 0;
@@ -344,11 +344,11 @@ static int if_read(void *cursor, const pack_input *in, uint64_t sample, uint32_t
     if (!path)
         return sf_fail(-ENOMEM, "out of memory");
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
+    int fd = pack_open_input(path, &st);
     if (fd < 0)
-        rc = sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != size)
+        rc = fd;
+    else if ((uint64_t)st.st_size != size)
         rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (size %llu, was %llu)", path,
                      (unsigned long long)st.st_size, (unsigned long long)size);
     else if ((rc = sf_pread_full(fd, dst, size, 0)))

@@ -89,7 +89,7 @@ static int list_dir(const char *dir, npy_entry **out, size_t *count)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return sf_fail(-errno, "%s: cannot open input directory: %s", dir, strerror(errno));
+        return sf_fail(-errno, "%s: cannot open input directory: %s", dir, pack_strerror(errno));
     int dfd = dirfd(d);
     size_t n = 0, cap = 0;
     npy_entry *v = NULL;

@@ -135,9 +135,10 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", out, name);
     snprintf(dst, sizeof dst, "%s/%s", out, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
-        return sf_fail(SF_E_INPUT, "%s: %s", src, strerror(errno));
+        return sf_fail(errno == EMFILE || errno == ENFILE ? -errno : SF_E_INPUT, "%s: %s", src,
+                       pack_strerror(errno));
     sf_shard_expect exp = {&p->m.schema, local, p->m.dataset_id, p->m.align, &p->m.shards[local]};
     sf_shard_meta meta;
     uint64_t bad = 0;
@@ -257,6 +258,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
         result->bytes_out = bytes + msize;
         result->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    rc = pack_explain_fd_limit(rc);
     free(whole.shards);
     free(whole.metadata);
     free(reuse);

@@ -277,6 +277,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         result->part_count = part.count;
         result->seconds = now_s() - t0;
     }
+    rc = pack_explain_fd_limit(rc);
     free(p);
     free(reuse);
     free(results);

@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "format/format.h"
 
@@ -57,6 +58,19 @@ int pack_ends_with(const char *s, const char *suffix);
 int pack_is_tar_name(const char *name);
 /* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
 int pack_input_alloc(pack_input *in, uint64_t n);
+
+/* Opens an input file (a .npy, an image, a list or a row's file, a tar)
+ * for reading. The open itself is non-blocking, so a FIFO or a device put
+ * where a file was cannot hang the pack; anything but a regular file is
+ * refused, naming it. Returns the fd, with *st filled, or a negative code
+ * with "PATH: reason" in sf_last_error(). */
+int pack_open_input(const char *path, struct stat *st);
+/* strerror(e), saying which limit to raise for EMFILE and ENFILE. */
+const char *pack_strerror(int e);
+/* For a failure `rc` of pack or merge that ran out of file descriptors
+ * somewhere without saying so (an error passed up from format/ or
+ * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
+int pack_explain_fd_limit(int rc);
 
 /* Manifest metadata the packer writes: "source" and "class_names", and
  * "part" for one part of a --part run. Returns a malloc'd buffer. */

@@ -318,6 +318,40 @@ class OutputDirectory(Base):
         self.assertEqual((mismatch, errors), ([], []))
 
 
+class Limits(Base):
+    def run_limited(self, nofile, *args):
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        return subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True, preexec_fn=limit)
+
+    def test_out_of_file_descriptors_says_which_limit(self):
+        write_samples(self.inp, 5)
+        seen = 0
+        # The first descriptors past stdin/out/err: each limit runs out at
+        # another open (the lock, the input folder, the output folder...).
+        for nofile in range(4, 8):
+            shutil.rmtree(self.out, ignore_errors=True)
+            p = self.run_limited(nofile, "pack", self.inp, "-o", self.out, "-j", "1")
+            if p.returncode != 0:
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("ulimit -n", p.stderr)
+                seen += 1
+        self.assertGreater(seen, 0)
+
+
+class PipesAndDevices(Base):
+    def test_list_that_is_a_fifo_is_refused_not_waited_on(self):
+        os.makedirs(self.inp)
+        fifo = os.path.join(self.inp, "list.csv")
+        os.mkfifo(fifo)
+        p = subprocess.run([SHARDFEED, "pack", fifo, "-o", self.out], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"{fifo}: a FIFO, not a regular file", p.stderr)
+
+
 class Corruption(Base):
     def setUp(self):
         super().setUp()
