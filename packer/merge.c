@@ -133,7 +133,7 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     char src[4096], name[SF_SHARD_NAME_MAX], tmp[4096], dst[4096];
     snprintf(src, sizeof src, "%s/" SF_SHARD_NAME_FMT, p->dir, (unsigned)local);
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", out, name);
+    pack_temp_path(tmp, sizeof tmp, out, name, p->info.whole_dataset_id);
     snprintf(dst, sizeof dst, "%s/%s", out, name);
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
@@ -149,9 +149,9 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
         snprintf(where, sizeof where, "%s (byte %llu)", src, (unsigned long long)bad);
         return sf_fail_prefix(rc, where);
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
-        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, pack_strerror(errno));
     if (!rc)
         rc = copy_all(in, fd, meta.file_size, src);
     if (!rc) {
@@ -198,7 +198,10 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     part *p = calloc(n_parts, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
-    int rc = 0;
+    /* Held for the whole merge, taken before anything is looked at: two
+     * runs writing one folder would remove each other's files. */
+    pack_lock lock;
+    int rc = pack_outdir_lock(&lock, output_dir, "merge");
     for (size_t k = 0; k < n_parts && !rc; k++) {
         p[k].dir = parts[k];
         rc = load_part(&p[k]);
@@ -228,7 +231,13 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     if (!rc) {
         plan.dataset_id = whole.dataset_id;
         plan.shard_count = whole.shard_count;
-        rc = pack_outdir_prepare(output_dir, &plan, force, reuse);
+        pack_outdir_state state;
+        rc = pack_outdir_prepare(output_dir, &plan, force, reuse, &state);
+        /* Merged shards are written anew whatever is there: a complete
+         * dataset of this id is replaced only when asked to. */
+        if (!rc && state == PACK_OUT_COMPLETE)
+            rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (--force replaces it)",
+                         output_dir);
     }
     uint64_t g = 0, bytes = 0;
     for (size_t k = 0; k < n_parts && !rc; k++)
@@ -246,7 +255,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
             rc = sf_fail(-ENOMEM, "out of memory");
         } else {
             sf_manifest_encode(buf, &whole);
-            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, buf, msize);
+            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, whole.dataset_id, buf, msize);
             free(buf);
         }
     }
@@ -258,6 +267,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
         result->bytes_out = bytes + msize;
         result->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    pack_outdir_unlock(&lock);
     rc = pack_explain_fd_limit(rc);
     free(whole.shards);
     free(whole.metadata);

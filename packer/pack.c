@@ -106,7 +106,7 @@ static int write_manifest(const char *out, const pack_input *in, const pack_plan
         rc = sf_fail(-ENOMEM, "out of memory");
     } else {
         sf_manifest_encode(buf, &m);
-        rc = pack_write_atomic(out, SF_MANIFEST_NAME, buf, size);
+        rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
         *bytes = size;
     }
     free(buf);
@@ -212,13 +212,21 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     uint32_t align = opts->align ? opts->align : SF_PACK_DEFAULT_ALIGN;
 
     pack_input in;
+    memset(&in, 0, sizeof in);
     pack_plan plan;
     pack_part_info part = {0};
     memset(&plan, 0, sizeof plan);
     int levels[SF_MAX_FIELDS] = {0};
     uint8_t *reuse = NULL;
     pack_shard_result *results = NULL;
-    int rc = pack_input_open(&in, input, opts->input_format);
+    pack_outdir_state state = PACK_OUT_WRITE;
+    /* For the whole run, taken before anything in the folder is looked at:
+     * two runs writing one folder would remove each other's files. First,
+     * so that a second run stops at once rather than after discovery. */
+    pack_lock lock;
+    int rc = pack_outdir_lock(&lock, output_dir, "pack");
+    if (!rc)
+        rc = pack_input_open(&in, input, opts->input_format);
     if (!rc)
         rc = pack_compress_parse(&in.schema, levels, opts->compress);
     if (!rc && in.sample_count == 0)
@@ -234,7 +242,9 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
             rc = sf_fail(-ENOMEM, "out of memory");
     }
     if (!rc)
-        rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse);
+        rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse, &state);
+    if (!rc && state == PACK_OUT_COMPLETE)
+        rc = sf_fail(SF_E_EXISTS, "%s: already holds this dataset, complete (--force rewrites it)", output_dir);
 
     const pack_shard_plan *last = rc ? NULL : &plan.shards[plan.shard_count - 1];
     uint64_t samples = rc ? 0 : last->first + last->count - plan.record_base;
@@ -277,6 +287,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         result->part_count = part.count;
         result->seconds = now_s() - t0;
     }
+    pack_outdir_unlock(&lock);
     rc = pack_explain_fd_limit(rc);
     free(p);
     free(reuse);

@@ -108,12 +108,49 @@ int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64
 int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
 void pack_plan_free(pack_plan *plan);
 
-/* Output directory. `reuse[i]` is set for shard i when a final-named shard
- * of the same dataset_id exists and may be kept if it checks clean. */
-int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse);
-/* Writes `len` bytes to `path` under a temporary name, fsyncs, renames and
- * fsyncs the directory. */
-int pack_write_atomic(const char *dir, const char *name, const uint8_t *buf, uint64_t len);
+/* Output directory (packer/outdir.c). */
+
+/* The output directory's lock: OUT/.shardfeed.lock, flock'ed by the pack or
+ * merge writing OUT for its whole run (the kernel releases it when the
+ * process dies), holding "shardfeed lock: <what> pid N on HOST". */
+#define PACK_LOCK_NAME ".shardfeed.lock"
+typedef struct pack_lock {
+    int fd;          /* -1: not held */
+    int created_dir; /* this run made OUT */
+    char dir[4096];
+    char path[4096];
+} pack_lock;
+/* Creates OUT (and its parents) when missing and locks it. Fails with
+ * -EBUSY, naming the holder, when another pack or merge holds it. `what`
+ * ("pack", "merge") is what the holder's message will say. */
+int pack_outdir_lock(pack_lock *l, const char *out, const char *what);
+/* Removes the lock file and releases the lock; removes OUT too when this
+ * run made it and it is empty (a run that failed before writing). */
+void pack_outdir_unlock(pack_lock *l);
+
+/* What pack_outdir_prepare found. */
+typedef enum pack_outdir_state {
+    PACK_OUT_WRITE,   /* write the dataset; reuse[i]: shard i of this dataset_id is there */
+    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: nothing was changed */
+} pack_outdir_state;
+
+/* Looks at everything in the locked OUT before anything is changed. Files
+ * shardfeed did not write (anything but the lock, a manifest or shard that
+ * decodes, or a temporary named with a dataset_id) are refused even with
+ * `force` and never removed; a different dataset_id's files are refused
+ * without `force`. Then, unless *state is PACK_OUT_COMPLETE, removes the
+ * manifest, this dataset's temporaries and what cannot be kept. `reuse[i]`
+ * is set for shard i when a final-named shard of the same dataset_id is
+ * there (kept if it checks clean, pack_write_shard). */
+int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
+                        pack_outdir_state *state);
+/* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
+ * carrying the run's identity so that only its own run removes it. */
+void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
+/* Writes `len` bytes to DIR/NAME under its temporary name, fsyncs, renames
+ * and fsyncs the directory. */
+int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
+                      uint64_t len);
 int pack_fsync_dir(const char *dir);
 int pack_write_full(int fd, const uint8_t *buf, uint64_t len);
 

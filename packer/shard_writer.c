@@ -191,9 +191,9 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
     for (uint32_t f = 0; f < s->field_count && !w.zc; f++)
         if (s->fields[f].codec && (rc = pack_compressor_new(&w.zc)))
             goto out;
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (w.fd < 0) {
-        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, pack_strerror(errno));
         goto out;
     }
 
@@ -288,7 +288,7 @@ int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int t
     char name[SF_SHARD_NAME_MAX], path[4096], tmp[4096];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
     snprintf(path, sizeof path, "%s/%s", ctx->out_dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", ctx->out_dir, name);
+    pack_temp_path(tmp, sizeof tmp, ctx->out_dir, name, ctx->plan->dataset_id);
     memset(res, 0, sizeof *res);
     if (try_reuse) {
         if (try_keep(ctx, i, path, res)) {

@@ -12,7 +12,8 @@ directory. Then, until SF_CRASH_RUNS (default 200) packs were killed:
   2. check the partial state: every file under a final name
      (shard-NNNNNN.sfs, manifest.sfm) is byte-identical to the reference's
      (so it is complete and valid); a manifest only ever appears with all
-     shards; nothing else but the packer's hidden .NAME.tmp files exists;
+     shards; nothing else but the packer's hidden .NAME.<dataset_id>.tmp
+     files and its lock file (.shardfeed.lock) exists;
   3. in half of the runs, re-run the pack and kill that too (a resumed run
      can die as well), and check again;
   4. re-run the same command to completion: it must succeed, keep the
@@ -39,7 +40,9 @@ RUNS = int(os.environ.get("SF_CRASH_RUNS", "200"))
 SAMPLES = int(os.environ.get("SF_CRASH_SAMPLES", "300"))
 SEED = int(os.environ.get("SF_CRASH_SEED", "12345"))
 SHARD_RE = re.compile(r"^shard-\d{6}\.sfs$")
-TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.tmp$")
+# Temporaries carry the run's dataset_id; the lock file stays after a kill.
+TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.[0-9a-f]{16}\.tmp$")
+LOCK_NAME = ".shardfeed.lock"
 
 failures = []
 
@@ -80,6 +83,8 @@ def check_partial(out, ref, what, stats):
             finals += 1
         elif TEMP_RE.match(name):
             stats["temps_seen"] += 1
+        elif name == LOCK_NAME:
+            stats["locks_seen"] += 1
         else:
             fail(f"{what}: unexpected file {name}")
     if "manifest.sfm" in names:
@@ -144,8 +149,8 @@ def main():
         # (the earliest kill that found every shard), without watching a run.
         t_shards = t_ref
 
-        stats = dict(killed=0, finished_before_kill=0, refused_complete=0, temps_seen=0, manifest_seen=0,
-                     resumed_ok=0, shards_kept=0, double_kills=0, t_pack=t_ref)
+        stats = dict(killed=0, finished_before_kill=0, refused_complete=0, temps_seen=0, locks_seen=0,
+                     manifest_seen=0, resumed_ok=0, shards_kept=0, double_kills=0, t_pack=t_ref)
         finals_at_kill = []
         out = os.path.join(tmp, "out")
         run = 0
@@ -200,8 +205,9 @@ def main():
               f"{stats['finished_before_kill']} finished before their kill; fastest pack "
               f"{stats['t_pack'] * 1000:.0f} ms, every shard written by {t_shards * 1000:.0f} ms; {spread}",
               flush=True)
-        print(f"partial states: temporaries seen {stats['temps_seen']} times, manifest seen "
-              f"{stats['manifest_seen']} times (always with every shard); re-runs: {stats['resumed_ok']}/{run} "
+        print(f"partial states: temporaries seen {stats['temps_seen']} times, lock files "
+              f"{stats['locks_seen']} times, manifest seen {stats['manifest_seen']} times (always with every "
+              f"shard); re-runs: {stats['resumed_ok']}/{run} "
               f"byte-identical to the reference and verified, {stats['shards_kept']} finished shards kept "
               f"in total; {time.monotonic() - t_start:.1f} s", flush=True)
         if stats["killed"] < RUNS:
