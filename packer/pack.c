@@ -1,16 +1,19 @@
-/* sf_pack: discover inputs, plan shards (and take one part of the plan for
- * --part), prepare the output directory, write shards on worker threads,
- * write the manifest last. */
+/* sf_pack: lock the output directory, discover inputs, plan shards (and
+ * take one part of the plan for --part), prepare the output directory,
+ * write (or prove) shards on worker threads, write the manifest last. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/shard_file.h"
 #include "format/hash.h"
 #include "format/le.h"
 #include "pack_internal.h"
@@ -18,7 +21,8 @@
 
 typedef struct pool {
     pack_writer_ctx ctx;
-    const uint8_t *reuse;
+    const uint8_t *reuse;  /* [shard]: a shard of this dataset_id is there */
+    int prove_only;        /* the folder holds this dataset_id complete: change nothing */
     pack_shard_result *results;
     _Atomic uint64_t next_shard;
     atomic_int abort;
@@ -53,7 +57,10 @@ static void *worker(void *arg)
         uint64_t i = atomic_fetch_add(&p->next_shard, 1);
         if (i >= p->ctx.plan->shard_count || atomic_load(&p->abort))
             break;
-        rc = pack_write_shard(&p->ctx, cursor, i, p->reuse[i], &p->results[i]);
+        pack_shard_mode mode = p->prove_only ? PACK_SHARD_PROVE
+                               : p->reuse[i]  ? PACK_SHARD_KEEP_PROVEN
+                                              : PACK_SHARD_WRITE;
+        rc = pack_write_shard(&p->ctx, cursor, i, mode, &p->results[i]);
         if (rc && rc != SF_E_STATE)
             fail(p, rc);
     }
@@ -73,9 +80,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int write_manifest(const char *out, const pack_input *in, const pack_plan *plan,
-                          const pack_shard_result *results, const pack_part_info *part,
-                          uint64_t *bytes)
+/* The manifest of the dataset, encoded into *out (*size bytes, malloc'd). */
+static int encode_manifest(uint8_t **out, uint64_t *size, const pack_input *in, const pack_plan *plan,
+                           const pack_shard_result *results, const pack_part_info *part)
 {
     const pack_shard_plan *last = &plan->shards[plan->shard_count - 1];
     sf_manifest m = {
@@ -100,18 +107,49 @@ static int write_manifest(const char *out, const pack_input *in, const pack_plan
         m.shards[i] = (sf_shard_desc){sp->count, sp->first - plan->record_base, results[i].file_size,
                                       results[i].header_checksum, results[i].index_checksum};
     }
-    uint64_t size = sf_manifest_encoded_size(&m);
-    uint8_t *buf = malloc(size);
-    if (!buf) {
+    *size = sf_manifest_encoded_size(&m);
+    *out = malloc(*size);
+    if (!*out)
         rc = sf_fail(-ENOMEM, "out of memory");
-    } else {
-        sf_manifest_encode(buf, &m);
-        rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
-        *bytes = size;
-    }
-    free(buf);
+    else
+        sf_manifest_encode(*out, &m);
     free(m.shards);
     free(m.metadata);
+    return rc;
+}
+
+/* Writes the manifest; or, when the folder already holds this dataset_id
+ * complete and every shard was proven, checks that the manifest there is
+ * byte for byte the one this run writes, writing nothing. */
+static int finish_manifest(const char *out, const pack_input *in, const pack_plan *plan,
+                           const pack_shard_result *results, const pack_part_info *part, int prove_only,
+                           uint64_t *bytes)
+{
+    uint8_t *buf = NULL;
+    uint64_t size = 0;
+    int rc = encode_manifest(&buf, &size, in, plan, results, part);
+    if (!rc && !prove_only) {
+        rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
+    } else if (!rc) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", out, SF_MANIFEST_NAME);
+        uint8_t *old = malloc(size + 1);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        struct stat st;
+        int same = old && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size &&
+                   sf_pread_full(fd, old, size, 0) == 0 && memcmp(old, buf, size) == 0;
+        if (fd >= 0)
+            close(fd);
+        free(old);
+        if (!old)
+            rc = sf_fail(-ENOMEM, "out of memory");
+        else if (!same)
+            rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes "
+                                      "(its manifest differs from this input's; --force replaces it)",
+                         out);
+    }
+    *bytes = size;
+    free(buf);
     return rc;
 }
 
@@ -243,8 +281,6 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     }
     if (!rc)
         rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse, &state);
-    if (!rc && state == PACK_OUT_COMPLETE)
-        rc = sf_fail(SF_E_EXISTS, "%s: already holds this dataset, complete (--force rewrites it)", output_dir);
 
     const pack_shard_plan *last = rc ? NULL : &plan.shards[plan.shard_count - 1];
     uint64_t samples = rc ? 0 : last->first + last->count - plan.record_base;
@@ -259,6 +295,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         pthread_cond_init(&p->finished, NULL);
         p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done, &p->bytes_done};
         p->reuse = reuse;
+        p->prove_only = state == PACK_OUT_COMPLETE;
         p->results = results;
         if (jobs > plan.shard_count)
             jobs = (unsigned)plan.shard_count;
@@ -267,8 +304,16 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         pthread_mutex_destroy(&p->lock);
     }
     uint64_t manifest_bytes = 0;
+    if (rc == SF_E_EXISTS && state == PACK_OUT_COMPLETE) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", sf_last_error());
+        rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes (%s; "
+                                  "--force replaces it)",
+                     output_dir, why);
+    }
     if (!rc)
-        rc = write_manifest(output_dir, &in, &plan, results, &part, &manifest_bytes);
+        rc = finish_manifest(output_dir, &in, &plan, results, &part, state == PACK_OUT_COMPLETE,
+                             &manifest_bytes);
     if (!rc && opts->progress)
         opts->progress(opts->progress_ctx, samples, samples, atomic_load(&p->bytes_done));
     if (!rc && result) {
@@ -285,6 +330,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         snprintf(result->skipped_example, sizeof result->skipped_example, "%s", in.skipped_example);
         result->part_index = part.index;
         result->part_count = part.count;
+        result->already_complete = state == PACK_OUT_COMPLETE;
         result->seconds = now_s() - t0;
     }
     pack_outdir_unlock(&lock);

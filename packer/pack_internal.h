@@ -131,7 +131,7 @@ void pack_outdir_unlock(pack_lock *l);
 /* What pack_outdir_prepare found. */
 typedef enum pack_outdir_state {
     PACK_OUT_WRITE,   /* write the dataset; reuse[i]: shard i of this dataset_id is there */
-    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: nothing was changed */
+    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: prove, change nothing */
 } pack_outdir_state;
 
 /* Looks at everything in the locked OUT before anything is changed. Files
@@ -141,7 +141,7 @@ typedef enum pack_outdir_state {
  * without `force`. Then, unless *state is PACK_OUT_COMPLETE, removes the
  * manifest, this dataset's temporaries and what cannot be kept. `reuse[i]`
  * is set for shard i when a final-named shard of the same dataset_id is
- * there (kept if it checks clean, pack_write_shard). */
+ * there (kept only if the writer proves it, pack_write_shard). */
 int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
                         pack_outdir_state *state);
 /* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
@@ -183,10 +183,21 @@ typedef struct pack_writer_ctx {
     _Atomic uint64_t *bytes_done;
 } pack_writer_ctx;
 
-/* Writes shard `i` (or keeps it when `try_reuse` and it checks clean),
- * reading inputs through `cursor`: the calling worker's, kept across its
- * shards so that streaming inputs (compressed tars) read on, not again. */
-int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int try_reuse,
+/* What pack_write_shard does with shard i. Keeping or accepting a shard
+ * that is already there takes a proof: the writer makes the shard from
+ * the input exactly as it would write it, writing nothing, and the file's
+ * header, index and footer must equal what it made, byte for byte, and
+ * its data must scan clean against its index. */
+typedef enum pack_shard_mode {
+    PACK_SHARD_WRITE,         /* write it */
+    PACK_SHARD_KEEP_PROVEN,   /* keep the file there if proven, else write it */
+    PACK_SHARD_PROVE          /* prove the file there, write nothing: SF_E_EXISTS if not */
+} pack_shard_mode;
+
+/* Writes, keeps or proves shard `i`, reading inputs through `cursor`: the
+ * calling worker's, kept across its shards so that streaming inputs
+ * (compressed tars) read on, not again. */
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, pack_shard_mode mode,
                      pack_shard_result *res);
 
 #endif

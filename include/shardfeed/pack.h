@@ -52,6 +52,9 @@ typedef struct sf_pack_result {
     uint64_t inputs_skipped; /* files not packed (ImageFolder: no image extension) */
     char skipped_example[512]; /* the first of them */
     uint32_t part_index, part_count; /* as packed; part_count 0: the whole dataset */
+    /* The output already held this dataset complete, every shard proven to
+     * hold this input's records: nothing was written. */
+    int already_complete;
 } sf_pack_result;
 
 /* Packs INPUT (see sf_pack_opts.input_format) into OUTPUT_DIR (SPEC.md,

@@ -271,14 +271,77 @@ def temp_name(name, dataset_id):
     return f".{name}.{dataset_id:016x}.tmp"
 
 
+def snapshot(d):
+    """Every file of d with its inode, mtime and bytes: equal snapshots mean
+    nothing was written, replaced or removed."""
+    out = {}
+    for name in sorted(os.listdir(d)):
+        st = os.lstat(os.path.join(d, name))
+        with open(os.path.join(d, name), "rb") as f:
+            out[name] = (st.st_ino, st.st_mtime_ns, f.read())
+    return out
+
+
 class OutputDirectory(Base):
-    def test_complete_dataset_refused_then_forced(self):
+    def pack_twins(self):
+        """Inputs A and B: the same names and sizes (so the same dataset_id),
+        other values; with their reference packs."""
+        self.a, self.b = self.inp, os.path.join(self.tmp, "in_b")
+        write_samples(self.a, 30, img_shape=(3, 32, 32), seed=1)
+        write_samples(self.b, 30, img_shape=(3, 32, 32), seed=2)
+        self.ref_a, self.ref_b = os.path.join(self.tmp, "ref_a"), os.path.join(self.tmp, "ref_b")
+        run("pack", self.a, "-o", self.ref_a, "--shard-size", "64KiB", check=0)
+        run("pack", self.b, "-o", self.ref_b, "--shard-size", "64KiB", check=0)
+        self.assertEqual(sfspec.read_manifest(self.ref_a)["dataset_id"],
+                         sfspec.read_manifest(self.ref_b)["dataset_id"])
+
+    def assert_same_files(self, a, b):
+        self.assertEqual(dataset_files(a), dataset_files(b))
+        match, mismatch, errors = filecmp.cmpfiles(a, b, dataset_files(a), shallow=False)
+        self.assertEqual((mismatch, errors), ([], []))
+
+    def test_complete_dataset_rerun_is_a_noop_other_content_refused_then_forced(self):
+        self.pack_twins()
+        shutil.copytree(self.ref_a, self.out)
+        before = snapshot(self.out)
+        p = run("pack", self.a, "-o", self.out, "--shard-size", "64KiB", check=0)
+        self.assertIn("already complete", p.stdout)
+        self.assertEqual(snapshot(self.out), before)  # nothing written
+        # The same names and sizes with other values are not "this dataset".
+        p = run("pack", self.b, "-o", self.out, "--shard-size", "64KiB")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("different shardfeed dataset", p.stderr)
+        self.assertIn("--force", p.stderr)
+        self.assertEqual(snapshot(self.out), before)
+        run("pack", self.b, "-o", self.out, "--shard-size", "64KiB", "--force", check=0)
+        self.assert_same_files(self.out, self.ref_b)
+        run("verify", self.out, check=0)
+
+    def test_damaged_complete_dataset_is_not_called_complete(self):
         write_samples(self.inp, 5)
         run("pack", self.inp, "-o", self.out, check=0)
+        path = os.path.join(self.out, "shard-000000.sfs")
+        data = bytearray(open(path, "rb").read())
+        data[4096 + 7] ^= 1  # a record's byte: header, index and footer still agree
+        with open(path, "wb") as f:
+            f.write(data)
         p = run("pack", self.inp, "-o", self.out)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--force", p.stderr)
+        self.assertIn("shard-000000.sfs", p.stderr)
         run("pack", self.inp, "-o", self.out, "--force", check=0)
+        run("verify", self.out, check=0)
+
+    def test_resume_keeps_no_shard_of_another_input_with_the_same_names_and_sizes(self):
+        self.pack_twins()
+        shutil.copytree(self.ref_a, self.out)
+        # What a kill -9 of `pack A` leaves: no manifest, A's shards, a temporary.
+        os.remove(os.path.join(self.out, "manifest.sfm"))
+        dataset_id = sfspec.read_manifest(self.ref_a)["dataset_id"]
+        with open(os.path.join(self.out, temp_name("shard-000000.sfs", dataset_id)), "wb") as f:
+            f.write(b"partial")
+        p = run("pack", self.b, "-o", self.out, "--shard-size", "64KiB", check=0)
+        self.assertNotIn("kept", p.stdout)
+        self.assert_same_files(self.out, self.ref_b)
         run("verify", self.out, check=0)
 
     def test_different_dataset_refused(self):
@@ -366,9 +429,7 @@ class OutputDirectory(Base):
         open(damaged, "wb").write(data)
         p = run("pack", self.inp, "-o", self.out, "--shard-size", "64KiB", check=0)
         self.assertIn(f"{len(names) - 2} finished shards kept", p.stdout)
-        self.assertEqual(dataset_files(self.out), dataset_files(ref))  # no temporary, no lock file left
-        match, mismatch, errors = filecmp.cmpfiles(ref, self.out, dataset_files(ref), shallow=False)
-        self.assertEqual((mismatch, errors), ([], []))
+        self.assert_same_files(ref, self.out)  # no temporary, no lock file left
 
 
 class Lock(Base):
