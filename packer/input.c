@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/hash.h"
 #include "format/le.h"
 #include "pack_internal.h"
 
@@ -200,6 +201,30 @@ int pack_input_alloc(pack_input *in, uint64_t n)
     return 0;
 }
 
+uint64_t pack_mtime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+void pack_input_note_file(pack_input *in, const char *name, uint64_t size, uint64_t mtime_ns)
+{
+    uint8_t num[16];
+    sf_put_le64(num, size);
+    sf_put_le64(num + 8, mtime_ns);
+    /* A sum: the same for any order of discovery (readdir's order differs
+     * between machines and file systems). */
+    in->files_sum += XXH3_64bits_withSeed(name, strlen(name), sf_hash(num, sizeof num));
+    in->file_count++;
+}
+
+uint64_t pack_input_files_hash(const pack_input *in)
+{
+    uint8_t buf[16];
+    sf_put_le64(buf, in->files_sum);
+    sf_put_le64(buf + 8, in->file_count);
+    return sf_hash(buf, sizeof buf);
+}
+
 void pack_input_free(pack_input *in)
 {
     if (!in)
@@ -248,8 +273,10 @@ static uint32_t class_names_value(uint8_t *out, const pack_input *in)
 int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
                          const pack_part_info *part)
 {
-    uint8_t partval[SF_PART_INFO_SIZE];
+    uint8_t partval[SF_PART_INFO_SIZE], inputval[SF_PART_INPUT_SIZE];
     if (part && part->count) {
+        sf_put_le64(inputval, part->files_hash);
+        sf_put_le64(inputval + 8, part->values_hash);
         sf_put_le32(partval, part->index);
         sf_put_le32(partval + 4, part->count);
         sf_put_le64(partval + 8, part->whole_dataset_id);
@@ -267,7 +294,8 @@ int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
     if (in->class_count)
         total += put_entry(NULL, "class_names", NULL, (uint32_t)classes);
     if (part && part->count)
-        total += put_entry(NULL, "part", NULL, sizeof partval);
+        total += put_entry(NULL, "part", NULL, sizeof partval) +
+                 put_entry(NULL, "part_input", NULL, sizeof inputval);
     uint8_t *buf = malloc(total), *p = buf;
     if (!buf)
         return sf_fail(-ENOMEM, "out of memory");
@@ -282,8 +310,10 @@ int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
         p += put_entry(p, "class_names", val, (uint32_t)classes);
         free(val);
     }
-    if (part && part->count)
+    if (part && part->count) {
         p += put_entry(p, "part", partval, sizeof partval);
+        p += put_entry(p, "part_input", inputval, sizeof inputval);
+    }
     *out = buf;
     *size = total;
     return 0;

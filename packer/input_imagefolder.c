@@ -81,6 +81,7 @@ typedef struct entry {
     int err;         /* errno of the stat, 0 when it worked */
     int is_dir, is_reg;
     uint64_t size;
+    uint64_t mtime_ns;
     dev_t dev;
     ino_t ino;
 } entry;
@@ -136,6 +137,7 @@ static int list_dir(const char *path, entries *out)
             e->is_dir = S_ISDIR(st.st_mode);
             e->is_reg = S_ISREG(st.st_mode);
             e->size = (uint64_t)st.st_size;
+            e->mtime_ns = pack_mtime_ns(&st);
             e->dev = st.st_dev;
             e->ino = st.st_ino;
         }
@@ -285,6 +287,7 @@ static int add_file(pack_input *in, found *fo, const char *root, const char *dir
         free(key);
         return rc;
     }
+    pack_input_note_file(in, key, e->size, e->mtime_ns);
     return add_sample(fo, key, c, e->size);
 }
 

@@ -83,7 +83,7 @@ static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
     return 0;
 }
 
-static int read_whole(const char *path, char **out, size_t *len)
+static int read_whole(const char *path, char **out, size_t *len, struct stat *stp)
 {
     struct stat st;
     int fd = pack_open_input(path, &st);
@@ -91,6 +91,7 @@ static int read_whole(const char *path, char **out, size_t *len)
         return fd;
     int rc = 0;
     char *buf = NULL;
+    *stp = st;
     if ((uint64_t)st.st_size >= SIZE_MAX / 2)
         rc = sf_fail(SF_E_LIMIT, "%s: too large for a list", path);
     else if (!(buf = malloc((size_t)st.st_size + 1)))
@@ -376,6 +377,8 @@ static int add_file(pack_input *in, list_priv *p, uint64_t r, const char *path)
     free(full);
     if (!rc)
         in->sizes[r * p->ncols + F_DATA] = (uint64_t)st.st_size;
+    if (!rc)
+        pack_input_note_file(in, path, (uint64_t)st.st_size, pack_mtime_ns(&st));
     return rc;
 }
 
@@ -564,8 +567,13 @@ int pack_input_list(pack_input *in, const char *path)
     in->priv = p;
     parser ps = {.file = path};
     char *buf = NULL;
-    int rc = read_whole(path, &buf, &ps.len);
+    struct stat st;
+    int rc = read_whole(path, &buf, &ps.len, &st);
     ps.buf = buf;
+    if (!rc) {
+        const char *base = strrchr(path, '/');
+        pack_input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, pack_mtime_ns(&st));
+    }
     if (!rc && !(p->dir = dir_of(path)))
         rc = sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(ps.arena = malloc(ps.len + 1)))

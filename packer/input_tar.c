@@ -326,6 +326,8 @@ static int scan_tar(scan *sc, uint32_t t)
     int rc = tar_open(&a, &fd, tar, &st);
     if (rc)
         return rc;
+    const char *base = strrchr(tar, '/');
+    pack_input_note_file(sc->in, base ? base + 1 : tar, (uint64_t)st.st_size, pack_mtime_ns(&st));
     struct archive_entry *e;
     for (uint64_t ord = 0; (rc = next_header(a, tar, &e)) == 0; ord++) {
         if (ord == 0)

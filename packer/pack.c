@@ -201,7 +201,7 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
 
 /* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts
  * merged are the very shards a single pack writes. */
-static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t n)
+static int take_part(pack_plan *plan, pack_part_info *part, const pack_input *in, uint32_t k, uint32_t n)
 {
     uint64_t shards = plan->shard_count;
     if (k >= n)
@@ -222,7 +222,11 @@ static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t
         .whole_shards = shards,
         .first_record = plan->shards[first].first,
         .first_shard = first,
+        .files_hash = pack_input_files_hash(in),
     };
+    int rc = pack_plan_values_hash(&part->values_hash, plan, in);
+    if (rc)
+        return rc;
     /* Little-endian like every stored number: the same id on every machine. */
     uint8_t buf[24];
     sf_put_le64(buf, plan->dataset_id);
@@ -272,7 +276,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc)
         rc = pack_make_plan(&plan, &in, align, shard_size, levels);
     if (!rc && opts->part_count)
-        rc = take_part(&plan, &part, opts->part_index, opts->part_count);
+        rc = take_part(&plan, &part, &in, opts->part_index, opts->part_count);
     if (!rc) {
         reuse = calloc(plan.shard_count, 1);
         results = calloc(plan.shard_count, sizeof *results);

@@ -39,6 +39,11 @@ typedef struct pack_input {
     uint32_t class_count;
     uint64_t skipped;       /* files found but not packed (ImageFolder: no image extension) */
     char skipped_example[512];
+    /* Every input file discovery stat'ed, as an order-free sum of a hash
+     * of each one's name, size and modification time (pack_input_note_file),
+     * so that every machine of a --part run gets the same value whatever
+     * order its directories list in. */
+    uint64_t files_sum, file_count;
 } pack_input;
 
 /* Discovery per format. Each lists its input, orders the samples, derives
@@ -58,6 +63,13 @@ int pack_ends_with(const char *s, const char *suffix);
 int pack_is_tar_name(const char *name);
 /* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
 int pack_input_alloc(pack_input *in, uint64_t n);
+/* Adds an input file to in->files_sum: `name` as every machine sees it
+ * (relative to the input), its size and its modification time in ns
+ * (pack_mtime_ns), all from the stat discovery does anyway. */
+void pack_input_note_file(pack_input *in, const char *name, uint64_t size, uint64_t mtime_ns);
+uint64_t pack_mtime_ns(const struct stat *st);
+/* The identity of the input's files: a hash of files_sum and file_count. */
+uint64_t pack_input_files_hash(const pack_input *in);
 
 /* Opens an input file (a .npy, an image, a list or a row's file, a tar)
  * for reading. The open itself is non-blocking, so a FIFO or a device put
@@ -73,12 +85,17 @@ const char *pack_strerror(int e);
 int pack_explain_fd_limit(int rc);
 
 /* Manifest metadata the packer writes: "source" and "class_names", and
- * "part" for one part of a --part run. Returns a malloc'd buffer. */
+ * "part" and "part_input" for one part of a --part run. Returns a malloc'd
+ * buffer. */
 typedef struct pack_part_info {
     uint32_t index, count;      /* K and N; count 0: not a part */
     uint64_t whole_dataset_id;  /* dataset_id of the whole pack */
     uint64_t whole_records, whole_shards;
     uint64_t first_record, first_shard; /* of this part within the whole */
+    /* "part_input": what merge compares across parts to refuse parts
+     * planned from different inputs of the same names and sizes. */
+    uint64_t files_hash;  /* pack_input_files_hash */
+    uint64_t values_hash; /* pack_plan_values_hash of the whole plan */
 } pack_part_info;
 int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
                          const pack_part_info *part);
@@ -103,6 +120,10 @@ typedef struct pack_plan {
  * values uncompressed (so the cut does not depend on compression). */
 int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64_t shard_size,
                    const int *levels);
+/* XXH3-64 of the values of the first record of every shard of the plan,
+ * read from the input: a sample of the content (the plan itself only knows
+ * names and sizes) that every part of a --part run reads alike. */
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const pack_input *in);
 /* Keeps shards [first, first + count) of a plan, renumbered from 0, for
  * one part of a --part run; sets the part's dataset_id. */
 int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
