@@ -16,7 +16,7 @@
 
 /* ---- version (SPEC.md "Versions") ---- */
 #define SF_FORMAT_MAJOR 1
-#define SF_FORMAT_MINOR 1
+#define SF_FORMAT_MINOR 2
 
 /* ---- file names inside a dataset directory ---- */
 #define SF_MANIFEST_NAME "manifest.sfm"
@@ -236,6 +236,9 @@ int sf_metadata_find(const uint8_t **value, uint32_t *len, const sf_manifest *m,
 /* "part": u32 K, u32 N, u64 whole dataset_id, whole records, whole shards,
  * the part's first record and first shard within the whole. */
 #define SF_PART_INFO_SIZE 48
+/* "part_input" (1.2): u64 files hash, u64 values hash of the input the
+ * part was planned from; merge compares them across parts. */
+#define SF_PART_INPUT_SIZE 16
 
 /* Minimum and maximum possible size of a manifest file, for callers that
  * must cap a read before allocating. */

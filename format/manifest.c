@@ -143,6 +143,8 @@ static int check_known(const uint8_t *key, uint32_t klen, const uint8_t *v, uint
             return sf_fail(SF_E_CORRUPT, "metadata part: %u of %u", k, n);
         return 0;
     }
+    if (klen == 10 && memcmp(key, "part_input", 10) == 0 && vlen != SF_PART_INPUT_SIZE)
+        return sf_fail(SF_E_CORRUPT, "metadata part_input: %u bytes, not %u", vlen, SF_PART_INPUT_SIZE);
     return 0;
 }
 

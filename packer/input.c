@@ -2,14 +2,86 @@
  * the sample tables, and the manifest metadata the packer writes. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/hash.h"
 #include "format/le.h"
 #include "pack_internal.h"
+
+#define EMFILE_HINT "this process's limit on open files: raise it with `ulimit -n`"
+#define ENFILE_HINT "the system's limit on open files: raise fs.file-max with sysctl"
+
+const char *pack_strerror(int e)
+{
+    if (e == EMFILE)
+        return "Too many open files (" EMFILE_HINT ")";
+    if (e == ENFILE)
+        return "Too many open files in system (" ENFILE_HINT ")";
+    return strerror(e);
+}
+
+int pack_explain_fd_limit(int rc)
+{
+    if (!rc)
+        return rc;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", sf_last_error());
+    if (strstr(msg, "ulimit -n") || strstr(msg, "fs.file-max"))
+        return rc; /* said where it happened */
+    /* strerror(EMFILE) is a prefix of strerror(ENFILE): test ENFILE first. */
+    if (rc == -ENFILE || strstr(msg, strerror(ENFILE)))
+        return sf_fail(rc, "%s (%s)", msg, ENFILE_HINT);
+    if (rc == -EMFILE || strstr(msg, strerror(EMFILE)))
+        return sf_fail(rc, "%s (%s)", msg, EMFILE_HINT);
+    return rc;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "of another kind";
+}
+
+int pack_open_input(const char *path, struct stat *st)
+{
+    /* O_NONBLOCK: opening a FIFO without a writer would otherwise wait
+     * forever; O_NOCTTY: a terminal never becomes ours. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return sf_fail(e == EMFILE || e == ENFILE || e == ENOMEM ? -e : SF_E_INPUT, "%s: cannot open: %s",
+                       path, pack_strerror(e));
+    }
+    int rc = 0;
+    if (fstat(fd, st) != 0)
+        rc = sf_fail(SF_E_INPUT, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        rc = sf_fail(SF_E_INPUT, "%s: %s, not a regular file: refusing to read it", path,
+                     file_kind(st->st_mode));
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            rc = sf_fail(-errno, "%s: fcntl: %s", path, strerror(errno));
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
 
 int pack_ends_with(const char *s, const char *suffix)
 {
@@ -37,7 +109,7 @@ static int detect_dir(const char **format, const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
-        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, pack_strerror(errno));
     int npy = 0, tar = 0, dirs = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
@@ -129,6 +201,30 @@ int pack_input_alloc(pack_input *in, uint64_t n)
     return 0;
 }
 
+uint64_t pack_mtime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+void pack_input_note_file(pack_input *in, const char *name, uint64_t size, uint64_t mtime_ns)
+{
+    uint8_t num[16];
+    sf_put_le64(num, size);
+    sf_put_le64(num + 8, mtime_ns);
+    /* A sum: the same for any order of discovery (readdir's order differs
+     * between machines and file systems). */
+    in->files_sum += XXH3_64bits_withSeed(name, strlen(name), sf_hash(num, sizeof num));
+    in->file_count++;
+}
+
+uint64_t pack_input_files_hash(const pack_input *in)
+{
+    uint8_t buf[16];
+    sf_put_le64(buf, in->files_sum);
+    sf_put_le64(buf + 8, in->file_count);
+    return sf_hash(buf, sizeof buf);
+}
+
 void pack_input_free(pack_input *in)
 {
     if (!in)
@@ -177,8 +273,10 @@ static uint32_t class_names_value(uint8_t *out, const pack_input *in)
 int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
                          const pack_part_info *part)
 {
-    uint8_t partval[SF_PART_INFO_SIZE];
+    uint8_t partval[SF_PART_INFO_SIZE], inputval[SF_PART_INPUT_SIZE];
     if (part && part->count) {
+        sf_put_le64(inputval, part->files_hash);
+        sf_put_le64(inputval + 8, part->values_hash);
         sf_put_le32(partval, part->index);
         sf_put_le32(partval + 4, part->count);
         sf_put_le64(partval + 8, part->whole_dataset_id);
@@ -196,7 +294,8 @@ int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
     if (in->class_count)
         total += put_entry(NULL, "class_names", NULL, (uint32_t)classes);
     if (part && part->count)
-        total += put_entry(NULL, "part", NULL, sizeof partval);
+        total += put_entry(NULL, "part", NULL, sizeof partval) +
+                 put_entry(NULL, "part_input", NULL, sizeof inputval);
     uint8_t *buf = malloc(total), *p = buf;
     if (!buf)
         return sf_fail(-ENOMEM, "out of memory");
@@ -211,8 +310,10 @@ int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
         p += put_entry(p, "class_names", val, (uint32_t)classes);
         free(val);
     }
-    if (part && part->count)
+    if (part && part->count) {
         p += put_entry(p, "part", partval, sizeof partval);
+        p += put_entry(p, "part_input", inputval, sizeof inputval);
+    }
     *out = buf;
     *size = total;
     return 0;

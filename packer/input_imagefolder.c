@@ -81,6 +81,7 @@ typedef struct entry {
     int err;         /* errno of the stat, 0 when it worked */
     int is_dir, is_reg;
     uint64_t size;
+    uint64_t mtime_ns;
     dev_t dev;
     ino_t ino;
 } entry;
@@ -109,7 +110,7 @@ static int list_dir(const char *path, entries *out)
 {
     DIR *d = opendir(path);
     if (!d)
-        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", path, strerror(errno));
+        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", path, pack_strerror(errno));
     int rc = 0;
     struct dirent *de;
     errno = 0;
@@ -136,6 +137,7 @@ static int list_dir(const char *path, entries *out)
             e->is_dir = S_ISDIR(st.st_mode);
             e->is_reg = S_ISREG(st.st_mode);
             e->size = (uint64_t)st.st_size;
+            e->mtime_ns = pack_mtime_ns(&st);
             e->dev = st.st_dev;
             e->ino = st.st_ino;
         }
@@ -283,6 +285,7 @@ static int add_file(pack_input *in, found *fo, const char *root, const char *dir
         free(key);
         return rc;
     }
+    pack_input_note_file(in, key, e->size, e->mtime_ns);
     return add_sample(fo, key, c, e->size);
 }
 
@@ -342,11 +345,11 @@ static int if_read(void *cursor, const pack_input *in, uint64_t sample, uint32_t
     if (!path)
         return sf_fail(-ENOMEM, "out of memory");
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
+    int fd = pack_open_input(path, &st);
     if (fd < 0)
-        rc = sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != size)
+        rc = fd;
+    else if ((uint64_t)st.st_size != size)
         rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (size %llu, was %llu)", path,
                      (unsigned long long)st.st_size, (unsigned long long)size);
     else if ((rc = sf_pread_full(fd, dst, size, 0)))

@@ -85,19 +85,16 @@ static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
     return 0;
 }
 
-static int read_whole(const char *path, char **out, size_t *len)
+static int read_whole(const char *path, char **out, size_t *len, struct stat *stp)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
+    int fd = pack_open_input(path, &st);
+    if (fd < 0)
+        return fd;
     int rc = 0;
     char *buf = NULL;
-    if (fstat(fd, &st) != 0)
-        rc = sf_fail(SF_E_INPUT, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = sf_fail(SF_E_INPUT, "%s: not a regular file (a list is a .csv/.tsv/.txt file)", path);
-    else if ((uint64_t)st.st_size >= SIZE_MAX / 2)
+    *stp = st;
+    if ((uint64_t)st.st_size >= SIZE_MAX / 2)
         rc = sf_fail(SF_E_LIMIT, "%s: too large for a list", path);
     else if (!(buf = malloc((size_t)st.st_size + 1)))
         rc = sf_fail(-ENOMEM, "out of memory for the %lld-byte list %s", (long long)st.st_size, path);
@@ -377,6 +374,8 @@ static int add_file(pack_input *in, list_priv *p, uint64_t r, const char *path)
     free(full);
     if (!rc)
         in->sizes[r * p->ncols + F_DATA] = (uint64_t)st.st_size;
+    if (!rc)
+        pack_input_note_file(in, path, (uint64_t)st.st_size, pack_mtime_ns(&st));
     return rc;
 }
 
@@ -512,11 +511,13 @@ static int read_data(const pack_input *in, const list_priv *p, uint64_t s, uint8
         return sf_fail(-ENOMEM, "out of memory");
     unsigned long long line = (unsigned long long)p->line[s];
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0)
-        rc = sf_fail(SF_E_INPUT, "%s:%llu: %s: cannot open: %s", in->path, line, path, strerror(errno));
-    else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != size)
+    int fd = pack_open_input(path, &st);
+    if (fd < 0) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%llu", in->path, line);
+        rc = sf_fail_prefix(fd, where);
+    } else if ((uint64_t)st.st_size != size)
         rc = sf_fail(SF_E_INPUT, "%s:%llu: %s: input changed while packing (size %llu, was %llu)",
                      in->path, line, path, (unsigned long long)st.st_size, (unsigned long long)size);
     else if ((rc = sf_pread_full(fd, dst, size, 0)))
@@ -565,8 +566,13 @@ int pack_input_list(pack_input *in, const char *path)
     in->priv = p;
     parser ps = {.file = path};
     char *buf = NULL;
-    int rc = read_whole(path, &buf, &ps.len);
+    struct stat st;
+    int rc = read_whole(path, &buf, &ps.len, &st);
     ps.buf = buf;
+    if (!rc) {
+        const char *base = strrchr(path, '/');
+        pack_input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, pack_mtime_ns(&st));
+    }
     if (!rc && !(p->dir = dir_of(path)))
         rc = sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(ps.arena = malloc(ps.len + 1)))

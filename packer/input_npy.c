@@ -87,11 +87,11 @@ static int parse_name(npy_entry *e, const char *dir, const char *name)
     return 0;
 }
 
-static int list_dir(const char *dir, npy_entry **out, size_t *count)
+static int list_dir(pack_input *in, const char *dir, npy_entry **out, size_t *count)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return sf_fail(-errno, "%s: cannot open input directory: %s", dir, strerror(errno));
+        return sf_fail(-errno, "%s: cannot open input directory: %s", dir, pack_strerror(errno));
     int dfd = dirfd(d);
     size_t n = 0, cap = 0;
     npy_entry *v = NULL;
@@ -124,6 +124,7 @@ static int list_dir(const char *dir, npy_entry **out, size_t *count)
         rc = parse_name(&v[n], dir, de->d_name);
         if (rc)
             break;
+        pack_input_note_file(in, de->d_name, (uint64_t)st.st_size, pack_mtime_ns(&st));
         n++;
         errno = 0;
     }
@@ -296,7 +297,7 @@ int pack_input_npy_dir(pack_input *in, const char *dir)
     p->dir = in->path;
     npy_entry *e = NULL;
     size_t n = 0;
-    int rc = list_dir(dir, &e, &n);
+    int rc = list_dir(in, dir, &e, &n);
     if (rc)
         return rc;
     qsort(e, n, sizeof *e, entry_cmp);

@@ -85,16 +85,27 @@ static int split_member(const char *tar, const char *name, char key[SF_MAX_KEY +
 
 /* ---- libarchive ---- */
 
-static int tar_open(struct archive **out, const char *path)
+/* Opens tar `path` from its start, any compression. *fd is the file it
+ * reads (opened by pack_open_input: never a FIFO), closed by the caller
+ * after archive_read_free; *st its stat. */
+static int tar_open(struct archive **out, int *fd, const char *path, struct stat *st)
 {
+    *fd = pack_open_input(path, st);
+    if (*fd < 0)
+        return *fd;
     struct archive *a = archive_read_new();
-    if (!a)
+    if (!a) {
+        close(*fd);
+        *fd = -1;
         return sf_fail(-ENOMEM, "out of memory");
+    }
     archive_read_support_filter_all(a);
     archive_read_support_format_tar(a); /* ustar, pax and GNU tar */
-    if (archive_read_open_filename(a, path, TAR_BLOCK) != ARCHIVE_OK) {
+    if (archive_read_open_fd(a, *fd, TAR_BLOCK) != ARCHIVE_OK) {
         int rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", path, archive_error_string(a));
         archive_read_free(a);
+        close(*fd);
+        *fd = -1;
         return rc;
     }
     *out = a;
@@ -308,9 +319,13 @@ static int scan_tar(scan *sc, uint32_t t)
 {
     const char *tar = sc->p->tars[t];
     struct archive *a;
-    int rc = tar_open(&a, tar);
+    struct stat st;
+    int fd;
+    int rc = tar_open(&a, &fd, tar, &st);
     if (rc)
         return rc;
+    const char *base = strrchr(tar, '/');
+    pack_input_note_file(sc->in, base ? base + 1 : tar, (uint64_t)st.st_size, pack_mtime_ns(&st));
     struct archive_entry *e;
     for (uint64_t ord = 0; (rc = next_header(a, tar, &e)) == 0; ord++) {
         if (ord == 0)
@@ -330,6 +345,7 @@ static int scan_tar(scan *sc, uint32_t t)
             break;
     }
     archive_read_free(a);
+    close(fd);
     if (rc < 0)
         return rc;
     return finish_sample(sc); /* samples do not continue into the next tar */
@@ -364,7 +380,7 @@ static int list_tars(pack_input *in, tar_priv *p, const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", dir, strerror(errno));
+        return sf_fail(SF_E_INPUT, "%s: cannot open folder: %s", dir, pack_strerror(errno));
     size_t cap = 0;
     int rc = 0;
     struct dirent *de;
@@ -459,9 +475,10 @@ static void cursor_drop_archive(tar_cursor *c)
  * reads as a tar of its own. */
 static int tar_open_at(tar_cursor *c, const char *path, int64_t off)
 {
-    c->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    c->fd = pack_open_input(path, &st);
     if (c->fd < 0)
-        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        return c->fd;
     if (lseek(c->fd, off, SEEK_SET) != off)
         return sf_fail(SF_E_INPUT, "%s: cannot seek to %lld: %s", path, (long long)off, strerror(errno));
     if (!(c->a = archive_read_new()))
@@ -488,7 +505,8 @@ static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
         cursor_drop_archive(c);
         c->tar = t;
         c->next_ord = p->plain[t] ? ord : 0;
-        rc = p->plain[t] ? tar_open_at(c, p->tars[t], p->off_of[s]) : tar_open(&c->a, p->tars[t]);
+        struct stat st;
+        rc = p->plain[t] ? tar_open_at(c, p->tars[t], p->off_of[s]) : tar_open(&c->a, &c->fd, p->tars[t], &st);
         if (rc) {
             cursor_drop_archive(c);
             return rc;

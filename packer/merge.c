@@ -23,6 +23,7 @@ typedef struct part {
     const char *dir;
     sf_manifest m;
     pack_part_info info;
+    int has_input; /* a "part_input" entry (written since format 1.2) */
 } part;
 
 static int load_part(part *p)
@@ -37,11 +38,22 @@ static int load_part(part *p)
                        p->dir);
     p->info = (pack_part_info){sf_get_le32(v), sf_get_le32(v + 4), sf_get_le64(v + 8),
                                sf_get_le64(v + 16), sf_get_le64(v + 24), sf_get_le64(v + 32),
-                               sf_get_le64(v + 40)};
+                               sf_get_le64(v + 40), 0, 0};
+    if (sf_metadata_find(&v, &len, &p->m, "part_input")) { /* its size checked by the decoder */
+        p->has_input = 1;
+        p->info.files_hash = sf_get_le64(v);
+        p->info.values_hash = sf_get_le64(v + 8);
+    }
     return 0;
 }
 
-/* The whole dataset's metadata: the part's, without its "part" entry. */
+/* A part's metadata key that the whole dataset does not have. */
+static int is_part_key(const uint8_t *key, uint32_t len)
+{
+    return (len == 4 && memcmp(key, "part", 4) == 0) || (len == 10 && memcmp(key, "part_input", 10) == 0);
+}
+
+/* The whole dataset's metadata: the part's, without "part" and "part_input". */
 static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
 {
     *out = malloc(m->metadata_size ? m->metadata_size : 1);
@@ -51,7 +63,7 @@ static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
     for (uint64_t pos = 0; pos < m->metadata_size;) {
         uint32_t kl = sf_get_le32(m->metadata + pos), vl = sf_get_le32(m->metadata + pos + 4);
         uint64_t len = 8 + (uint64_t)kl + vl;
-        if (!(kl == 4 && memcmp(m->metadata + pos + 8, "part", 4) == 0)) {
+        if (!is_part_key(m->metadata + pos + 8, kl)) {
             memcpy(*out + n, m->metadata + pos, len);
             n += (uint32_t)len;
         }
@@ -61,8 +73,34 @@ static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
     return 0;
 }
 
+/* The parts were planned from one input: the same files (names, sizes and,
+ * unless ignore_mtimes, modification times) and the same sampled values.
+ * The whole dataset_id already covers names, sizes, schema and options. */
+static int check_same_input(const part *a, const part *b, unsigned flags)
+{
+    const part *old = !a->has_input ? a : !b->has_input ? b : NULL;
+    if (old)
+        return sf_fail(SF_E_INPUT,
+                       "%s: part without an input identity (no 'part_input' entry: packed by a shardfeed "
+                       "before format 1.2), so it cannot be told from a part of another input; pack the "
+                       "parts again",
+                       old->dir);
+    if (a->info.values_hash != b->info.values_hash)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from inputs with the same names and sizes but different "
+                       "contents (their samples of values differ); refusing to merge them",
+                       b->dir, a->dir);
+    if (a->info.files_hash != b->info.files_hash && !(flags & SF_MERGE_IGNORE_MTIMES))
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from input files with different modification times (an "
+                       "input changed between the parts, or was copied without keeping times: then "
+                       "--ignore-mtimes merges them)",
+                       b->dir, a->dir);
+    return 0;
+}
+
 /* Every part of one run, each once, consistent with each other. */
-static int check_parts(part *p, size_t n)
+static int check_parts(part *p, size_t n, unsigned flags)
 {
     uint32_t count = p[0].info.count;
     if (n != count)
@@ -81,6 +119,9 @@ static int check_parts(part *p, size_t n)
             sf_schema_hash(&a->m.schema) != sf_schema_hash(&b->m.schema))
             return sf_fail(SF_E_INPUT, "%s and %s are parts of different runs (input, options or N differ)",
                            b->dir, a->dir);
+        int rc = check_same_input(a, b, flags);
+        if (rc)
+            return rc;
         if (a->info.first_shard != shards || a->info.first_record != records)
             return sf_fail(SF_E_CORRUPT, "%s: part %u starts at shard %llu, record %llu; expected %llu, %llu",
                            a->dir, a->info.index, (unsigned long long)a->info.first_shard,
@@ -133,11 +174,12 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     char src[4096], name[SF_SHARD_NAME_MAX], tmp[4096], dst[4096];
     snprintf(src, sizeof src, "%s/" SF_SHARD_NAME_FMT, p->dir, (unsigned)local);
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", out, name);
+    pack_temp_path(tmp, sizeof tmp, out, name, p->info.whole_dataset_id);
     snprintf(dst, sizeof dst, "%s/%s", out, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
-        return sf_fail(SF_E_INPUT, "%s: %s", src, strerror(errno));
+        return sf_fail(errno == EMFILE || errno == ENFILE ? -errno : SF_E_INPUT, "%s: %s", src,
+                       pack_strerror(errno));
     sf_shard_expect exp = {&p->m.schema, local, p->m.dataset_id, p->m.align, &p->m.shards[local]};
     sf_shard_meta meta;
     uint64_t bad = 0;
@@ -148,9 +190,9 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
         snprintf(where, sizeof where, "%s (byte %llu)", src, (unsigned long long)bad);
         return sf_fail_prefix(rc, where);
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
-        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, pack_strerror(errno));
     if (!rc)
         rc = copy_all(in, fd, meta.file_size, src);
     if (!rc) {
@@ -188,7 +230,7 @@ static int cmp_part(const void *a, const void *b)
 }
 
 int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_parts,
-                  const char *output_dir, int force)
+                  const char *output_dir, unsigned flags)
 {
     if (!parts || n_parts == 0 || !output_dir)
         return sf_fail(SF_E_INVALID, "sf_pack_merge: no parts or no output directory");
@@ -197,14 +239,17 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     part *p = calloc(n_parts, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
-    int rc = 0;
+    /* Held for the whole merge, taken before anything is looked at: two
+     * runs writing one folder would remove each other's files. */
+    pack_lock lock;
+    int rc = pack_outdir_lock(&lock, output_dir, "merge");
     for (size_t k = 0; k < n_parts && !rc; k++) {
         p[k].dir = parts[k];
         rc = load_part(&p[k]);
     }
     if (!rc) {
         qsort(p, n_parts, sizeof *p, cmp_part);
-        rc = check_parts(p, n_parts);
+        rc = check_parts(p, n_parts, flags);
     }
     sf_manifest whole;
     memset(&whole, 0, sizeof whole);
@@ -227,7 +272,13 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     if (!rc) {
         plan.dataset_id = whole.dataset_id;
         plan.shard_count = whole.shard_count;
-        rc = pack_outdir_prepare(output_dir, &plan, force, reuse);
+        pack_outdir_state state;
+        rc = pack_outdir_prepare(output_dir, &plan, flags & SF_MERGE_FORCE, reuse, &state);
+        /* Merged shards are written anew whatever is there: a complete
+         * dataset of this id is replaced only when asked to. */
+        if (!rc && state == PACK_OUT_COMPLETE)
+            rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (--force replaces it)",
+                         output_dir);
     }
     uint64_t g = 0, bytes = 0;
     for (size_t k = 0; k < n_parts && !rc; k++)
@@ -245,7 +296,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
             rc = sf_fail(-ENOMEM, "out of memory");
         } else {
             sf_manifest_encode(buf, &whole);
-            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, buf, msize);
+            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, whole.dataset_id, buf, msize);
             free(buf);
         }
     }
@@ -257,6 +308,8 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
         result->bytes_out = bytes + msize;
         result->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    pack_outdir_unlock(&lock);
+    rc = pack_explain_fd_limit(rc);
     free(whole.shards);
     free(whole.metadata);
     free(reuse);

@@ -9,19 +9,15 @@
 #include "format/error_internal.h"
 #include "format/shard_file.h"
 #include "npy_file.h"
+#include "pack_internal.h"
 
 int npy_file_open(npy_file *f, const char *dir, const char *name)
 {
     snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
-        return sf_fail(SF_E_INPUT, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
-    if (fstat(f->fd, &st) != 0) {
-        int e = errno;
-        npy_file_close(f);
-        return sf_fail(SF_E_INPUT, "%s: %s", f->path, strerror(e));
-    }
+    f->fd = pack_open_input(f->path, &st);
+    if (f->fd < 0)
+        return f->fd;
     f->file_size = (uint64_t)st.st_size;
     uint8_t small[4096];
     uint8_t *buf = small;

@@ -1,16 +1,19 @@
-/* sf_pack: discover inputs, plan shards (and take one part of the plan for
- * --part), prepare the output directory, write shards on worker threads,
- * write the manifest last. */
+/* sf_pack: lock the output directory, discover inputs, plan shards (and
+ * take one part of the plan for --part), prepare the output directory,
+ * write (or prove) shards on worker threads, write the manifest last. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "format/error_internal.h"
+#include "format/shard_file.h"
 #include "format/hash.h"
 #include "format/le.h"
 #include "pack_internal.h"
@@ -18,7 +21,8 @@
 
 typedef struct pool {
     pack_writer_ctx ctx;
-    const uint8_t *reuse;
+    const uint8_t *reuse;  /* [shard]: a shard of this dataset_id is there */
+    int prove_only;        /* the folder holds this dataset_id complete: change nothing */
     pack_shard_result *results;
     _Atomic uint64_t next_shard;
     atomic_int abort;
@@ -53,7 +57,10 @@ static void *worker(void *arg)
         uint64_t i = atomic_fetch_add(&p->next_shard, 1);
         if (i >= p->ctx.plan->shard_count || atomic_load(&p->abort))
             break;
-        rc = pack_write_shard(&p->ctx, cursor, i, p->reuse[i], &p->results[i]);
+        pack_shard_mode mode = p->prove_only ? PACK_SHARD_PROVE
+                               : p->reuse[i]  ? PACK_SHARD_KEEP_PROVEN
+                                              : PACK_SHARD_WRITE;
+        rc = pack_write_shard(&p->ctx, cursor, i, mode, &p->results[i]);
         if (rc && rc != SF_E_STATE)
             fail(p, rc);
     }
@@ -73,9 +80,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int write_manifest(const char *out, const pack_input *in, const pack_plan *plan,
-                          const pack_shard_result *results, const pack_part_info *part,
-                          uint64_t *bytes)
+/* The manifest of the dataset, encoded into *out (*size bytes, malloc'd). */
+static int encode_manifest(uint8_t **out, uint64_t *size, const pack_input *in, const pack_plan *plan,
+                           const pack_shard_result *results, const pack_part_info *part)
 {
     const pack_shard_plan *last = &plan->shards[plan->shard_count - 1];
     sf_manifest m = {
@@ -100,18 +107,49 @@ static int write_manifest(const char *out, const pack_input *in, const pack_plan
         m.shards[i] = (sf_shard_desc){sp->count, sp->first - plan->record_base, results[i].file_size,
                                       results[i].header_checksum, results[i].index_checksum};
     }
-    uint64_t size = sf_manifest_encoded_size(&m);
-    uint8_t *buf = malloc(size);
-    if (!buf) {
+    *size = sf_manifest_encoded_size(&m);
+    *out = malloc(*size);
+    if (!*out)
         rc = sf_fail(-ENOMEM, "out of memory");
-    } else {
-        sf_manifest_encode(buf, &m);
-        rc = pack_write_atomic(out, SF_MANIFEST_NAME, buf, size);
-        *bytes = size;
-    }
-    free(buf);
+    else
+        sf_manifest_encode(*out, &m);
     free(m.shards);
     free(m.metadata);
+    return rc;
+}
+
+/* Writes the manifest; or, when the folder already holds this dataset_id
+ * complete and every shard was proven, checks that the manifest there is
+ * byte for byte the one this run writes, writing nothing. */
+static int finish_manifest(const char *out, const pack_input *in, const pack_plan *plan,
+                           const pack_shard_result *results, const pack_part_info *part, int prove_only,
+                           uint64_t *bytes)
+{
+    uint8_t *buf = NULL;
+    uint64_t size = 0;
+    int rc = encode_manifest(&buf, &size, in, plan, results, part);
+    if (!rc && !prove_only) {
+        rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
+    } else if (!rc) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", out, SF_MANIFEST_NAME);
+        uint8_t *old = malloc(size + 1);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        struct stat st;
+        int same = old && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size &&
+                   sf_pread_full(fd, old, size, 0) == 0 && memcmp(old, buf, size) == 0;
+        if (fd >= 0)
+            close(fd);
+        free(old);
+        if (!old)
+            rc = sf_fail(-ENOMEM, "out of memory");
+        else if (!same)
+            rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes "
+                                      "(its manifest differs from this input's; --force replaces it)",
+                         out);
+    }
+    *bytes = size;
+    free(buf);
     return rc;
 }
 
@@ -163,7 +201,7 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
 
 /* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts
  * merged are the very shards a single pack writes. */
-static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t n)
+static int take_part(pack_plan *plan, pack_part_info *part, const pack_input *in, uint32_t k, uint32_t n)
 {
     uint64_t shards = plan->shard_count;
     if (k >= n)
@@ -184,7 +222,11 @@ static int take_part(pack_plan *plan, pack_part_info *part, uint32_t k, uint32_t
         .whole_shards = shards,
         .first_record = plan->shards[first].first,
         .first_shard = first,
+        .files_hash = pack_input_files_hash(in),
     };
+    int rc = pack_plan_values_hash(&part->values_hash, plan, in);
+    if (rc)
+        return rc;
     /* Little-endian like every stored number: the same id on every machine. */
     uint8_t buf[24];
     sf_put_le64(buf, plan->dataset_id);
@@ -212,13 +254,21 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     uint32_t align = opts->align ? opts->align : SF_PACK_DEFAULT_ALIGN;
 
     pack_input in;
+    memset(&in, 0, sizeof in);
     pack_plan plan;
     pack_part_info part = {0};
     memset(&plan, 0, sizeof plan);
     int levels[SF_MAX_FIELDS] = {0};
     uint8_t *reuse = NULL;
     pack_shard_result *results = NULL;
-    int rc = pack_input_open(&in, input, opts->input_format);
+    pack_outdir_state state = PACK_OUT_WRITE;
+    /* For the whole run, taken before anything in the folder is looked at:
+     * two runs writing one folder would remove each other's files. First,
+     * so that a second run stops at once rather than after discovery. */
+    pack_lock lock;
+    int rc = pack_outdir_lock(&lock, output_dir, "pack");
+    if (!rc)
+        rc = pack_input_open(&in, input, opts->input_format);
     if (!rc)
         rc = pack_compress_parse(&in.schema, levels, opts->compress);
     if (!rc && in.sample_count == 0)
@@ -226,7 +276,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc)
         rc = pack_make_plan(&plan, &in, align, shard_size, levels);
     if (!rc && opts->part_count)
-        rc = take_part(&plan, &part, opts->part_index, opts->part_count);
+        rc = take_part(&plan, &part, &in, opts->part_index, opts->part_count);
     if (!rc) {
         reuse = calloc(plan.shard_count, 1);
         results = calloc(plan.shard_count, sizeof *results);
@@ -234,7 +284,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
             rc = sf_fail(-ENOMEM, "out of memory");
     }
     if (!rc)
-        rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse);
+        rc = pack_outdir_prepare(output_dir, &plan, opts->force, reuse, &state);
 
     const pack_shard_plan *last = rc ? NULL : &plan.shards[plan.shard_count - 1];
     uint64_t samples = rc ? 0 : last->first + last->count - plan.record_base;
@@ -249,6 +299,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         pthread_cond_init(&p->finished, NULL);
         p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done, &p->bytes_done};
         p->reuse = reuse;
+        p->prove_only = state == PACK_OUT_COMPLETE;
         p->results = results;
         if (jobs > plan.shard_count)
             jobs = (unsigned)plan.shard_count;
@@ -257,8 +308,16 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         pthread_mutex_destroy(&p->lock);
     }
     uint64_t manifest_bytes = 0;
+    if (rc == SF_E_EXISTS && state == PACK_OUT_COMPLETE) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", sf_last_error());
+        rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes (%s; "
+                                  "--force replaces it)",
+                     output_dir, why);
+    }
     if (!rc)
-        rc = write_manifest(output_dir, &in, &plan, results, &part, &manifest_bytes);
+        rc = finish_manifest(output_dir, &in, &plan, results, &part, state == PACK_OUT_COMPLETE,
+                             &manifest_bytes);
     if (!rc && opts->progress)
         opts->progress(opts->progress_ctx, samples, samples, atomic_load(&p->bytes_done));
     if (!rc && result) {
@@ -275,8 +334,11 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         snprintf(result->skipped_example, sizeof result->skipped_example, "%s", in.skipped_example);
         result->part_index = part.index;
         result->part_count = part.count;
+        result->already_complete = state == PACK_OUT_COMPLETE;
         result->seconds = now_s() - t0;
     }
+    pack_outdir_unlock(&lock);
+    rc = pack_explain_fd_limit(rc);
     free(p);
     free(reuse);
     free(results);

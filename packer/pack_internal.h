@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "format/format.h"
 
@@ -38,6 +39,11 @@ typedef struct pack_input {
     uint32_t class_count;
     uint64_t skipped;       /* files found but not packed (ImageFolder: no image extension) */
     char skipped_example[512];
+    /* Every input file discovery stat'ed, as an order-free sum of a hash
+     * of each one's name, size and modification time (pack_input_note_file),
+     * so that every machine of a --part run gets the same value whatever
+     * order its directories list in. */
+    uint64_t files_sum, file_count;
 } pack_input;
 
 /* Discovery per format. Each lists its input, orders the samples, derives
@@ -57,14 +63,39 @@ int pack_ends_with(const char *s, const char *suffix);
 int pack_is_tar_name(const char *name);
 /* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
 int pack_input_alloc(pack_input *in, uint64_t n);
+/* Adds an input file to in->files_sum: `name` as every machine sees it
+ * (relative to the input), its size and its modification time in ns
+ * (pack_mtime_ns), all from the stat discovery does anyway. */
+void pack_input_note_file(pack_input *in, const char *name, uint64_t size, uint64_t mtime_ns);
+uint64_t pack_mtime_ns(const struct stat *st);
+/* The identity of the input's files: a hash of files_sum and file_count. */
+uint64_t pack_input_files_hash(const pack_input *in);
+
+/* Opens an input file (a .npy, an image, a list or a row's file, a tar)
+ * for reading. The open itself is non-blocking, so a FIFO or a device put
+ * where a file was cannot hang the pack; anything but a regular file is
+ * refused, naming it. Returns the fd, with *st filled, or a negative code
+ * with "PATH: reason" in sf_last_error(). */
+int pack_open_input(const char *path, struct stat *st);
+/* strerror(e), saying which limit to raise for EMFILE and ENFILE. */
+const char *pack_strerror(int e);
+/* For a failure `rc` of pack or merge that ran out of file descriptors
+ * somewhere without saying so (an error passed up from format/ or
+ * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
+int pack_explain_fd_limit(int rc);
 
 /* Manifest metadata the packer writes: "source" and "class_names", and
- * "part" for one part of a --part run. Returns a malloc'd buffer. */
+ * "part" and "part_input" for one part of a --part run. Returns a malloc'd
+ * buffer. */
 typedef struct pack_part_info {
     uint32_t index, count;      /* K and N; count 0: not a part */
     uint64_t whole_dataset_id;  /* dataset_id of the whole pack */
     uint64_t whole_records, whole_shards;
     uint64_t first_record, first_shard; /* of this part within the whole */
+    /* "part_input": what merge compares across parts to refuse parts
+     * planned from different inputs of the same names and sizes. */
+    uint64_t files_hash;  /* pack_input_files_hash */
+    uint64_t values_hash; /* pack_plan_values_hash of the whole plan */
 } pack_part_info;
 int pack_metadata_encode(uint8_t **out, uint32_t *size, const pack_input *in,
                          const pack_part_info *part);
@@ -89,17 +120,58 @@ typedef struct pack_plan {
  * values uncompressed (so the cut does not depend on compression). */
 int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64_t shard_size,
                    const int *levels);
+/* XXH3-64 of the values of the first record of every shard of the plan,
+ * read from the input: a sample of the content (the plan itself only knows
+ * names and sizes) that every part of a --part run reads alike. */
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const pack_input *in);
 /* Keeps shards [first, first + count) of a plan, renumbered from 0, for
  * one part of a --part run; sets the part's dataset_id. */
 int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
 void pack_plan_free(pack_plan *plan);
 
-/* Output directory. `reuse[i]` is set for shard i when a final-named shard
- * of the same dataset_id exists and may be kept if it checks clean. */
-int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse);
-/* Writes `len` bytes to `path` under a temporary name, fsyncs, renames and
- * fsyncs the directory. */
-int pack_write_atomic(const char *dir, const char *name, const uint8_t *buf, uint64_t len);
+/* Output directory (packer/outdir.c). */
+
+/* The output directory's lock: OUT/.shardfeed.lock, flock'ed by the pack or
+ * merge writing OUT for its whole run (the kernel releases it when the
+ * process dies), holding "shardfeed lock: <what> pid N on HOST". */
+#define PACK_LOCK_NAME ".shardfeed.lock"
+typedef struct pack_lock {
+    int fd;          /* -1: not held */
+    int created_dir; /* this run made OUT */
+    char dir[4096];
+    char path[4096];
+} pack_lock;
+/* Creates OUT (and its parents) when missing and locks it. Fails with
+ * -EBUSY, naming the holder, when another pack or merge holds it. `what`
+ * ("pack", "merge") is what the holder's message will say. */
+int pack_outdir_lock(pack_lock *l, const char *out, const char *what);
+/* Removes the lock file and releases the lock; removes OUT too when this
+ * run made it and it is empty (a run that failed before writing). */
+void pack_outdir_unlock(pack_lock *l);
+
+/* What pack_outdir_prepare found. */
+typedef enum pack_outdir_state {
+    PACK_OUT_WRITE,   /* write the dataset; reuse[i]: shard i of this dataset_id is there */
+    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: prove, change nothing */
+} pack_outdir_state;
+
+/* Looks at everything in the locked OUT before anything is changed. Files
+ * shardfeed did not write (anything but the lock, a manifest or shard that
+ * decodes, or a temporary named with a dataset_id) are refused even with
+ * `force` and never removed; a different dataset_id's files are refused
+ * without `force`. Then, unless *state is PACK_OUT_COMPLETE, removes the
+ * manifest, this dataset's temporaries and what cannot be kept. `reuse[i]`
+ * is set for shard i when a final-named shard of the same dataset_id is
+ * there (kept only if the writer proves it, pack_write_shard). */
+int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
+                        pack_outdir_state *state);
+/* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
+ * carrying the run's identity so that only its own run removes it. */
+void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
+/* Writes `len` bytes to DIR/NAME under its temporary name, fsyncs, renames
+ * and fsyncs the directory. */
+int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
+                      uint64_t len);
 int pack_fsync_dir(const char *dir);
 int pack_write_full(int fd, const uint8_t *buf, uint64_t len);
 
@@ -132,10 +204,21 @@ typedef struct pack_writer_ctx {
     _Atomic uint64_t *bytes_done;
 } pack_writer_ctx;
 
-/* Writes shard `i` (or keeps it when `try_reuse` and it checks clean),
- * reading inputs through `cursor`: the calling worker's, kept across its
- * shards so that streaming inputs (compressed tars) read on, not again. */
-int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int try_reuse,
+/* What pack_write_shard does with shard i. Keeping or accepting a shard
+ * that is already there takes a proof: the writer makes the shard from
+ * the input exactly as it would write it, writing nothing, and the file's
+ * header, index and footer must equal what it made, byte for byte, and
+ * its data must scan clean against its index. */
+typedef enum pack_shard_mode {
+    PACK_SHARD_WRITE,         /* write it */
+    PACK_SHARD_KEEP_PROVEN,   /* keep the file there if proven, else write it */
+    PACK_SHARD_PROVE          /* prove the file there, write nothing: SF_E_EXISTS if not */
+} pack_shard_mode;
+
+/* Writes, keeps or proves shard `i`, reading inputs through `cursor`: the
+ * calling worker's, kept across its shards so that streaming inputs
+ * (compressed tars) read on, not again. */
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, pack_shard_mode mode,
                      pack_shard_result *res);
 
 #endif

@@ -126,6 +126,45 @@ int pack_make_plan(pack_plan *plan, const pack_input *in, uint32_t align, uint64
     return 0;
 }
 
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const pack_input *in)
+{
+    uint32_t nf = in->schema.field_count;
+    void *cursor = NULL;
+    XXH3_state_t *st = XXH3_createState();
+    uint8_t *buf = NULL;
+    uint64_t cap = 0;
+    int rc = st ? in->ops->cursor_open(in, &cursor) : sf_fail(-ENOMEM, "out of memory");
+    if (!rc)
+        XXH3_64bits_reset(st);
+    /* In plan order, so a streaming input (a compressed tar) reads forward. */
+    for (uint64_t i = 0; i < plan->shard_count && !rc; i++) {
+        uint64_t r = plan->shards[i].first;
+        for (uint32_t f = 0; f < nf && !rc; f++) {
+            uint64_t len = in->sizes[r * nf + f];
+            if (len > cap) {
+                uint8_t *n = realloc(buf, len);
+                if (!n) {
+                    rc = sf_fail(-ENOMEM, "out of memory for a %llu-byte value", (unsigned long long)len);
+                    break;
+                }
+                buf = n;
+                cap = len;
+            }
+            if ((rc = in->ops->read(cursor, in, r, f, buf)))
+                break;
+            hash_u64(st, len);
+            XXH3_64bits_update(st, buf, len);
+        }
+    }
+    if (!rc)
+        *out = XXH3_64bits_digest(st);
+    if (cursor)
+        in->ops->cursor_close(cursor);
+    XXH3_freeState(st);
+    free(buf);
+    return rc;
+}
+
 int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id)
 {
     if (first + count > plan->shard_count || count == 0)

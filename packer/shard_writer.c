@@ -1,7 +1,8 @@
 /* Writes one shard file: header, aligned records, index, footer; under a
  * temporary name, fsync'd, renamed, directory fsync'd (SPEC.md "Writer
- * rules"). Or keeps a finished shard of an interrupted run that checks
- * clean. */
+ * rules"). Or keeps a shard that is already there, once proven to be
+ * exactly what this run writes: the same code makes the shard from the
+ * input with nothing as its sink, and the file must match it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -25,37 +26,8 @@ static void add_progress(const pack_writer_ctx *ctx, uint64_t samples, uint64_t 
     atomic_fetch_add(ctx->bytes_done, bytes);
 }
 
-/* Keeps shard i from an earlier run when it is exactly what this run would
- * write: same dataset, same records, every check of verify passing. */
-static int try_keep(const pack_writer_ctx *ctx, uint64_t i, const char *path, pack_shard_result *res)
-{
-    const pack_shard_plan *sp = &ctx->plan->shards[i];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    sf_shard_expect exp = {&ctx->in->schema, i, ctx->plan->dataset_id, ctx->plan->align, NULL};
-    sf_shard_meta m;
-    int keep = 0;
-    if (sf_shard_load_meta(&m, fd, &exp, NULL) == 0) {
-        if (m.header.record_count == sp->count &&
-            m.header.first_record == sp->first - ctx->plan->record_base) {
-            uint8_t *buf = malloc(WRITE_BUFFER);
-            if (buf && sf_shard_scan_data(&m, &ctx->in->schema, fd, buf, WRITE_BUFFER, NULL, NULL) == 0)
-                keep = 1;
-            free(buf);
-        }
-        res->header_checksum = m.header.checksum;
-        res->index_checksum = m.footer.index_checksum;
-        res->file_size = m.file_size;
-        sf_shard_meta_clear(&m);
-    }
-    close(fd);
-    sf_clear_error();
-    return keep;
-}
-
 typedef struct writer {
-    int fd;
+    int fd;              /* the sink: the temporary file, or -1: nothing is written */
     uint8_t *buf;        /* records gathered between writes */
     uint64_t cap, used;
     uint64_t written; /* bytes of the file written so far */
@@ -64,7 +36,25 @@ typedef struct writer {
     pack_compressor *zc;
     XXH3_state_t *hash;
     void *cursor; /* the worker's input cursor */
+    uint64_t samples, bytes; /* progress reported so far */
 } writer;
+
+/* A shard as the writer makes it, all but the records: what a file that
+ * is already there must match to be kept. */
+typedef struct shard_image {
+    uint8_t header[SF_SHARD_HEADER_SIZE];
+    uint8_t footer[SF_SHARD_FOOTER_SIZE];
+    uint8_t *index; /* index_size bytes, malloc'd */
+    uint64_t index_size;
+    uint64_t samples, bytes; /* progress reported while making it */
+    pack_shard_result res;
+} shard_image;
+
+static void image_clear(shard_image *img)
+{
+    free(img->index);
+    img->index = NULL;
+}
 
 static int grow(uint8_t **buf, uint64_t *cap, uint64_t need)
 {
@@ -80,13 +70,15 @@ static int grow(uint8_t **buf, uint64_t *cap, uint64_t need)
 
 static int flush(writer *w, const char *path)
 {
-    int rc = pack_write_full(w->fd, w->buf, w->used);
-    if (rc)
-        return sf_fail(rc, "%s: write failed: %s", path, strerror(-rc));
-    /* Start writeback of what was just written, so the disk works while
-     * the next records are read and the shard's final fsync finds little
-     * left to do. A hint only: fsync is what makes the data durable. */
-    (void)sync_file_range(w->fd, (off64_t)w->written, (off64_t)w->used, SYNC_FILE_RANGE_WRITE);
+    if (w->fd >= 0) {
+        int rc = pack_write_full(w->fd, w->buf, w->used);
+        if (rc)
+            return sf_fail(rc, "%s: write failed: %s", path, strerror(-rc));
+        /* Start writeback of what was just written, so the disk works
+         * while the next records are read and the shard's final fsync
+         * finds little left to do. A hint only: fsync makes it durable. */
+        (void)sync_file_range(w->fd, (off64_t)w->written, (off64_t)w->used, SYNC_FILE_RANGE_WRITE);
+    }
     w->written += w->used;
     w->used = 0;
     return 0;
@@ -157,6 +149,8 @@ static int add_record(const pack_writer_ctx *ctx, writer *w, uint64_t r, uint64_
     e->size = pos;
     e->checksum = XXH3_64bits_digest(w->hash);
     w->used += stride;
+    w->samples += 1;
+    w->bytes += pos;
     add_progress(ctx, 1, pos);
     return 0;
 }
@@ -169,8 +163,13 @@ static int pwrite_header(int fd, const uint8_t *hbuf)
     return n < 0 ? -errno : -ENOSPC;
 }
 
-static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const char *tmp,
-                       pack_shard_result *res)
+/* Makes shard i from the input, as SPEC.md lays it out: reads every value,
+ * compresses, hashes, builds the index, header and footer into *img. With
+ * fd >= 0 (the temporary file `tmp`) it writes the shard there and fsyncs
+ * it; with fd < 0 it writes nothing. One code path for both, so a shard is
+ * proven against exactly what would be written. */
+static int make_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int fd, const char *tmp,
+                      shard_image *img)
 {
     const pack_input *in = ctx->in;
     const pack_plan *plan = ctx->plan;
@@ -178,7 +177,8 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
     const sf_schema *s = &in->schema;
     uint64_t data_off = sf_data_offset(plan->align);
 
-    writer w = {.fd = -1, .cursor = cursor};
+    writer w = {.fd = fd, .cursor = cursor};
+    memset(img, 0, sizeof *img);
     w.cap = WRITE_BUFFER;
     w.buf = malloc(w.cap);
     uint8_t *index = calloc(1, sp->index_size ? sp->index_size : 1);
@@ -191,11 +191,6 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
     for (uint32_t f = 0; f < s->field_count && !w.zc; f++)
         if (s->fields[f].codec && (rc = pack_compressor_new(&w.zc)))
             goto out;
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w.fd < 0) {
-        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, strerror(errno));
-        goto out;
-    }
 
     /* The header needs the index offset, known once the records are
      * written (compressed sizes): zeros now, the header at the end. */
@@ -247,8 +242,7 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
         .schema_hash = sf_schema_hash(s),
         .dataset_id = plan->dataset_id,
     };
-    uint8_t hbuf[SF_SHARD_HEADER_SIZE];
-    sf_shard_header_encode(hbuf, &h);
+    sf_shard_header_encode(img->header, &h);
     sf_shard_footer f = {
         .index_offset = h.index_offset,
         .index_size = sp->index_size,
@@ -256,24 +250,28 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
         .index_checksum = sf_hash(index, sp->index_size),
         .header_checksum = h.checksum,
     };
-    uint8_t fbuf[SF_SHARD_FOOTER_SIZE];
-    sf_shard_footer_encode(fbuf, &f);
-    if ((rc = pack_write_full(w.fd, index, sp->index_size)) ||
-        (rc = pack_write_full(w.fd, fbuf, sizeof fbuf)) ||
-        (rc = pwrite_header(w.fd, hbuf))) {
-        rc = sf_fail(rc, "%s: write failed: %s", tmp, strerror(-rc));
-        goto out;
+    sf_shard_footer_encode(img->footer, &f);
+    if (w.fd >= 0) {
+        if ((rc = pack_write_full(w.fd, index, sp->index_size)) ||
+            (rc = pack_write_full(w.fd, img->footer, sizeof img->footer)) ||
+            (rc = pwrite_header(w.fd, img->header))) {
+            rc = sf_fail(rc, "%s: write failed: %s", tmp, strerror(-rc));
+            goto out;
+        }
+        if (fsync(w.fd) != 0) {
+            rc = sf_fail(-errno, "%s: fsync failed: %s", tmp, strerror(errno));
+            goto out;
+        }
     }
-    if (fsync(w.fd) != 0) {
-        rc = sf_fail(-errno, "%s: fsync failed: %s", tmp, strerror(errno));
-        goto out;
-    }
-    res->header_checksum = h.checksum;
-    res->index_checksum = f.index_checksum;
-    res->file_size = h.index_offset + sp->index_size + SF_SHARD_FOOTER_SIZE;
+    img->res.header_checksum = h.checksum;
+    img->res.index_checksum = f.index_checksum;
+    img->res.file_size = h.index_offset + sp->index_size + SF_SHARD_FOOTER_SIZE;
+    img->index = index;
+    img->index_size = sp->index_size;
+    index = NULL;
 out:
-    if (w.fd >= 0 && close(w.fd) != 0 && !rc)
-        rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
+    img->samples = w.samples;
+    img->bytes = w.bytes;
     pack_compressor_free(w.zc);
     free(w.buf);
     free(w.raw);
@@ -282,28 +280,76 @@ out:
     return rc;
 }
 
-int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int try_reuse,
-                     pack_shard_result *res)
+/* 1 when the shard file open on fd (its metadata loaded as m) is exactly
+ * what make_shard made: header, index and footer equal byte for byte (so
+ * every record's size, offset, key, inline values and checksum), and its
+ * data, every padding byte included, scanning clean against that index. */
+static int file_matches(const pack_writer_ctx *ctx, const sf_shard_meta *m, int fd,
+                        const shard_image *img)
 {
-    char name[SF_SHARD_NAME_MAX], path[4096], tmp[4096];
-    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
-    snprintf(path, sizeof path, "%s/%s", ctx->out_dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", ctx->out_dir, name);
-    memset(res, 0, sizeof *res);
-    if (try_reuse) {
-        if (try_keep(ctx, i, path, res)) {
-            const pack_shard_plan *sp = &ctx->plan->shards[i];
-            res->reused = 1;
-            uint64_t bytes = 0;
-            for (uint64_t r = sp->first; r < sp->first + sp->count; r++)
-                for (uint32_t f = 0; f < ctx->in->schema.field_count; f++)
-                    bytes += ctx->in->sizes[r * ctx->in->schema.field_count + f];
-            add_progress(ctx, sp->count, bytes);
-            return 0;
-        }
-        unlink(path);
+    uint8_t h[SF_SHARD_HEADER_SIZE], f[SF_SHARD_FOOTER_SIZE];
+    if (m->file_size != img->res.file_size || m->header.index_size != img->index_size ||
+        sf_pread_full(fd, h, sizeof h, 0) != 0 || memcmp(h, img->header, sizeof h) != 0 ||
+        sf_pread_full(fd, f, sizeof f, m->file_size - sizeof f) != 0 ||
+        memcmp(f, img->footer, sizeof f) != 0 || memcmp(m->index, img->index, img->index_size) != 0)
+        return 0;
+    uint8_t *buf = malloc(WRITE_BUFFER);
+    int clean = buf && sf_shard_scan_data(m, &ctx->in->schema, fd, buf, WRITE_BUFFER, NULL, NULL) == 0;
+    free(buf);
+    return clean;
+}
+
+/* 1 when the shard at `path` holds what this run writes as shard i (see
+ * file_matches), with *res filled. A file that does not even load is not
+ * proven, without reading the input. *rc: an error making the shard. */
+static int prove(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const char *path,
+                 pack_shard_result *res, int *rc)
+{
+    *rc = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    sf_shard_expect exp = {&ctx->in->schema, i, ctx->plan->dataset_id, ctx->plan->align, NULL};
+    sf_shard_meta m;
+    if (sf_shard_load_meta(&m, fd, &exp, NULL) != 0) {
+        sf_clear_error();
+        close(fd);
+        return 0;
     }
-    int rc = write_shard(ctx, cursor, i, tmp, res);
+    int proven = 0;
+    shard_image img;
+    if ((*rc = make_shard(ctx, cursor, i, -1, path, &img)) == 0) {
+        proven = file_matches(ctx, &m, fd, &img);
+        if (proven) {
+            *res = img.res;
+        } else { /* its records are counted again as they are written */
+            atomic_fetch_sub(ctx->samples_done, img.samples);
+            atomic_fetch_sub(ctx->bytes_done, img.bytes);
+        }
+    }
+    image_clear(&img);
+    sf_shard_meta_clear(&m);
+    close(fd);
+    return proven;
+}
+
+static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const char *path,
+                       pack_shard_result *res)
+{
+    char name[SF_SHARD_NAME_MAX], tmp[4096];
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+    pack_temp_path(tmp, sizeof tmp, ctx->out_dir, name, ctx->plan->dataset_id);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return sf_fail(-errno, "%s: cannot create: %s", tmp, pack_strerror(errno));
+    shard_image img;
+    int rc = make_shard(ctx, cursor, i, fd, tmp, &img);
+    if (close(fd) != 0 && !rc)
+        rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
+    if (!rc) {
+        *res = img.res;
+        image_clear(&img);
+    }
     if (!rc && rename(tmp, path) != 0)
         rc = sf_fail(-errno, "%s: rename failed: %s", path, strerror(errno));
     if (!rc)
@@ -311,4 +357,25 @@ int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, int t
     if (rc)
         unlink(tmp);
     return rc;
+}
+
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, pack_shard_mode mode,
+                     pack_shard_result *res)
+{
+    char name[SF_SHARD_NAME_MAX], path[4096];
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+    snprintf(path, sizeof path, "%s/%s", ctx->out_dir, name);
+    memset(res, 0, sizeof *res);
+    if (mode == PACK_SHARD_WRITE)
+        return write_shard(ctx, cursor, i, path, res);
+    int rc;
+    if (prove(ctx, cursor, i, path, res, &rc)) {
+        res->reused = 1;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (mode == PACK_SHARD_PROVE)
+        return sf_fail(SF_E_EXISTS, "%s: does not hold this input's records", path);
+    return write_shard(ctx, cursor, i, path, res);
 }

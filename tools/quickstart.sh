@@ -4,14 +4,31 @@
 # files, packs them, verifies the shards, inspects the dataset and exports it
 # back, checking the round trip with numpy.
 # Usage: tools/quickstart.sh [WORK_DIR]   (default: ./quickstart)
+# WORK_DIR must not exist, or be one this script made (it holds the marker
+# file below): the script removes only what it made itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh
 work=${1:-quickstart}
+marker=.shardfeed-quickstart
+# Checked before anything is built or installed: a folder the user made is
+# never written to, let alone removed.
+if [ -e "$work" ] || [ -L "$work" ]; then
+    if [ -L "$work" ] || [ ! -d "$work" ] || [ ! -f "$work/$marker" ]; then
+        echo "quickstart: $work exists and is not a work directory quickstart.sh made (no $marker in it); give a new folder" >&2
+        exit 1
+    fi
+fi
+tools/install-deps.sh
 cmake -S . -B build >/dev/null
 cmake --build build -j "$(nproc)" --target shardfeed_cli >/dev/null
 sf=build/shardfeed
-rm -rf "$work"; mkdir -p "$work"
+if [ -d "$work" ]; then
+    # Its own work directory from an earlier run: only what it wrote there.
+    rm -rf "${work:?}/npy" "${work:?}/dataset" "${work:?}/exported"
+else
+    mkdir -p "$work"
+    echo "made by tools/quickstart.sh; it may remove npy/, dataset/ and exported/ here" >"$work/$marker"
+fi
 
 echo "== 1. Fashion-MNIST as one .npy file per image and per label"
 /usr/bin/python3 tools/make-npy-samples.py fashion-mnist "$work/npy"

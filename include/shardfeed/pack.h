@@ -52,6 +52,9 @@ typedef struct sf_pack_result {
     uint64_t inputs_skipped; /* files not packed (ImageFolder: no image extension) */
     char skipped_example[512]; /* the first of them */
     uint32_t part_index, part_count; /* as packed; part_count 0: the whole dataset */
+    /* The output already held this dataset complete, every shard proven to
+     * hold this input's records: nothing was written. */
+    int already_complete;
 } sf_pack_result;
 
 /* Packs INPUT (see sf_pack_opts.input_format) into OUTPUT_DIR (SPEC.md,
@@ -63,14 +66,19 @@ SF_API int sf_pack(sf_pack_result *result, const char *input, const char *output
 SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const char *output_dir,
                            const sf_pack_opts *opts);
 
+/* sf_pack_merge flags. */
+#define SF_MERGE_FORCE 1u         /* replace a shardfeed dataset already in OUTPUT_DIR */
+#define SF_MERGE_IGNORE_MTIMES 2u /* parts whose inputs' modification times differ merge */
+
 /* Joins the parts of one --part run (their directories, in any order)
  * into OUTPUT_DIR: shards are copied and only their headers and footers
  * rewritten, so the result is byte for byte what a single pack of the
  * whole input writes. Fails, naming the part, when a part is missing,
- * repeated or from another run. `force` replaces a shardfeed dataset
- * already in OUTPUT_DIR. result->bytes_in is 0. */
+ * repeated, from another run, or planned from another input (its
+ * "part_input": the input files' names, sizes and modification times,
+ * and a sample of values). `flags`: SF_MERGE_*. result->bytes_in is 0. */
 SF_API int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_parts,
-                         const char *output_dir, int force);
+                         const char *output_dir, unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -266,14 +266,82 @@ class BadInput(Base):
         self.assertEqual(before, after)
 
 
+def temp_name(name, dataset_id):
+    """The packer's temporary name for NAME in a run of dataset_id."""
+    return f".{name}.{dataset_id:016x}.tmp"
+
+
+def snapshot(d):
+    """Every file of d with its inode, mtime and bytes: equal snapshots mean
+    nothing was written, replaced or removed."""
+    out = {}
+    for name in sorted(os.listdir(d)):
+        st = os.lstat(os.path.join(d, name))
+        with open(os.path.join(d, name), "rb") as f:
+            out[name] = (st.st_ino, st.st_mtime_ns, f.read())
+    return out
+
+
 class OutputDirectory(Base):
-    def test_complete_dataset_refused_then_forced(self):
+    def pack_twins(self):
+        """Inputs A and B: the same names and sizes (so the same dataset_id),
+        other values; with their reference packs."""
+        self.a, self.b = self.inp, os.path.join(self.tmp, "in_b")
+        write_samples(self.a, 30, img_shape=(3, 32, 32), seed=1)
+        write_samples(self.b, 30, img_shape=(3, 32, 32), seed=2)
+        self.ref_a, self.ref_b = os.path.join(self.tmp, "ref_a"), os.path.join(self.tmp, "ref_b")
+        run("pack", self.a, "-o", self.ref_a, "--shard-size", "64KiB", check=0)
+        run("pack", self.b, "-o", self.ref_b, "--shard-size", "64KiB", check=0)
+        self.assertEqual(sfspec.read_manifest(self.ref_a)["dataset_id"],
+                         sfspec.read_manifest(self.ref_b)["dataset_id"])
+
+    def assert_same_files(self, a, b):
+        self.assertEqual(dataset_files(a), dataset_files(b))
+        match, mismatch, errors = filecmp.cmpfiles(a, b, dataset_files(a), shallow=False)
+        self.assertEqual((mismatch, errors), ([], []))
+
+    def test_complete_dataset_rerun_is_a_noop_other_content_refused_then_forced(self):
+        self.pack_twins()
+        shutil.copytree(self.ref_a, self.out)
+        before = snapshot(self.out)
+        p = run("pack", self.a, "-o", self.out, "--shard-size", "64KiB", check=0)
+        self.assertIn("already complete", p.stdout)
+        self.assertEqual(snapshot(self.out), before)  # nothing written
+        # The same names and sizes with other values are not "this dataset".
+        p = run("pack", self.b, "-o", self.out, "--shard-size", "64KiB")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("different shardfeed dataset", p.stderr)
+        self.assertIn("--force", p.stderr)
+        self.assertEqual(snapshot(self.out), before)
+        run("pack", self.b, "-o", self.out, "--shard-size", "64KiB", "--force", check=0)
+        self.assert_same_files(self.out, self.ref_b)
+        run("verify", self.out, check=0)
+
+    def test_damaged_complete_dataset_is_not_called_complete(self):
         write_samples(self.inp, 5)
         run("pack", self.inp, "-o", self.out, check=0)
+        path = os.path.join(self.out, "shard-000000.sfs")
+        data = bytearray(open(path, "rb").read())
+        data[4096 + 7] ^= 1  # a record's byte: header, index and footer still agree
+        with open(path, "wb") as f:
+            f.write(data)
         p = run("pack", self.inp, "-o", self.out)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--force", p.stderr)
+        self.assertIn("shard-000000.sfs", p.stderr)
         run("pack", self.inp, "-o", self.out, "--force", check=0)
+        run("verify", self.out, check=0)
+
+    def test_resume_keeps_no_shard_of_another_input_with_the_same_names_and_sizes(self):
+        self.pack_twins()
+        shutil.copytree(self.ref_a, self.out)
+        # What a kill -9 of `pack A` leaves: no manifest, A's shards, a temporary.
+        os.remove(os.path.join(self.out, "manifest.sfm"))
+        dataset_id = sfspec.read_manifest(self.ref_a)["dataset_id"]
+        with open(os.path.join(self.out, temp_name("shard-000000.sfs", dataset_id)), "wb") as f:
+            f.write(b"partial")
+        p = run("pack", self.b, "-o", self.out, "--shard-size", "64KiB", check=0)
+        self.assertNotIn("kept", p.stdout)
+        self.assert_same_files(self.out, self.ref_b)
         run("verify", self.out, check=0)
 
     def test_different_dataset_refused(self):
@@ -296,16 +364,64 @@ class OutputDirectory(Base):
             self.assertIn("precious.txt", p.stderr)
         self.assertEqual(open(os.path.join(self.out, "precious.txt")).read(), "keep me")
 
+    def test_files_named_like_shardfeeds_are_never_removed(self):
+        """Only a file that carries a dataset_id (a header or manifest that
+        decodes, a temporary named with one) is shardfeed's."""
+        write_samples(self.inp, 3)
+        ref = os.path.join(self.tmp, "ref")
+        run("pack", self.inp, "-o", ref, check=0)
+        real_shard = os.path.join(ref, "shard-000000.sfs")
+        cases = {".x.tmp": b"user data", "shard-000001.sfs": b"not a shard at all" * 20,
+                 "manifest.sfm": b"\x89SFMANI\n but not really" * 5, ".shard-000000.sfs.tmp.tmp": b"x",
+                 temp_name("shard-000000.sfs", 1).replace(".tmp", "g.tmp"): b"x"}
+        for name, data in list(cases.items()) + [("shard-000002.sfs", None)]:
+            with self.subTest(name):
+                shutil.rmtree(self.out, ignore_errors=True)
+                os.makedirs(self.out)
+                path = os.path.join(self.out, name)
+                if data is None:  # a symlink to a real shard is not a file shardfeed wrote
+                    os.symlink(real_shard, path)
+                else:
+                    with open(path, "wb") as f:
+                        f.write(data)
+                for extra in ([], ["--force"]):
+                    p = run("pack", self.inp, "-o", self.out, *extra)
+                    self.assertEqual(p.returncode, 1, p.stdout)
+                    self.assertIn(name, p.stderr)
+                    self.assertIn("did not write", p.stderr)
+                    self.assertEqual(os.listdir(self.out), [name])
+                    if data is None:
+                        self.assertEqual(os.readlink(path), real_shard)
+                    else:
+                        self.assertEqual(open(path, "rb").read(), data)
+
+    def test_temporaries_of_another_dataset_removed_only_with_force(self):
+        write_samples(self.inp, 3)
+        os.makedirs(self.out)
+        other = os.path.join(self.out, temp_name("shard-000000.sfs", 0x1234))
+        with open(other, "wb") as f:
+            f.write(b"half a shard")
+        p = run("pack", self.inp, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("different shardfeed dataset", p.stderr)
+        self.assertTrue(os.path.exists(other))
+        run("pack", self.inp, "-o", self.out, "--force", check=0)
+        self.assertFalse(os.path.exists(other))
+        run("verify", self.out, check=0)
+
     def test_rerun_after_interruption_completes_identically(self):
         write_samples(self.inp, 30, img_shape=(3, 32, 32))
         ref = os.path.join(self.tmp, "ref")
         run("pack", self.inp, "-o", ref, "--shard-size", "64KiB", check=0)
         shutil.copytree(ref, self.out)
-        # What a kill -9 leaves: no manifest, some shards, a temporary file.
+        dataset_id = sfspec.read_manifest(ref)["dataset_id"]
+        # What a kill -9 leaves: no manifest, some shards, a temporary file,
+        # and the lock file (its lock gone with the process).
         os.remove(os.path.join(self.out, "manifest.sfm"))
         names = [n for n in dataset_files(self.out) if n.startswith("shard-")]
         os.remove(os.path.join(self.out, names[-1]))
-        open(os.path.join(self.out, "." + names[-1] + ".tmp"), "wb").write(b"partial")
+        open(os.path.join(self.out, temp_name(names[-1], dataset_id)), "wb").write(b"partial")
+        open(os.path.join(self.out, ".shardfeed.lock"), "w").write("shardfeed lock: pack pid 1 on gone\n")
         # A finished shard damaged afterwards is not kept.
         damaged = os.path.join(self.out, names[1])
         data = bytearray(open(damaged, "rb").read())
@@ -313,9 +429,91 @@ class OutputDirectory(Base):
         open(damaged, "wb").write(data)
         p = run("pack", self.inp, "-o", self.out, "--shard-size", "64KiB", check=0)
         self.assertIn(f"{len(names) - 2} finished shards kept", p.stdout)
-        self.assertEqual(dataset_files(self.out), dataset_files(ref))
-        match, mismatch, errors = filecmp.cmpfiles(ref, self.out, dataset_files(ref), shallow=False)
-        self.assertEqual((mismatch, errors), ([], []))
+        self.assert_same_files(ref, self.out)  # no temporary, no lock file left
+
+
+class Lock(Base):
+    """One pack or merge at a time writes a folder: OUT/.shardfeed.lock."""
+
+    def hold_lock(self, content):
+        import fcntl
+        os.makedirs(self.out, exist_ok=True)
+        f = open(os.path.join(self.out, ".shardfeed.lock"), "w")
+        f.write(content)
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.addCleanup(f.close)
+        return f
+
+    def test_second_pack_refused_naming_the_holder(self):
+        write_samples(self.inp, 5)
+        self.hold_lock("shardfeed lock: pack pid 4242 on somehost\n")
+        p = run("pack", self.inp, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"another shardfeed pack (pid 4242 on somehost) is writing {self.out}", p.stderr)
+        self.assertEqual(os.listdir(self.out), [".shardfeed.lock"])
+        p = run("merge", self.out, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("is writing", p.stderr)
+
+    def test_lock_file_of_a_dead_run_taken_and_removed(self):
+        write_samples(self.inp, 5)
+        os.makedirs(self.out)
+        open(os.path.join(self.out, ".shardfeed.lock"), "w").write("shardfeed lock: pack pid 1 on gone\n")
+        run("pack", self.inp, "-o", self.out, check=0)
+        self.assertNotIn(".shardfeed.lock", os.listdir(self.out))
+        run("verify", self.out, check=0)
+
+    def test_a_users_file_named_like_the_lock_is_kept(self):
+        write_samples(self.inp, 5)
+        os.makedirs(self.out)
+        path = os.path.join(self.out, ".shardfeed.lock")
+        open(path, "w").write("my notes")
+        for extra in ([], ["--force"]):
+            p = run("pack", self.inp, "-o", self.out, *extra)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(".shardfeed.lock", p.stderr)
+        self.assertEqual(open(path).read(), "my notes")
+
+    def test_failed_pack_leaves_no_folder_it_made(self):
+        os.makedirs(self.inp)
+        p = run("pack", self.inp, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertFalse(os.path.exists(self.out))
+
+
+class Limits(Base):
+    def run_limited(self, nofile, *args):
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        return subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True, preexec_fn=limit)
+
+    def test_out_of_file_descriptors_says_which_limit(self):
+        write_samples(self.inp, 5)
+        seen = 0
+        # The first descriptors past stdin/out/err: each limit runs out at
+        # another open (the lock, the input folder, the output folder...).
+        for nofile in range(4, 8):
+            shutil.rmtree(self.out, ignore_errors=True)
+            p = self.run_limited(nofile, "pack", self.inp, "-o", self.out, "-j", "1")
+            if p.returncode != 0:
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("ulimit -n", p.stderr)
+                seen += 1
+        self.assertGreater(seen, 0)
+
+
+class PipesAndDevices(Base):
+    def test_list_that_is_a_fifo_is_refused_not_waited_on(self):
+        os.makedirs(self.inp)
+        fifo = os.path.join(self.inp, "list.csv")
+        os.mkfifo(fifo)
+        p = subprocess.run([SHARDFEED, "pack", fifo, "-o", self.out], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"{fifo}: a FIFO, not a regular file", p.stderr)
 
 
 class Corruption(Base):

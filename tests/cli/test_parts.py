@@ -198,6 +198,80 @@ class Parts(unittest.TestCase):
         self.assertIn("shard-000000.sfs", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
+    def test_parts_of_different_inputs_with_equal_names_and_sizes_are_refused(self):
+        """Part 0 of input A and part 1 of input B, B being A with other
+        values (so the same dataset_id): refused, naming both parts."""
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        a = self.pack_parts(2, tag="a")
+        inp_a = self.inp
+        self.inp = os.path.join(self.tmp, "in_b")
+        write_npy(self.inp, 200, seed=1)
+        b = self.pack_parts(2, tag="b")
+        for mixed in ([a[0], b[1]], [b[0], a[1]]):
+            out, p = self.merge(mixed, check=1)
+            self.assertIn("different contents", p.stderr)
+            for d in mixed:
+                self.assertIn(d, p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+            # --ignore-mtimes does not make different contents mergeable
+            p = run("merge", *mixed, "-o", out, "--ignore-mtimes", check=1)
+            self.assertIn("different contents", p.stderr)
+        self.inp = inp_a
+        out, _ = self.merge(a)
+        self.assertEqual(files(out), files(self.whole))
+
+    def test_parts_of_an_input_whose_times_changed_need_ignore_mtimes(self):
+        """An input copied to another machine without its times: the same
+        contents, other modification times."""
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        p0 = self.pack_parts(2, tag="m")[0]
+        name = os.path.join(self.inp, "img_199.npy")
+        st = os.stat(name)
+        os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+        p1 = self.pack_parts(2, tag="n")[1]
+        out, p = self.merge([p0, p1], check=1)
+        self.assertIn("modification times", p.stderr)
+        self.assertIn("--ignore-mtimes", p.stderr)
+        run("merge", p0, p1, "-o", out, "--ignore-mtimes", check=0)
+        self.assertEqual(files(out), files(self.whole))
+
+    def test_part_without_input_identity_is_refused(self):
+        """A part as shardfeed wrote them before format 1.2: no part_input."""
+        import ctypes
+        import struct
+        xxh = ctypes.CDLL("libxxhash.so.0")
+        xxh.XXH3_64bits.restype = ctypes.c_uint64
+        xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        write_npy(self.inp, 200)
+        dirs = self.pack_parts(2)
+        path = os.path.join(dirs[1], "manifest.sfm")
+        with open(path, "rb") as f:
+            b = bytearray(f.read())
+        meta_size, = struct.unpack_from("<I", b, 44)
+        m = sfspec.read_manifest(dirs[1])
+        start = len(b) - 8 - meta_size
+        entries = b"".join(struct.pack("<II", len(k), len(v)) + k.encode() + v
+                           for k, v in m["metadata"].items() if k != "part_input")
+        b = b[:start] + entries
+        struct.pack_into("<I", b, 44, len(entries))
+        b += struct.pack("<Q", xxh.XXH3_64bits(bytes(b), len(b)))
+        with open(path, "wb") as f:
+            f.write(b)
+        run("verify", dirs[1], check=0)
+        out, p = self.merge(dirs, check=1)
+        self.assertIn(f"{dirs[1]}: part without an input identity", p.stderr)
+
+    def test_a_part_carries_its_input_identity(self):
+        write_npy(self.inp, 200)
+        self.pack_whole()
+        for d in self.pack_parts(2):
+            meta = sfspec.read_manifest(d)["metadata"]
+            self.assertEqual(list(meta), ["source", "part", "part_input"])
+            self.assertEqual(len(meta["part_input"]), 16)
+        self.assertNotIn("part_input", sfspec.read_manifest(self.whole)["metadata"])
+
     def test_bad_part_options(self):
         write_npy(self.inp, 20)
         for arg in ("2/2", "1/0", "x/2", "1-2"):

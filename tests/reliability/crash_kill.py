@@ -12,16 +12,28 @@ directory. Then, until SF_CRASH_RUNS (default 200) packs were killed:
   2. check the partial state: every file under a final name
      (shard-NNNNNN.sfs, manifest.sfm) is byte-identical to the reference's
      (so it is complete and valid); a manifest only ever appears with all
-     shards; nothing else but the packer's hidden .NAME.tmp files exists;
+     shards; nothing else but the packer's hidden .NAME.<dataset_id>.tmp
+     files and its lock file (.shardfeed.lock) exists;
   3. in half of the runs, re-run the pack and kill that too (a resumed run
      can die as well), and check again;
   4. re-run the same command to completion: it must succeed, keep the
      finished shards, leave no temporaries, and produce a directory
-     byte-identical to the reference; `shardfeed verify` must pass.
+     byte-identical to the reference; `shardfeed verify` must pass (a
+     re-run on a pack that had finished says "already complete", exit 0).
+
+Then, SF_CRASH_AB_RUNS times (default 15% of SF_CRASH_RUNS, at least 10:
+30), the same with two inputs: A and
+B have the same file names and sizes (so the same dataset_id) and other
+values. A pack of A is killed at a random moment (or left to finish), then
+B is packed into the same directory. The result must be byte-identical to
+a reference pack of B (whose every value is checked against B's files)
+and verify: no shard of A may be kept. When A had finished, B without
+--force is refused as a different dataset, leaving A's pack as it was;
+with --force it becomes B's.
 
 Environment: SHARDFEED (the binary), SF_SOURCE_DIR (the source tree, for
 tools/make-npy-samples.py), SF_TEST_TMP (scratch space), SF_CRASH_RUNS,
-SF_CRASH_SAMPLES, SF_CRASH_SEED. Prints the counts; exit 0 on success.
+SF_CRASH_SAMPLES, SF_CRASH_SEED, SF_CRASH_AB_RUNS. Prints the counts; exit 0 on success.
 """
 import os
 import random
@@ -33,13 +45,18 @@ import sys
 import tempfile
 import time
 
+from pack_checks import make_input, read_dir, value_mismatches
+
 SF = os.environ.get("SHARDFEED", "shardfeed")
-SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 RUNS = int(os.environ.get("SF_CRASH_RUNS", "200"))
 SAMPLES = int(os.environ.get("SF_CRASH_SAMPLES", "300"))
 SEED = int(os.environ.get("SF_CRASH_SEED", "12345"))
+# 30 with the default 200 kill runs; fewer where fewer kills are asked for (ASan).
+AB_RUNS = int(os.environ.get("SF_CRASH_AB_RUNS", str(max(10, RUNS * 3 // 20))))
 SHARD_RE = re.compile(r"^shard-\d{6}\.sfs$")
-TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.tmp$")
+# Temporaries carry the run's dataset_id; the lock file stays after a kill.
+TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.[0-9a-f]{16}\.tmp$")
+LOCK_NAME = ".shardfeed.lock"
 
 failures = []
 
@@ -49,14 +66,6 @@ def fail(msg):
     print("FAIL:", msg, flush=True)
     if len(failures) > 20:
         sys.exit("too many failures")
-
-
-def read_dir(d):
-    out = {}
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), "rb") as f:
-            out[name] = f.read()
-    return out
 
 
 def pack_cmd(src, out):
@@ -80,6 +89,8 @@ def check_partial(out, ref, what, stats):
             finals += 1
         elif TEMP_RE.match(name):
             stats["temps_seen"] += 1
+        elif name == LOCK_NAME:
+            stats["locks_seen"] += 1
         else:
             fail(f"{what}: unexpected file {name}")
     if "manifest.sfm" in names:
@@ -90,29 +101,97 @@ def check_partial(out, ref, what, stats):
     return finals
 
 
-def kill_run(cmd, delay, stats, fresh=False):
-    """Starts cmd, SIGKILLs it after `delay` seconds. True if it was killed.
-    A fresh run that finished first lowers the timing estimate."""
-    t0 = time.monotonic()
+def start_and_kill(cmd, delay):
+    """Starts cmd and SIGKILLs it after `delay` seconds unless it ended:
+    (exit status, stderr)."""
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         p.wait(timeout=delay)
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGKILL)
     _, err = p.communicate()
-    if p.returncode == -signal.SIGKILL:
+    return p.returncode, err
+
+
+def kill_run(cmd, delay, stats, fresh=False):
+    """Starts cmd, SIGKILLs it after `delay` seconds. True if it was killed.
+    A fresh run that finished first lowers the timing estimate."""
+    t0 = time.monotonic()
+    returncode, err = start_and_kill(cmd, delay)
+    if returncode == -signal.SIGKILL:
         stats["killed"] += 1
         return True
-    if p.returncode == 0:
+    if returncode == 0:
         stats["finished_before_kill"] += 1
         if fresh:
             stats["t_pack"] = min(stats["t_pack"], time.monotonic() - t0)
     else:
-        # a resumed run on a complete dataset says so and exits 1
-        if b"already holds this dataset" not in err:
-            fail(f"pack exited {p.returncode} before the kill: {err.decode(errors='replace')}")
-        stats["refused_complete"] += 1
+        fail(f"pack exited {returncode} before the kill: {err.decode(errors='replace')}")
     return False
+
+
+def other_input_runs(tmp, src_a, ref_a, rng, t_shards, t_pack):
+    """Kill a pack of A, then pack B (same names and sizes, other values)
+    into the same directory: the result is exactly B's pack."""
+    src_b = os.path.join(tmp, "in_b")
+    make_input(src_b, SAMPLES, "3,32,32", 8)
+    ref_b_dir = os.path.join(tmp, "ref_b")
+    subprocess.run(pack_cmd(src_b, ref_b_dir) + ["-q"], check=True)
+    ref_b = read_dir(ref_b_dir)
+    if sorted(ref_b) != sorted(ref_a) or ref_b == ref_a:
+        fail("inputs A and B do not have the same names and sizes with other values")
+        return
+    values, bad = value_mismatches(ref_b_dir, src_b)
+    if bad:
+        fail(f"the reference pack of B differs from B's files in {bad[:3]}")
+    out = os.path.join(tmp, "out_ab")
+    st = dict(killed=0, finished=0, refused=0, forced=0, ok=0, temps_seen=0, locks_seen=0, manifest_seen=0)
+    for run in range(AB_RUNS):
+        shutil.rmtree(out, ignore_errors=True)
+        # Every 5th run lets A finish: B must then be refused unless forced.
+        delay = 10 * t_pack + 1 if run % 5 == 4 else rng.uniform(0, t_shards)
+        returncode, err = start_and_kill(pack_cmd(src_a, out), delay)
+        if returncode == -signal.SIGKILL:
+            st["killed"] += 1
+        elif returncode == 0:
+            st["finished"] += 1
+        else:
+            fail(f"A/B run {run}: pack A exited {returncode}: {err.decode(errors='replace')}")
+            continue
+        check_partial(out, ref_a, f"A/B run {run} after A", st)
+        complete = os.path.exists(os.path.join(out, "manifest.sfm"))
+        b = subprocess.run(pack_cmd(src_b, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if complete:
+            if b.returncode != 1 or b"different shardfeed dataset" not in b.stderr:
+                fail(f"A/B run {run}: B over a complete A exited {b.returncode}, not refused: "
+                     f"{b.stderr.decode(errors='replace')}")
+            elif read_dir(out) != ref_a:
+                fail(f"A/B run {run}: the refused B changed A's dataset")
+            st["refused"] += 1
+            b = subprocess.run(pack_cmd(src_b, out) + ["--force"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+            st["forced"] += 1
+        if b.returncode != 0:
+            fail(f"A/B run {run}: pack B exited {b.returncode}: {b.stderr.decode(errors='replace')}")
+            continue
+        if b"kept" in b.stdout:
+            fail(f"A/B run {run}: pack B kept shards of A: {b.stdout.decode(errors='replace')}")
+        got = read_dir(out)
+        if got != ref_b:
+            diff = [n for n in ref_b if got.get(n) != ref_b[n]]
+            fail(f"A/B run {run}: the result is not B's pack (differs in {diff[:3]}, "
+                 f"extra {sorted(set(got) - set(ref_b))[:3]})")
+            continue
+        v = subprocess.run([SF, "verify", "-j", "2", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if v.returncode != 0:
+            fail(f"A/B run {run}: verify exited {v.returncode}: {v.stdout.decode(errors='replace')}")
+            continue
+        st["ok"] += 1
+    print(f"other input: {AB_RUNS} runs packing B over A ({st['killed']} A killed, {st['finished']} A "
+          f"finished: {st['refused']} B refused then {st['forced']} forced); {st['ok']}/{AB_RUNS} hold "
+          f"exactly B's pack ({values} values checked against B's files) and verified", flush=True)
+    if st["killed"] == 0 or st["finished"] == 0:
+        fail("the A/B runs did not cover both a killed and a finished A")
 
 
 def main():
@@ -123,9 +202,7 @@ def main():
     t_start = time.monotonic()
     try:
         src = os.path.join(tmp, "in")
-        subprocess.run([sys.executable, os.path.join(SRC, "tools", "make-npy-samples.py"), "synthetic", src,
-                        "--count", str(SAMPLES), "--shape", "3,32,32", "--seed", "7"],
-                       check=True, stdout=subprocess.DEVNULL)
+        make_input(src, SAMPLES, "3,32,32", 7)
         ref_dir = os.path.join(tmp, "ref")
         times = []
         for i in range(3):
@@ -144,8 +221,8 @@ def main():
         # (the earliest kill that found every shard), without watching a run.
         t_shards = t_ref
 
-        stats = dict(killed=0, finished_before_kill=0, refused_complete=0, temps_seen=0, manifest_seen=0,
-                     resumed_ok=0, shards_kept=0, double_kills=0, t_pack=t_ref)
+        stats = dict(killed=0, finished_before_kill=0, noop_complete=0, temps_seen=0, locks_seen=0,
+                     manifest_seen=0, resumed_ok=0, shards_kept=0, double_kills=0, t_pack=t_ref)
         finals_at_kill = []
         out = os.path.join(tmp, "out")
         run = 0
@@ -165,12 +242,14 @@ def main():
                 if kill_run(cmd, rng.uniform(0, stats["t_pack"]), stats):
                     stats["double_kills"] += 1
                 check_partial(out, ref, f"run {run} after killing the resumed run", stats)
-            # complete it: the same command again (a complete dataset is refused, untouched)
+            # complete it: the same command again (on a complete dataset, a no-op success)
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            if p.returncode != 0 and b"already holds this dataset" not in p.stderr:
+            if p.returncode != 0:
                 fail(f"run {run}: re-run failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
                 run += 1
                 continue
+            if b"already complete" in p.stdout:
+                stats["noop_complete"] += 1
             m = re.search(rb"\((\d+) finished shards kept", p.stdout)
             if m:
                 stats["shards_kept"] += int(m.group(1))
@@ -200,12 +279,15 @@ def main():
               f"{stats['finished_before_kill']} finished before their kill; fastest pack "
               f"{stats['t_pack'] * 1000:.0f} ms, every shard written by {t_shards * 1000:.0f} ms; {spread}",
               flush=True)
-        print(f"partial states: temporaries seen {stats['temps_seen']} times, manifest seen "
-              f"{stats['manifest_seen']} times (always with every shard); re-runs: {stats['resumed_ok']}/{run} "
-              f"byte-identical to the reference and verified, {stats['shards_kept']} finished shards kept "
-              f"in total; {time.monotonic() - t_start:.1f} s", flush=True)
+        print(f"partial states: temporaries seen {stats['temps_seen']} times, lock files "
+              f"{stats['locks_seen']} times, manifest seen {stats['manifest_seen']} times (always with every "
+              f"shard); re-runs: {stats['resumed_ok']}/{run} byte-identical to the reference and verified, "
+              f"{stats['shards_kept']} finished shards kept in total, {stats['noop_complete']} found the pack "
+              f"already complete; {time.monotonic() - t_start:.1f} s", flush=True)
         if stats["killed"] < RUNS:
             fail(f"only {stats['killed']} packs were killed in {run} runs: timing is off")
+        other_input_runs(tmp, src, ref, rng, t_shards, stats["t_pack"])
+        print(f"{time.monotonic() - t_start:.1f} s in all", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:

@@ -27,11 +27,14 @@ import subprocess
 import sys
 import tempfile
 
+from pack_checks import read_dir
+
 SF = os.environ.get("SHARDFEED", "shardfeed")
 SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SKIP = 77
 SHARD_RE = re.compile(r"^shard-\d{6}\.sfs$")
-TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.tmp$")
+# Temporaries carry the run's dataset_id (SPEC.md "Writer rules").
+TEMP_RE = re.compile(r"^\.(shard-\d{6}\.sfs|manifest\.sfm)\.[0-9a-f]{16}\.tmp$")
 failures = []
 
 
@@ -61,14 +64,6 @@ def tree_digest(d):
             p = os.path.join(root, f)
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, d)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
-def read_dir(d):
-    out = {}
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), "rb") as f:
-            out[name] = f.read()
     return out
 
 
@@ -153,12 +148,14 @@ def read_only(tmp, src, ref):
     # (c) read-only, the state of an interrupted run (some shards, a temporary)
     # (d) read-only, a complete dataset, with --force
     shards = sorted(n for n in ref if SHARD_RE.match(n))
+    dataset_id = int.from_bytes(ref["manifest.sfm"][48:56], "little")
+    temp = f".{shards[3]}.{dataset_id:016x}.tmp"
     setups = {
         "missing output dir": lambda out: None,
         "empty output dir": lambda out: os.makedirs(out),
         "interrupted run": lambda out: (os.makedirs(out), [shutil.copy(os.path.join(tmp, "ref", n), out)
                                                           for n in shards[:3]],
-                                        open(os.path.join(out, "." + shards[3] + ".tmp"), "wb").write(b"x" * 100)),
+                                        open(os.path.join(out, temp), "wb").write(b"x" * 100)),
         "complete dataset, --force": lambda out: shutil.copytree(os.path.join(tmp, "ref"), out),
     }
     for name, setup in setups.items():

@@ -35,7 +35,9 @@ static void pack_usage(FILE *f)
             "      --force               replace a shardfeed dataset already in OUT_DIR\n"
             "  -q, --quiet               no progress bar and no summary\n"
             "\n"
-            "Re-running the same command after an interruption keeps finished shards.\n");
+            "Re-running the same command after an interruption keeps every finished shard\n"
+            "that is proven to hold this input's records (all of it is read again); on a\n"
+            "complete dataset of this input it writes nothing and says 'already complete'.\n");
 }
 
 typedef struct progress {
@@ -225,7 +227,13 @@ int cmd_pack(int argc, char **argv)
         free(out_dir);
         return EXIT_USAGE;
     }
-    if (!quiet) {
+    if (!quiet && r.already_complete) {
+        if (r.part_count)
+            printf("part %u of %u: ", r.part_index, r.part_count);
+        printf("%s: already complete: its %llu samples in %llu shards hold this input (every value read "
+               "and compared), nothing written, %.2f s\n",
+               out_dir, (unsigned long long)r.samples, (unsigned long long)r.shards, r.seconds);
+    } else if (!quiet) {
         char a[32], b[32];
         double mbs = r.seconds > 0 ? (double)r.bytes_in / r.seconds / 1e6 : 0;
         if (r.part_count)

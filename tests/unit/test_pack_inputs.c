@@ -1,0 +1,159 @@
+/* Unit tests for how the packer opens input files: an input that became a
+ * FIFO (or any other non-regular file) between discovery and the read of
+ * its value is refused, naming it, and never waited on. Each test runs
+ * discovery (pack_input_open), swaps one of the discovered files for a
+ * FIFO, then reads through the format's cursor exactly as the shard writer
+ * does. Opening a FIFO without O_NONBLOCK would block forever: the suite's
+ * timeout turns that into a failure. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/dtype.h"
+#include "packer/pack_internal.h"
+#include "shardfeed/error.h"
+#include "unit_helpers.h"
+
+UNIT_SCRATCH("pack-inputs-test")
+
+TestSuite(pack_inputs, .init = scratch_init, .fini = scratch_fini, .timeout = 30);
+
+static void path_of(char *buf, size_t cap, const char *rel)
+{
+    snprintf(buf, cap, "%s/%s", g_root, rel);
+}
+
+static void make_dir(const char *rel)
+{
+    char p[4200];
+    path_of(p, sizeof p, rel);
+    cr_assert_eq(mkdir(p, 0777), 0, "%s: %s", p, strerror(errno));
+}
+
+static void write_rel(const char *rel, const void *buf, size_t len)
+{
+    char p[4200];
+    path_of(p, sizeof p, rel);
+    unit_write_file(p, buf, len);
+}
+
+/* Replaces the file `rel` by a FIFO, as a user (or another program) could
+ * between discovery and the read. */
+static void swap_for_fifo(const char *rel)
+{
+    char p[4200];
+    path_of(p, sizeof p, rel);
+    cr_assert_eq(unlink(p), 0, "%s: %s", p, strerror(errno));
+    cr_assert_eq(mkfifo(p, 0644), 0, "%s: %s", p, strerror(errno));
+}
+
+/* Discovers `rel` as `format`, swaps `swapped` for a FIFO, and reads every
+ * value of every sample: the read of the swapped file must fail, naming
+ * it as a FIFO. */
+static void read_after_swap(const char *rel, const char *format, const char *swapped)
+{
+    char input[4200];
+    path_of(input, sizeof input, rel);
+    pack_input in;
+    int rc = pack_input_open(&in, input, format);
+    if (rc == SF_E_UNSUPPORTED) { /* tar inputs without libarchive */
+        pack_input_free(&in);
+        cr_skip_test("%s", sf_last_error());
+    }
+    cr_assert_eq(rc, 0, "discovery: %s", sf_last_error());
+    swap_for_fifo(swapped);
+    void *cursor = NULL;
+    cr_assert_eq(in.ops->cursor_open(&in, &cursor), 0);
+    uint8_t buf[4096];
+    int failed = 0;
+    for (uint64_t s = 0; s < in.sample_count && !failed; s++)
+        for (uint32_t f = 0; f < in.schema.field_count && !failed; f++) {
+            cr_assert_leq(in.sizes[s * in.schema.field_count + f], sizeof buf);
+            failed = in.ops->read(cursor, &in, s, f, buf) != 0;
+        }
+    in.ops->cursor_close(cursor);
+    cr_assert(failed, "every value was read although %s is a FIFO", swapped);
+    const char *msg = sf_last_error();
+    cr_assert(strstr(msg, swapped) && strstr(msg, "a FIFO, not a regular file"), "message: %s", msg);
+    pack_input_free(&in);
+}
+
+Test(pack_inputs, npy_file_swapped_for_a_fifo)
+{
+    make_dir("npy");
+    int64_t v = 7;
+    for (int i = 0; i < 3; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/npy/label_%d.npy", g_root, i);
+        unit_write_npy(p, SF_DT_I64, 0, NULL, &v, sizeof v);
+    }
+    read_after_swap("npy", "npy", "npy/label_2.npy");
+}
+
+Test(pack_inputs, image_swapped_for_a_fifo)
+{
+    make_dir("if");
+    make_dir("if/cat");
+    write_rel("if/cat/0.png", "png bytes", 9);
+    write_rel("if/cat/1.png", "more png bytes", 14);
+    read_after_swap("if", "imagefolder", "if/cat/1.png");
+}
+
+Test(pack_inputs, listed_file_swapped_for_a_fifo)
+{
+    make_dir("list");
+    write_rel("list/a.bin", "aaaa", 4);
+    write_rel("list/b.bin", "bbbbbb", 6);
+    static const char csv[] = "a.bin,0\nb.bin,1\n";
+    write_rel("list/list.csv", csv, sizeof csv - 1);
+    read_after_swap("list/list.csv", "list", "list/b.bin");
+}
+
+Test(pack_inputs, list_that_is_a_fifo)
+{
+    make_dir("fifolist");
+    char p[4200];
+    path_of(p, sizeof p, "fifolist/list.csv");
+    cr_assert_eq(mkfifo(p, 0644), 0);
+    pack_input in;
+    cr_assert_neq(pack_input_open(&in, p, "list"), 0);
+    cr_assert(strstr(sf_last_error(), "a FIFO, not a regular file"), "message: %s", sf_last_error());
+    pack_input_free(&in);
+}
+
+/* One ustar member header for a regular file `name` of `size` bytes. */
+static void ustar_header(uint8_t *h, const char *name, size_t size)
+{
+    memset(h, 0, 512);
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)size);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+Test(pack_inputs, tar_swapped_for_a_fifo)
+{
+    make_dir("tars");
+    static uint8_t tar[512 * 6];
+    memset(tar, 0, sizeof tar);
+    ustar_header(tar, "s0.bin", 3);
+    memcpy(tar + 512, "abc", 3);
+    ustar_header(tar + 1024, "s1.bin", 2);
+    memcpy(tar + 1536, "de", 2);
+    write_rel("tars/a.tar", tar, sizeof tar);
+    read_after_swap("tars/a.tar", "tar", "tars/a.tar");
+}
