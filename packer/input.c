@@ -14,16 +14,11 @@
 #include "format/le.h"
 #include "pack_internal.h"
 
-#define EMFILE_HINT "this process's limit on open files: raise it with `ulimit -n`"
-#define ENFILE_HINT "the system's limit on open files: raise fs.file-max with sysctl"
-
 const char *pack_strerror(int e)
 {
-    if (e == EMFILE)
-        return "Too many open files (" EMFILE_HINT ")";
-    if (e == ENFILE)
-        return "Too many open files in system (" ENFILE_HINT ")";
-    return strerror(e);
+    static _Thread_local char buf[320];
+    snprintf(buf, sizeof buf, "%s%s", strerror(e), sf_errno_hint(e));
+    return buf;
 }
 
 int pack_explain_fd_limit(int rc)
@@ -36,9 +31,9 @@ int pack_explain_fd_limit(int rc)
         return rc; /* said where it happened */
     /* strerror(EMFILE) is a prefix of strerror(ENFILE): test ENFILE first. */
     if (rc == -ENFILE || strstr(msg, strerror(ENFILE)))
-        return sf_fail(rc, "%s (%s)", msg, ENFILE_HINT);
+        return sf_fail(rc, "%s%s", msg, sf_errno_hint(ENFILE));
     if (rc == -EMFILE || strstr(msg, strerror(EMFILE)))
-        return sf_fail(rc, "%s (%s)", msg, EMFILE_HINT);
+        return sf_fail(rc, "%s%s", msg, sf_errno_hint(EMFILE));
     return rc;
 }
 
