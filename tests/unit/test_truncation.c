@@ -1,6 +1,6 @@
-/* A shard cut short while it is read. The fault guard (format/fault_guard.h)
- * turns SIGBUS from a file mapping into an error, and leaves other SIGBUS
- * to the handler that was there before. */
+/* A shard cut short while it is read: the fault guard (format/fault_guard.h)
+ * turns SIGBUS from a mapping into an error, and random access returns an
+ * error naming the shard. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -156,4 +156,199 @@ Test(truncation, a_fault_outside_a_guard_goes_where_it_went_before)
               st);
     st = child_fault(chained_handler);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 42, "the earlier handler ran (status %d)", st);
+}
+
+/* ---- datasets ------------------------------------------------------------------------------- */
+
+enum kind { FIXED, VAR, ZSTD };
+#define N 240
+#define IMG 600
+
+static uint64_t var_len(uint64_t i)
+{
+    return 200 + i * 53 % 1800;
+}
+
+/* The value of sample i's payload field (img or data), as packed. */
+static uint64_t expected(enum kind k, uint64_t i, uint8_t *out)
+{
+    uint64_t len = k == FIXED ? IMG : var_len(i);
+    for (uint64_t j = 0; j < len; j++)
+        out[j] = (uint8_t)(k == FIXED ? i * 31 + j * 7 : (j / 16) * 3 + i); /* var: compressible */
+    return len;
+}
+
+/* Packs N samples of `k` into g_root/NAME (shards of about 48 KiB, so
+ * several): FIXED from .npy files (img uint8 [600] + label), VAR and ZSTD
+ * from a list of files (data bytes + label; ZSTD compresses data). */
+static void make_dataset(char *out, size_t cap, const char *name, enum kind k)
+{
+    char in[4200], path[4400];
+    snprintf(in, sizeof in, "%s/%s-in", g_root, name);
+    snprintf(out, cap, "%s/%s", g_root, name);
+    cr_assert_eq(mkdir(in, 0755), 0);
+    uint8_t *v = malloc(4096);
+    FILE *list = NULL;
+    if (k != FIXED) {
+        snprintf(path, sizeof path, "%s/list.csv", in);
+        list = fopen(path, "w");
+        cr_assert_not_null(list);
+    }
+    for (uint64_t i = 0; i < N; i++) {
+        uint64_t len = expected(k, i, v);
+        int64_t label = (int64_t)i;
+        if (k == FIXED) {
+            uint64_t shape[1] = {IMG};
+            snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)i);
+            unit_write_npy(path, SF_DT_U8, 1, shape, v, len);
+            snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)i);
+            unit_write_npy(path, SF_DT_I64, 0, NULL, &label, 8);
+        } else {
+            snprintf(path, sizeof path, "%s/f%llu.bin", in, (unsigned long long)i);
+            unit_write_file(path, v, len);
+            fprintf(list, "f%llu.bin,%llu\n", (unsigned long long)i, (unsigned long long)i);
+        }
+    }
+    free(v);
+    sf_pack_opts o = SF_PACK_OPTS_INIT;
+    o.jobs = 1;
+    o.align = 64;
+    o.shard_size = 48 << 10;
+    o.compress = k == ZSTD ? "data=zstd" : NULL;
+    if (list) {
+        fclose(list);
+        snprintf(path, sizeof path, "%s/list.csv", in);
+    }
+    int rc = sf_pack(NULL, list ? path : in, out, &o);
+    cr_assert_eq(rc, 0, "pack: %s", sf_last_error());
+}
+
+/* The input's number of the sample (ids follow keys, but say so here). */
+static uint64_t key_number(sf_dataset *ds, uint64_t id)
+{
+    const char *key;
+    size_t len;
+    cr_assert_eq(sf_dataset_key(&key, &len, ds, id), 0);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*s", (int)len, key);
+    return strtoull(buf[0] == 'f' ? buf + 1 : buf, NULL, 10);
+}
+
+/* Where shard `shard`'s records lie, and a cut in the middle of its data:
+ * the records that end past the cut are lost. */
+typedef struct cut_plan {
+    char path[4300];
+    uint64_t first, count; /* samples of the shard */
+    uint64_t cut;          /* new file size */
+    uint64_t readable;     /* the end of its last page: bytes past cut up to here read as 0 */
+    uint64_t start[N], end[N]; /* by local record: where its payload starts and ends */
+} cut_plan;
+
+static void plan_cut(cut_plan *p, sf_dataset *ds, uint64_t shard)
+{
+    const sf_open_shard *sh = &ds->shards[shard];
+    snprintf(p->path, sizeof p->path, "%s/%s", ds->dir, sh->name);
+    p->first = ds->manifest.shards[shard].first_record;
+    p->count = sh->meta.header.record_count;
+    cr_assert_leq(p->count, N);
+    for (uint64_t i = 0; i < p->count; i++) {
+        sf_index_entry e;
+        sf_dataset_entry(&e, ds, shard, i);
+        p->start[i] = e.offset;
+        p->end[i] = e.offset + e.size;
+    }
+    /* Not page-aligned, inside a record in the middle of the data area. */
+    sf_index_entry e;
+    sf_dataset_entry(&e, ds, shard, p->count / 2);
+    p->cut = e.offset + e.size / 2;
+    p->readable = sf_align_up(p->cut, (uint64_t)sysconf(_SC_PAGESIZE));
+    cr_assert_lt(p->readable, p->end[p->count - 1], "some records lie wholly past the last page");
+}
+
+/* ---- random access -------------------------------------------------------------------------- */
+
+static void random_access_after_a_cut(enum kind k)
+{
+    char dir[4200];
+    make_dataset(dir, sizeof dir, "ra", k);
+    sf_dataset *ds;
+    cr_assert_eq(sf_dataset_open(&ds, dir), 0, "%s", sf_last_error());
+    uint64_t shard = sf_dataset_num_shards(ds) - 2;
+    cut_plan p;
+    plan_cut(&p, ds, shard);
+    uint8_t *buf = malloc(1 << 16), *want = malloc(1 << 16);
+    uint64_t size;
+    /* Mapped (and its DCtx used) before the cut. */
+    cr_assert_eq(sf_dataset_read_value(buf, 1 << 16, &size, ds, p.first, 0, 1), 0, "%s",
+                 sf_last_error());
+    cr_assert_eq(truncate(p.path, (off_t)p.cut), 0);
+    const char *name = ds->shards[shard].name;
+    for (int check = 0; check < 2; check++) {
+        for (uint64_t i = 0; i < p.count; i++) {
+            uint64_t id = p.first + i;
+            uint64_t wlen = expected(k, key_number(ds, id), want);
+            int rc = sf_dataset_read_value(buf, 1 << 16, &size, ds, id, 0, check);
+            if (p.end[i] <= p.cut) {
+                cr_assert_eq(rc, 0, "record %llu before the cut: %s", (unsigned long long)i,
+                             sf_last_error());
+                cr_assert_eq(size, wlen);
+                cr_assert_eq(memcmp(buf, want, wlen), 0, "record %llu", (unsigned long long)i);
+                continue;
+            }
+            /* Past the cut. Bytes in the file's last page read as zeros
+             * where the file ended (mmap's rule): the checksum finds them,
+             * and a compressed value made of them does not decompress;
+             * unchecked and uncompressed, they are what the page holds.
+             * Anything past that page faults. */
+            int seen_zeros = p.start[i] < p.readable;
+            if (rc == 0) {
+                cr_assert(!check && k != ZSTD && p.end[i] <= p.readable,
+                          "record %llu past the cut read without an error", (unsigned long long)i);
+                continue;
+            }
+            cr_assert(rc == SF_E_TRUNCATED || (check && seen_zeros && rc == SF_E_CHECKSUM) ||
+                          (k == ZSTD && seen_zeros && rc == SF_E_CORRUPT),
+                      "record %llu past the cut (check %d): %s (%s)", (unsigned long long)i, check,
+                      sf_strerror(rc), sf_last_error());
+            cr_assert_not_null(strstr(sf_last_error(), name), "names the shard: %s", sf_last_error());
+            if (rc == SF_E_TRUNCATED)
+                cr_assert_not_null(strstr(sf_last_error(), "cut short"), "%s", sf_last_error());
+            if (!seen_zeros)
+                cr_assert_eq(rc, SF_E_TRUNCATED, "record %llu wholly past the file's last page",
+                             (unsigned long long)i);
+            if (k == FIXED && check) {
+                const void *ptr;
+                cr_assert_eq(sf_dataset_get(&ptr, &size, ds, id, 0, 1), rc, "sf_dataset_get");
+            }
+            if (k == ZSTD && !seen_zeros)
+                cr_assert_eq(sf_dataset_value_size(&size, ds, id, 0), SF_E_TRUNCATED,
+                             "the frame header is past the end");
+        }
+    }
+    /* After faults inside zstd, the dataset's context still decompresses. */
+    for (uint64_t id = 0; id < p.first; id += 17) {
+        uint64_t wlen = expected(k, key_number(ds, id), want);
+        cr_assert_eq(sf_dataset_read_value(buf, 1 << 16, &size, ds, id, 0, 1), 0, "%s",
+                     sf_last_error());
+        cr_assert_eq(size, wlen);
+        cr_assert_eq(memcmp(buf, want, wlen), 0);
+    }
+    free(buf);
+    free(want);
+    sf_dataset_close(ds);
+}
+
+Test(truncation, random_access_to_a_cut_shard_is_an_error_naming_it_fixed)
+{
+    random_access_after_a_cut(FIXED);
+}
+
+Test(truncation, random_access_to_a_cut_shard_is_an_error_naming_it_var)
+{
+    random_access_after_a_cut(VAR);
+}
+
+Test(truncation, random_access_to_a_cut_shard_is_an_error_naming_it_zstd)
+{
+    random_access_after_a_cut(ZSTD);
 }
