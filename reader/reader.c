@@ -556,19 +556,43 @@ __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, sf_ta
     va_end(ap);
 }
 
+/* A corrupt sample, substituted at the batch-ready point (on_corrupt = SKIP). */
+static void task_corrupt(sf_task *t)
+{
+    if (t->corrupt)
+        return; /* several of its reads failed */
+    t->corrupt = 1;
+    atomic_fetch_add(&t->slot->corrupt, 1);
+}
+
 void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
 {
+    /* A read that failed because the shard was cut short while being read
+     * (end of file from pread or io_uring, SIGBUS caught by the mmap
+     * engine's guard, EINVAL from an O_DIRECT read at the new, unaligned
+     * end): the record is gone, as if it were corrupt, and on_corrupt = SKIP
+     * substitutes it like one. */
+    uint64_t now;
+    if (err < 0 && err != -ENOMEM && sf_dataset_shard_shrank(r->ds, t->shard, &now)) {
+        if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
+            task_corrupt(t);
+        else
+            task_failf(r, t, SF_E_TRUNCATED,
+                       "%s: the file was cut short while being read (it is now %llu bytes, %llu "
+                       "when the dataset was opened)",
+                       what, (unsigned long long)now,
+                       (unsigned long long)r->ds->shards[t->shard].meta.file_size);
+        return;
+    }
     task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
 }
 
 void sf_loader_task_bad_value(sf_reader *r, sf_task *t)
 {
-    if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
-        t->corrupt = 1;
-        atomic_fetch_add(&t->slot->corrupt, 1);
-    } else {
+    if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
+        task_corrupt(t);
+    else
         task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
-    }
 }
 
 /* Hashes the task's payload fields where they landed in the slot.
@@ -598,7 +622,8 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
  * until one is intact. Runs at the batch-ready point, so the rest of the
  * batch is complete and packed variable-length bytes can be moved. */
 /* Reads task t synchronously through the buffered fd for substitute():
- * 0, SF_E_CHECKSUM or SF_E_CORRUPT (not usable), or a read error. */
+ * 0, SF_E_CHECKSUM, SF_E_CORRUPT or SF_E_TRUNCATED (not usable), or a read
+ * error. */
 static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
 {
     int rc = 0;
@@ -637,8 +662,10 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
             s->batch.substituted++;
             return;
         }
-        if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT) {
-            sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
+        /* Corrupt, or cut off by a truncation of its shard: try the next. */
+        if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT && rc != SF_E_TRUNCATED) {
+            /* Not sf_loader_task_fail, which may call it one more corrupt sample. */
+            task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_strerror(rc));
             return;
         }
     }
@@ -701,8 +728,7 @@ static void verify_task(sf_reader *r, sf_task *t)
     uint64_t got;
     int rc = check_task(r, t, &got);
     if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
-        t->corrupt = 1;
-        atomic_fetch_add(&t->slot->corrupt, 1);
+        task_corrupt(t);
     } else if (rc == SF_E_CHECKSUM) {
         task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);

@@ -108,7 +108,8 @@ enum sf_reader_verify {
 enum sf_reader_on_corrupt {
     SF_ON_CORRUPT_ERROR = 0, /* sf_reader_next fails with SF_E_CHECKSUM naming file, record, offset */
     SF_ON_CORRUPT_SKIP = 1   /* substitute the next intact sample (id+1, id+2, ... modulo the
-                                dataset size); counted in stats and in the batch */
+                                dataset size); counted in stats and in the batch. Records lost
+                                to a shard cut short while it is read are substituted too */
 };
 
 /* Where batches are delivered. */
@@ -217,7 +218,9 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * sf_reader_release.
  * Errors: SF_E_STATE when the caller holds all `prefetch` batches (release
  * one first); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error()
- * naming the shard file, record and byte offset; -errno for an I/O error.
+ * naming the shard file, record and byte offset; SF_E_TRUNCATED
+ * (on_corrupt = ERROR) naming them when the shard file was cut short since
+ * open (every engine, mmap included: never SIGBUS); -errno for an I/O error.
  * After an error the position is unchanged: calling again retries the same
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);

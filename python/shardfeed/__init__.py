@@ -76,7 +76,10 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
 - verify: check every record's XXH3-64 checksum as it is read (default).
   on_corrupt: "error" raises shardfeed.Error naming the shard, record and
   offset; "skip" substitutes the next intact sample (batch shapes and counts do
-  not change; see Batch.substituted and stats()["corrupt_substitutions"]).
+  not change; see Batch.substituted and stats()["corrupt_substitutions"]). A
+  shard file cut short while it is read is the same: an Error naming it
+  (E_TRUNCATED), or with "skip" its lost records substituted; never a crash,
+  whatever the engine.
 - ``stats()``: bytes read, samples, batches, substitutions, time waited in the
   loader, I/O and checksum thread-seconds, and what the reader runs with
   (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first

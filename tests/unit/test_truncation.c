@@ -1,6 +1,10 @@
 /* A shard cut short while it is read: the fault guard (format/fault_guard.h)
- * turns SIGBUS from a mapping into an error, and random access returns an
- * error naming the shard. */
+ * turns SIGBUS from a mapping into an error, random access returns an error
+ * naming the shard, and every engine of the streaming reader ends the epoch
+ * with an error naming the shard or, with on_corrupt = SKIP, substitutes
+ * the lost records and delivers only intact samples. (tests/reliability/
+ * truncation.py runs the same at 50 truncation points through the CLI and
+ * Python.) */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -351,4 +355,102 @@ Test(truncation, random_access_to_a_cut_shard_is_an_error_naming_it_var)
 Test(truncation, random_access_to_a_cut_shard_is_an_error_naming_it_zstd)
 {
     random_access_after_a_cut(ZSTD);
+}
+
+/* ---- the streaming reader ------------------------------------------------------------------- */
+
+/* Records of the plan's shard that end past the cut. */
+static uint64_t records_lost(const cut_plan *p)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < p->count; i++)
+        n += p->end[i] > p->cut;
+    return n;
+}
+
+/* Reads an epoch in dataset order, cutting the last shard but one after the
+ * first batch: every engine must end with an error naming the shard, or
+ * (skip) deliver the epoch with the lost records substituted by intact ones. */
+static void read_through_a_cut(enum kind k)
+{
+    static const int engines[] = {SF_ENGINE_URING, SF_ENGINE_PREAD, SF_ENGINE_MMAP, SF_ENGINE_AUTO};
+    char pristine[4200];
+    make_dataset(pristine, sizeof pristine, "pristine", k);
+    uint8_t *want = malloc(1 << 16);
+    for (size_t e = 0; e < 4; e++) {
+        for (int skip = 0; skip < 2; skip++) {
+            char dir[4300], cmd[9000];
+            snprintf(dir, sizeof dir, "%s/copy-%zu-%d", g_root, e, skip);
+            snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", pristine, dir);
+            cr_assert_eq(system(cmd), 0);
+            sf_dataset *ds;
+            cr_assert_eq(sf_dataset_open(&ds, dir), 0);
+            uint64_t shard = sf_dataset_num_shards(ds) - 2;
+            cut_plan p;
+            plan_cut(&p, ds, shard);
+            const char *name = ds->shards[shard].name;
+
+            sf_reader_opts o = SF_READER_OPTS_INIT;
+            o.batch_size = 8;
+            o.prefetch = 3;
+            o.engine = engines[e];
+            o.on_corrupt = skip ? SF_ON_CORRUPT_SKIP : SF_ON_CORRUPT_ERROR;
+            sf_reader *r;
+            cr_assert_eq(sf_reader_open(&r, dir, &o), 0, "%s", sf_last_error());
+            const sf_batch *b;
+            uint64_t seen = 0;
+            int rc;
+            while ((rc = sf_reader_next(&b, r)) == 0 && b) {
+                if (b->index == 0)
+                    cr_assert_eq(truncate(p.path, (off_t)p.cut), 0);
+                const sf_batch_field *f = &b->fields[0];
+                for (uint32_t j = 0; j < b->size; j++) {
+                    uint64_t src = b->source_ids[j];
+                    uint64_t len = expected(k, key_number(ds, src), want);
+                    const uint8_t *got = (const uint8_t *)f->data +
+                                         (f->offsets ? f->offsets[j] : (uint64_t)j * IMG);
+                    uint64_t glen = f->offsets ? f->offsets[j + 1] - f->offsets[j] : IMG;
+                    cr_assert(glen == len && memcmp(got, want, len) == 0,
+                              "engine %zu: sample %llu (from %llu) is not intact", e,
+                              (unsigned long long)b->ids[j], (unsigned long long)src);
+                    cr_assert(src < p.first || src >= p.first + p.count ||
+                                  p.end[src - p.first] <= p.cut,
+                              "a lost record was delivered");
+                }
+                seen += b->size;
+                sf_reader_release(r, b);
+            }
+            sf_reader_statistics st;
+            sf_reader_stats(&st, r);
+            if (skip) {
+                cr_assert_eq(rc, 0, "engine %s, skip: %s", st.engine, sf_last_error());
+                cr_assert_eq(seen, N);
+                cr_assert_eq(st.corrupt_substitutions, records_lost(&p), "engine %s", st.engine);
+            } else {
+                cr_assert(rc == SF_E_TRUNCATED || rc == SF_E_CHECKSUM || (k == ZSTD && rc == SF_E_CORRUPT),
+                          "engine %s: %s (%s)", st.engine, sf_strerror(rc), sf_last_error());
+                cr_assert_not_null(strstr(sf_last_error(), name), "engine %s: %s", st.engine,
+                                   sf_last_error());
+                cr_assert_lt(seen, N);
+            }
+            sf_reader_close(r);
+            sf_dataset_close(ds);
+        }
+    }
+    free(want);
+}
+
+Test(truncation, every_engine_reading_a_cut_shard_errs_or_substitutes_fixed)
+{
+    read_through_a_cut(FIXED);
+}
+
+Test(truncation, every_engine_reading_a_cut_shard_errs_or_substitutes_var)
+{
+    read_through_a_cut(VAR);
+}
+
+Test(truncation, every_engine_reading_a_cut_shard_errs_or_substitutes_zstd)
+{
+    read_through_a_cut(ZSTD);
 }
