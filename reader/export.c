@@ -117,15 +117,17 @@ typedef struct exporter {
     uint64_t vcap;
 } exporter;
 
-/* The value of field f of sample i: a pointer into the shard, or for a
- * compressed field the value decompressed into x->vbuf. The first field of
- * a record checks the record's checksum. */
+/* The value of field f of sample i, copied (or decompressed) into x->vbuf.
+ * A copy, not a pointer into the shard's map: sf_dataset_read_value reads
+ * the map under the fault guard, so a shard cut short during the export is
+ * an error naming it, where a later write(2) from the map would fail with
+ * EFAULT naming the output file and a CSV cell would die of SIGBUS. The
+ * first field of a record checks the record's checksum. */
 static int fetch_value(exporter *x, uint64_t i, uint32_t f, const void **data, uint64_t *size)
 {
-    if (x->s->fields[f].codec == SF_CODEC_NONE)
-        return sf_dataset_get(data, size, x->ds, i, f, f == 0);
+    *data = NULL;
     int rc = sf_dataset_value_size(size, x->ds, i, f);
-    if (!rc && *size > x->vcap) {
+    if (!rc && (*size > x->vcap || !x->vbuf)) { /* never NULL: empty values go to memchr too */
         uint8_t *p = realloc(x->vbuf, *size ? *size : 1); /* size is capped at 2^30 */
         if (!p)
             return sf_fail(-ENOMEM, "out of memory");
