@@ -2,6 +2,7 @@
  * slots, in-order delivery, record checksums and the substitution of
  * corrupt samples. The I/O itself is in engine_*.c behind sf_engine_ops,
  * the batch memory in slab.c; loader_internal.h describes the pipeline. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -180,10 +181,29 @@ static int open_direct_fds(sf_reader *r)
 
 /* ---- slots ---------------------------------------------------------------- */
 
+/* The batch_cap + 1 offsets of variable-length field f in slot s. */
+static uint64_t *slot_var_off(const sf_reader *r, const sf_slot *s, uint32_t f)
+{
+    return s->var_off + (size_t)r->schema->var_slot[f] * (r->batch_cap + 1);
+}
+
+/* Bytes the value of payload field f of sample `id` (index entry e) takes
+ * in a slot: its stored length, or for a compressed value its decompressed
+ * length (staged.c). */
+static uint64_t slot_value_len(const sf_reader *r, uint32_t f, uint64_t id, const sf_index_entry *e)
+{
+    const sf_field *fd = &r->schema->fields[f];
+    if (fd->storage == SF_STORE_FIXED)
+        return fd->item_size;
+    if (fd->codec != SF_CODEC_NONE)
+        return r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
+    return e->var_len[r->schema->var_slot[f]];
+}
+
 static int slots_init(sf_reader *r)
 {
     const sf_schema *sc = r->schema;
-    uint32_t K = r->opts.prefetch, B = r->opts.batch_size;
+    uint32_t K = r->opts.prefetch, B = r->batch_cap;
     uint32_t np = sc->n_payload ? sc->n_payload : 1;
     r->slots = calloc(K, sizeof *r->slots);
     if (!r->slots)
@@ -213,7 +233,7 @@ static int slots_init(sf_reader *r)
             bf->item_size = fd->storage == SF_STORE_VAR ? 0 : fd->item_size;
             bf->data = s->base + r->layout.field_off[f];
             if (fd->storage == SF_STORE_VAR)
-                bf->offsets = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+                bf->offsets = slot_var_off(r, s, f);
         }
         s->batch.num_fields = sc->field_count;
         s->batch.fields = s->fields;
@@ -310,7 +330,7 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
     /* Cannot fail: every entry passed sf_index_check at open. */
     (void)sf_record_layout(sc, r->ds->manifest.align, e.var_len, off, len, &record_size);
     task_reset(r, t, id, shard, local, e.offset, e.checksum);
-    uint32_t B = r->opts.batch_size, k = 0;
+    uint32_t k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];
         uint8_t *arr = s->base + r->layout.field_off[f];
@@ -318,18 +338,12 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             memcpy(arr + pos * fd->item_size, e.inline_val[sc->inline_slot[f]], fd->item_size);
             continue;
         }
-        /* What the value takes in the slot: its stored bytes, or for a
-         * compressed value its decompressed size (staged.c). */
-        uint64_t out = len[k];
-        if (fd->codec != SF_CODEC_NONE)
-            out = fd->storage == SF_STORE_FIXED
-                      ? fd->item_size
-                      : r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
+        uint64_t out = slot_value_len(r, f, id, &e);
         uint8_t *dst;
         if (fd->storage == SF_STORE_FIXED) {
             dst = arr + pos * fd->item_size;
         } else {
-            uint64_t *vo = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+            uint64_t *vo = slot_var_off(r, s, f);
             if (repack) {
                 uint64_t old = vo[pos + 1] - vo[pos];
                 if (out != old) {
@@ -341,6 +355,9 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             } else {
                 vo[pos + 1] = vo[pos] + out;
             }
+            /* sf_slab_layout's bound: a batch of distinct samples fits, and
+             * substitute() refuses a repeat that would not. */
+            assert(vo[repack ? s->batch.size : pos + 1] <= r->layout.field_cap[f]);
             dst = arr + vo[pos];
         }
         t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst, out};
@@ -370,8 +387,9 @@ static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t inde
     s->batch.size = count;
     s->batch.substituted = 0;
     memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
+    assert(count <= r->batch_cap); /* what the slot was sized for */
     for (uint32_t v = 0; v < r->schema->n_var; v++)
-        s->var_off[(size_t)v * (r->opts.batch_size + 1)] = 0;
+        s->var_off[(size_t)v * (r->batch_cap + 1)] = 0;
     /* Fixed-size records are placed by the I/O thread that claims them
      * (sf_loader_claim), outside the lock: placing every sample here kept
      * the consumer, which schedules on release, busy under r->lock for the
@@ -649,12 +667,35 @@ static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
     return r->opts.verify == SF_VERIFY_ON ? check_task(r, t, &got) : 0;
 }
 
+/* Whether sample `cand` fits in place of position `pos` of slot s. The slot
+ * has room for its batch_cap largest distinct values (sf_slab_layout); a
+ * substitute may repeat a sample the batch already holds, which that bound
+ * does not cover. */
+static int substitute_fits(const sf_reader *r, const sf_slot *s, uint32_t pos, uint64_t cand)
+{
+    const sf_schema *sc = r->schema;
+    uint64_t local, shard = sf_dataset_locate(r->ds, cand, &local);
+    sf_index_entry e;
+    sf_dataset_entry(&e, r->ds, shard, local);
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        if (sc->fields[f].storage != SF_STORE_VAR)
+            continue;
+        const uint64_t *vo = slot_var_off(r, s, f);
+        uint64_t others = vo[s->batch.size] - (vo[pos + 1] - vo[pos]);
+        if (others + slot_value_len(r, f, cand, &e) > r->layout.field_cap[f])
+            return 0;
+    }
+    return 1;
+}
+
 static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
 {
     uint64_t bad = t->id, cand = bad;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
     for (uint64_t i = 0; i < tries; i++) {
         cand = (cand + 1) % r->n;
+        if (!substitute_fits(r, s, t->pos, cand))
+            continue;
         place_sample(r, s, t->pos, cand, 1);
         int rc = load_sync(r, t, st);
         if (rc == 0) {
@@ -922,6 +963,18 @@ static int start_io(sf_reader *r)
 
 /* ---- public API -------------------------------------------------------------- */
 
+/* The most samples one batch holds: batch_size, except when the only batch
+ * is the short last one (a dataset smaller than a global batch: the sampler
+ * cuts it to ceil(n / world_size) samples instead of padding it to
+ * batch_size). */
+static uint32_t batch_cap(const sf_reader *r)
+{
+    uint64_t per_epoch = sf_sampler_samples_per_epoch(r->sampler);
+    if (r->num_batches > 1 || per_epoch >= r->opts.batch_size)
+        return r->opts.batch_size;
+    return per_epoch ? (uint32_t)per_epoch : 1;
+}
+
 int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
                           const sf_reader_stage *stage)
 {
@@ -966,9 +1019,9 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     if ((rc = sf_sampler_create(&r->sampler, &sc)))
         goto fail;
     r->num_batches = sf_sampler_num_batches(r->sampler);
+    r->batch_cap = batch_cap(r);
     uint64_t dec_max[SF_MAX_FIELDS];
-    if ((rc = sf_staged_plan(r, dec_max)) ||
-        (rc = sf_slab_layout(&r->layout, r->ds, o.batch_size, r->compressed ? dec_max : NULL)))
+    if ((rc = sf_staged_plan(r, dec_max)) || (rc = sf_slab_layout(&r->layout, r, r->batch_cap)))
         goto fail;
     if (o.direct == SF_DIRECT_ON) {
         if ((rc = direct_check(r)) || (rc = open_direct_fds(r)))

@@ -275,7 +275,8 @@ typedef struct sf_reader_statistics {
     uint32_t io_threads;
     uint32_t queue_depth;
     uint32_t prefetch;
-    uint64_t slab_bytes;      /* size of the batch slab */
+    uint64_t slab_bytes;      /* size of the batch slab: prefetch slots, each sized for the
+                                 largest batch the dataset can make (see the README, "Memory") */
     const char *device;       /* "cpu", "cuda" or "host-copy" */
     uint64_t device_bytes;    /* device memory held (constant after open) */
     /* Where the time went (for sf_reader_verdict): */

@@ -38,7 +38,9 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
   ``size + 1`` byte offsets into data (sample i is bytes offsets[i]:offsets[i+1]).
   output="dlpack" always gives the (data, offsets) pair.
 - Memory: the batches live in ``prefetch`` fixed slots allocated when the
-  Loader opens (read-ahead plus the batches you hold). A batch's slot stays
+  Loader opens (read-ahead plus the batches you hold), each sized for the
+  largest batch the dataset can make (stats()["slab_bytes"] is their total).
+  A batch's slot stays
   valid while any tensor made from it is alive, even past its step and past
   ``del loader`` / ``close()``; then it is handed back for reading ahead. So
   keep fewer than ``prefetch`` batches alive: asking for another while all

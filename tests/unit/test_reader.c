@@ -892,7 +892,7 @@ Test(reader, rss_is_flat_over_epochs_and_the_slab_is_the_only_large_allocation)
         long twenty = rss_kib();
         long slab_kib = (long)(st.slab_bytes >> 10);
         cr_assert_leq(labs(twenty - one), 256, "RSS after 1 epoch %ld KiB, after 20 %ld KiB", one, twenty);
-        cr_assert_geq(one - before, slab_kib - 64, "the slab is resident from open");
+        cr_assert_geq(one - before, slab_kib - 64, "the slab is resident after an epoch");
         cr_assert_leq(one - before, slab_kib + 2048,
                       "RSS grew by %ld KiB for a %ld KiB slab: something else is large",
                       one - before, slab_kib);
