@@ -1127,6 +1127,38 @@ int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
     return 0;
 }
 
+/* Under r->lock: "batches still held (epoch, index): (0, 3) (0, 4) ..." in
+ * order, the first HELD_LISTED of them, for the error of a caller who holds
+ * every slot: each names a batch a stray reference keeps. */
+#define HELD_LISTED 8u
+static const char *describe_held_locked(const sf_reader *r, char *buf, size_t cap)
+{
+    const sf_batch *list[HELD_LISTED];
+    uint32_t n = 0, more = 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        const sf_batch *b = &r->slots[i].batch;
+        if (r->slots[i].state != SLOT_HELD)
+            continue;
+        /* Insertion into the sorted list, dropping the latest past its end. */
+        uint32_t j = n < HELD_LISTED ? n++ : HELD_LISTED;
+        more += j == HELD_LISTED;
+        for (; j > 0 && (list[j - 1]->epoch > b->epoch ||
+                         (list[j - 1]->epoch == b->epoch && list[j - 1]->index > b->index));
+             j--)
+            if (j < HELD_LISTED)
+                list[j] = list[j - 1];
+        if (j < HELD_LISTED)
+            list[j] = b;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "batches still held (epoch, index):");
+    for (uint32_t j = 0; j < n && len < cap; j++)
+        len += (size_t)snprintf(buf + len, cap - len, " (%llu, %llu)",
+                                (unsigned long long)list[j]->epoch, (unsigned long long)list[j]->index);
+    if (more && len < cap)
+        snprintf(buf + len, cap - len, " and %u later ones", more);
+    return buf;
+}
+
 int sf_reader_next(const sf_batch **out, sf_reader *r)
 {
     if (!out || !r)
@@ -1148,10 +1180,11 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             break;
         }
         if (r->held >= r->opts.prefetch) {
+            char held[256];
             rc = sf_fail(SF_E_STATE,
-                         "the caller holds all %u batch slots (prefetch = %u): release a batch "
+                         "the caller holds all %u batch slots (prefetch = %u): %s; release a batch "
                          "before asking for the next",
-                         r->held, r->opts.prefetch);
+                         r->held, r->opts.prefetch, describe_held_locked(r, held, sizeof held));
             break;
         }
         sf_slot *s = NULL;

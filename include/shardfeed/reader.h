@@ -217,10 +217,11 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * is being read. A batch stays valid, and its slot is never reused, until
  * sf_reader_release.
  * Errors: SF_E_STATE when the caller holds all `prefetch` batches (release
- * one first); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error()
- * naming the shard file, record and byte offset; SF_E_TRUNCATED
- * (on_corrupt = ERROR) naming them when the shard file was cut short since
- * open (every engine, mmap included: never SIGBUS); -errno for an I/O error.
+ * one first; sf_last_error() lists the (epoch, index) of the batches
+ * held); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error() naming the
+ * shard file, record and byte offset; SF_E_TRUNCATED (on_corrupt = ERROR)
+ * naming them when the shard file was cut short since open (every engine,
+ * mmap included: never SIGBUS); -errno for an I/O error.
  * After an error the position is unchanged: calling again retries the same
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);

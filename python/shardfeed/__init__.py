@@ -45,7 +45,7 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
   ``del loader`` / ``close()``; then it is handed back for reading ahead. So
   keep fewer than ``prefetch`` batches alive: asking for another while all
   slots are held raises shardfeed.Error (a RuntimeError) instead of waiting
-  forever. Copy (``.clone()``) what you keep for long. A ``for`` loop holds the
+  forever, naming the (epoch, index) of the batches still held. Copy (``.clone()``) what you keep for long. A ``for`` loop holds the
   previous batch while asking for the next, so prefetch must be at least 2.
 - Epochs: each ``iter(loader)`` runs the current epoch from its first batch (or
   from where load_state_dict() put it); when it is exhausted the epoch advances
@@ -386,7 +386,11 @@ class _EpochIterator:
 
 
 def _held_error(e, loader):
-    msg = (f"{e} -- every batch keeps its slot while any tensor made from it is alive; "
+    # The library's message lists the batches held as (epoch, index): the
+    # .epoch and .index of the Batch objects (or of the batches whose tensors)
+    # something still references.
+    msg = (f"{e} -- every batch keeps its slot while the Batch or any tensor made from it is "
+           f"alive (look for a Batch with that .epoch and .index, or a tensor taken from one); "
            f"keep fewer than prefetch={loader.prefetch} batches (copy with .clone() what you "
            f"keep) or raise prefetch")
     n = Error(msg)

@@ -1,6 +1,7 @@
 """The Loader's slots: how large they are (sized from what a batch can hold, reported by
-stats() and `shardfeed bench`).
+stats() and `shardfeed bench`) and who holds them (the error names the batches held).
 See sfpytest.py for how to run it by hand."""
+import gc
 import json
 import os
 import sys
@@ -78,6 +79,33 @@ class SlabSize(unittest.TestCase):
         # The normal case is what it always was: batch 16 of 50.
         self.assertEqual(shardfeed.Loader(ds, 16).stats()["slab_bytes"],
                          4 * (align(16 * 4096) + align(16 * 8)))
+
+
+class HeldBatches(unittest.TestCase):
+    def test_the_error_names_the_batches_still_held(self):
+        src = os.path.join(TMP, "held-npy")
+        write_synthetic(src, 100, shape=(4,))
+        ds = pack(src, os.path.join(TMP, "held-ds"), "--align", "64")
+        ld = shardfeed.Loader(ds, 8, prefetch=3, output="numpy")
+        ld.set_epoch(2)
+        it = iter(ld)
+        first = next(it)
+        kept = next(it)["img"]  # a tensor keeps its batch's slot
+        third = next(it)
+        with self.assertRaises(shardfeed.Error) as cm:
+            next(it)
+        msg = str(cm.exception)
+        self.assertEqual(cm.exception.code, shardfeed.E_STATE)
+        self.assertIn("batches still held (epoch, index): (2, 0) (2, 1) (2, 2)", msg)
+        self.assertIn(".epoch and .index", msg)
+        del first, third
+        gc.collect()
+        b = next(it)
+        with self.assertRaises(shardfeed.Error) as cm:
+            next(it), next(it)
+        self.assertIn("(epoch, index): (2, 1)", str(cm.exception))
+        del kept, b
+        gc.collect()
 
 
 if __name__ == "__main__":
