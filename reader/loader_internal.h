@@ -96,6 +96,8 @@ typedef struct sf_slot_layout {
     uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
     uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes: what the largest batch needs */
     uint64_t slot_bytes;               /* page multiple */
+    int exact;                         /* no variable-length field: a full batch writes every
+                                          byte of a slot */
     int var_unaligned;                 /* a var field whose length in some record is not a
                                           multiple of SF_DIRECT_ALIGN, or -1 */
 } sf_slot_layout;
@@ -227,8 +229,8 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
  * for a compressed field its decompressed lengths, r->zlen, which
  * sf_staged_plan read). */
 int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples);
-/* Maps `bytes` of page-aligned anonymous memory (not pre-faulted). */
-int sf_slab_alloc(uint8_t **out, uint64_t bytes);
+/* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
+int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
 void sf_slab_free(uint8_t *slab, uint64_t bytes);
 /* The slab, for a device stage: the one large allocation of the reader. */
 void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);

@@ -154,6 +154,9 @@ int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
      * Substituting a corrupt sample may repeat one; substitute() skips a
      * candidate that would not fit. */
     uint64_t var_bytes[SF_MAX_FIELDS] = {0};
+    int has_var = 0;
+    for (uint32_t f = 0; f < s->field_count; f++)
+        has_var |= s->fields[f].storage == SF_STORE_VAR;
     if (s->n_var) {
         int rc = var_bounds(out, r, samples < r->n ? samples : r->n, var_bytes);
         if (rc)
@@ -171,21 +174,22 @@ int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
         pos = sf_align_up(pos + cap, page);
     }
     out->slot_bytes = pos ? pos : page;
+    out->exact = !has_var;
     return 0;
 }
 
-int sf_slab_alloc(uint8_t **out, uint64_t bytes)
+int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
 {
     *out = NULL;
     if (bytes > SIZE_MAX)
         return sf_fail(-ENOMEM, "batch slab of %llu bytes does not fit the address space",
                        (unsigned long long)bytes);
-    /* Not pre-faulted (no MAP_POPULATE): a slot's pages are taken as batches
-     * first fill them, and room sized for the largest batch that a rank may
-     * never meet costs nothing. io_uring's buffer registration and a device
-     * stage's cudaHostRegister pin what they register: the slab is kept
-     * small instead (sf_slab_layout). */
-    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* Pre-faulted only when asked: room sized for the largest batch, which a
+     * rank may never meet, costs nothing until a batch fills it. io_uring's
+     * buffer registration and a device stage's cudaHostRegister pin what
+     * they register: the slab is kept small instead (sf_slab_layout). */
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED)
         return sf_fail(-errno, "cannot map a batch slab of %llu MiB: %s",
                        (unsigned long long)(bytes >> 20), strerror(errno));
