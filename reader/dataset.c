@@ -11,6 +11,7 @@
 #include "codec.h"
 #include "dataset_internal.h"
 #include "format/error_internal.h"
+#include "format/fault_guard.h"
 #include "format/key_table.h"
 #include "format/le.h"
 
@@ -233,8 +234,11 @@ int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t
 
 static int map_shard(sf_dataset *ds, sf_open_shard *s)
 {
+    /* Every touch of the map below runs under the fault guard. */
+    int rc = sf_fault_guard_init();
+    if (rc)
+        return rc;
     pthread_mutex_lock(&ds->map_lock);
-    int rc = 0;
     if (!s->map) {
         void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
         if (p == MAP_FAILED)
@@ -244,6 +248,33 @@ static int map_shard(sf_dataset *ds, sf_open_shard *s)
     }
     pthread_mutex_unlock(&ds->map_lock);
     return rc;
+}
+
+/* Prefixes the detail of a failure on a value with where it is. */
+static int value_fail(int rc, const sf_dataset *ds, uint64_t sample)
+{
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    char where[4300];
+    snprintf(where, sizeof where, "%s/%s: record %llu (sample %llu)", ds->dir,
+             ds->shards[shard].name, (unsigned long long)local, (unsigned long long)sample);
+    return sf_fail_prefix(rc, where);
+}
+
+/* A guarded touch of a shard's map faulted (SIGBUS): the file was cut
+ * short under the map, or paging it in failed. */
+static int mapped_fail(const sf_dataset *ds, uint64_t sample)
+{
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local), now;
+    int rc;
+    if (sf_dataset_shard_shrank(ds, shard, &now))
+        rc = sf_fail(SF_E_TRUNCATED,
+                     "the file was cut short while being read (it is now %llu bytes, %llu when "
+                     "the dataset was opened)",
+                     (unsigned long long)now, (unsigned long long)ds->shards[shard].meta.file_size);
+    else
+        rc = sf_fail(-EIO, "reading through the memory map failed (SIGBUS: an I/O error while "
+                           "paging the file in)");
+    return value_fail(rc, ds, sample);
 }
 
 /* sf_dataset_get without the codec check: the stored bytes. */
@@ -276,8 +307,8 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
         for (uint32_t k = 0; k < s->n_payload; k++)
             ptr[k] = sh->map + e.offset + off[k];
         uint64_t digest;
-        if ((rc = sf_record_hash(&digest, ptr, len, s->n_payload)))
-            return sf_fail(rc, "out of memory");
+        if ((rc = sf_guarded_hash(&digest, ptr, len, s->n_payload)))
+            return rc == -ENOMEM ? sf_fail(rc, "out of memory") : mapped_fail(ds, sample);
         if (digest != e.checksum)
             return sf_fail(SF_E_CHECKSUM, "%s/%s: record %llu (sample %llu) at byte %llu: checksum mismatch",
                            ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
@@ -307,14 +338,36 @@ int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t s
     return get_stored(data, size, ds, sample, field, check);
 }
 
-/* Prefixes the detail of a failure on a value with where it is. */
-static int value_fail(int rc, const sf_dataset *ds, uint64_t sample)
+/* Codec work on a stored value that may lie in a shard's map: run under the
+ * fault guard (sf_value_guarded). */
+typedef struct value_job {
+    const sf_field *f;
+    const void *src;
+    uint64_t len;
+    void *dst;
+    uint64_t size; /* the declared size (content_size), or the expected one (decompress) */
+    ZSTD_DCtx *dctx;
+} value_job;
+
+static int job_content_size(void *arg)
 {
-    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
-    char where[4300];
-    snprintf(where, sizeof where, "%s/%s: record %llu (sample %llu)", ds->dir,
-             ds->shards[shard].name, (unsigned long long)local, (unsigned long long)sample);
-    return sf_fail_prefix(rc, where);
+    value_job *j = arg;
+    return sf_zstd_content_size(&j->size, j->f, j->src, j->len);
+}
+
+static int job_decompress(void *arg)
+{
+    value_job *j = arg;
+    return sf_decompress_value(j->dst, j->size, j->f, j->src, j->len, j->dctx);
+}
+
+/* Runs fn(j) under the fault guard: 0, or the failure with where it is. */
+static int value_guarded(sf_guarded_fn fn, value_job *j, const sf_dataset *ds, uint64_t sample)
+{
+    int rc = sf_fault_guarded(fn, j);
+    if (rc == SF_E_CORRUPT) /* the codec's verdict on the value */
+        return value_fail(rc, ds, sample);
+    return rc ? mapped_fail(ds, sample) : 0;
 }
 
 int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field)
@@ -324,18 +377,18 @@ int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint3
         return sf_fail(SF_E_INVALID, "sf_dataset_value_size: no sample %llu field %u",
                        (unsigned long long)sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
-    const void *stored;
-    uint64_t len;
-    int rc = get_stored(&stored, &len, ds, sample, field, 0);
+    value_job j = {.f = f};
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, 0);
     if (rc)
         return rc;
     if (f->codec == SF_CODEC_NONE) {
-        *size = len;
+        *size = j.len;
         return 0;
     }
     /* Checked before anyone allocates from it (SPEC.md "Compression"). */
-    if ((rc = sf_zstd_content_size(size, f, stored, len)))
-        return value_fail(rc, ds, sample);
+    if ((rc = value_guarded(job_content_size, &j, ds, sample)))
+        return rc;
+    *size = j.size;
     return 0;
 }
 
@@ -369,27 +422,37 @@ int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *d
         return sf_fail(SF_E_INVALID, "sf_dataset_read_value: no sample %llu field %u",
                        (unsigned long long)sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
-    const void *stored;
-    uint64_t len, need = 0;
-    int rc = get_stored(&stored, &len, ds, sample, field, check);
+    value_job j = {.f = f, .dst = dst};
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, check);
     if (rc)
         return rc;
     if (f->codec == SF_CODEC_NONE)
-        need = len;
-    else if ((rc = sf_zstd_content_size(&need, f, stored, len)))
-        return value_fail(rc, ds, sample);
-    *size = need;
-    if (cap < need)
+        j.size = j.len;
+    else if ((rc = value_guarded(job_content_size, &j, ds, sample)))
+        return rc;
+    *size = j.size;
+    if (cap < j.size)
         return sf_fail(SF_E_INVALID, "sf_dataset_read_value: the value of field '%s' is %llu bytes, the buffer %llu",
-                       f->name, (unsigned long long)need, (unsigned long long)cap);
+                       f->name, (unsigned long long)j.size, (unsigned long long)cap);
     if (f->codec == SF_CODEC_NONE) {
-        memcpy(dst, stored, len);
-        return 0;
+        rc = sf_guarded_copy(dst, j.src, j.len);
+        return rc ? mapped_fail(ds, sample) : 0;
     }
-    ZSTD_DCtx *c = dctx_take(ds);
-    if (!c)
+    if (!(j.dctx = dctx_take(ds)))
         return sf_fail(-ENOMEM, "out of memory");
-    rc = sf_decompress_value(dst, need, f, stored, len, c);
-    dctx_give(ds, c);
-    return rc ? value_fail(rc, ds, sample) : 0;
+    rc = value_guarded(job_decompress, &j, ds, sample);
+    /* A fault abandons zstd mid-frame: start the context afresh. */
+    if (rc && rc != SF_E_CORRUPT)
+        ZSTD_DCtx_reset(j.dctx, ZSTD_reset_session_and_parameters);
+    dctx_give(ds, j.dctx);
+    return rc;
+}
+
+int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
+{
+    struct stat st;
+    if (fstat(ds->shards[shard].fd, &st) != 0)
+        return 0;
+    *now = (uint64_t)st.st_size;
+    return *now < ds->shards[shard].meta.file_size;
 }

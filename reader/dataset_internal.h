@@ -35,6 +35,10 @@ void sf_dataset_free_metadata(sf_dataset *ds);
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);
+/* Whether the file of `shard` is now shorter than when the dataset was
+ * opened (*now: its size), for the detail of a read that came up short:
+ * a shard truncated while being read. */
+int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now);
 /* Decodes the index entry of record `local` of shard `shard`. */
 void sf_dataset_entry(sf_index_entry *e, const sf_dataset *ds, uint64_t shard, uint64_t local);
 

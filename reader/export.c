@@ -66,7 +66,7 @@ typedef struct exporter {
     int fold_case;     /* the output's file system treats 'A' and 'a' alike */
     long name_max;     /* longest file name the output's file system takes */
     uint64_t written;  /* files created and completely written */
-    uint8_t *vbuf;     /* compressed values, decompressed; grown to the largest */
+    uint8_t *vbuf;     /* the value being written, copied out of its shard; grown to the largest */
     uint64_t vcap;
 } exporter;
 
@@ -361,29 +361,28 @@ static int write_npy(exporter *x, const char *rel, const sf_field *f, const void
     return write_rel(x, rel, header, hlen, data, size);
 }
 
-/* The value of field f of sample i: a pointer into the shard, or for a
- * compressed field the value decompressed into x->vbuf. `check`: verify
- * the record's checksum first. Payload values are checked against their
- * dtype (bools are 0 or 1). */
+/* The value of field f of sample i, copied (or decompressed) into x->vbuf.
+ * A copy, not a pointer into the shard's map: sf_dataset_read_value reads
+ * the map under the fault guard, so a shard cut short during the export is
+ * an error naming it (a write(2) from the map would fail with EFAULT naming
+ * the output file, and a CSV cell would die of SIGBUS). `check`: verify the
+ * record's checksum first. Payload values are checked against their dtype
+ * (bools are 0 or 1). */
 static int fetch_value(exporter *x, uint64_t i, uint32_t f, int check, const void **data, uint64_t *size)
 {
     const sf_field *fd = &x->s->fields[f];
-    int rc;
-    if (fd->codec == SF_CODEC_NONE) {
-        rc = sf_dataset_get(data, size, x->ds, i, f, check);
-    } else {
-        rc = sf_dataset_value_size(size, x->ds, i, f);
-        if (!rc && *size > x->vcap) {
-            uint8_t *p = realloc(x->vbuf, *size ? *size : 1); /* size is capped at 2^30 */
-            if (!p)
-                return sf_fail(-ENOMEM, "out of memory");
-            x->vbuf = p;
-            x->vcap = *size;
-        }
-        if (!rc)
-            rc = sf_dataset_read_value(x->vbuf, x->vcap, size, x->ds, i, f, check);
-        *data = x->vbuf;
+    *data = NULL;
+    int rc = sf_dataset_value_size(size, x->ds, i, f);
+    if (!rc && (*size > x->vcap || !x->vbuf)) { /* never NULL: empty values go to memchr too */
+        uint8_t *p = realloc(x->vbuf, *size ? *size : 1); /* size is capped at 2^30 */
+        if (!p)
+            return sf_fail(-ENOMEM, "out of memory");
+        x->vbuf = p;
+        x->vcap = *size;
     }
+    if (!rc)
+        rc = sf_dataset_read_value(x->vbuf, x->vcap, size, x->ds, i, f, check);
+    *data = x->vbuf;
     if (rc || fd->storage == SF_STORE_INLINE) /* inline bools: checked at open */
         return rc;
     uint32_t k = 0;

@@ -94,9 +94,10 @@ struct sf_slot {
 /* Where fields live inside a slot (slab.c). */
 typedef struct sf_slot_layout {
     uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
-    uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes */
-    uint64_t var_max[SF_MAX_FIELDS];   /* var fields: longest value in the dataset */
+    uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes: what the largest batch needs */
     uint64_t slot_bytes;               /* page multiple */
+    int exact;                         /* no variable-length field: a full batch writes every
+                                          byte of a slot */
     int var_unaligned;                 /* a var field whose length in some record is not a
                                           multiple of SF_DIRECT_ALIGN, or -1 */
 } sf_slot_layout;
@@ -165,6 +166,7 @@ struct sf_reader {
     sf_sampler *sampler;
     uint64_t num_batches;
     uint64_t n;           /* samples in the dataset */
+    uint32_t batch_cap;   /* the most samples one batch holds: slots are sized for it */
 
     /* slab */
     sf_slot_layout layout;
@@ -223,13 +225,14 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
                           const sf_reader_stage *stage);
 
 /* ---- slab.c ---- */
-/* Computes the slot layout (scans the indexes for variable-length maxima).
- * dec_max (NULL when nothing is compressed) gives, per field, the longest
- * decompressed value of a compressed variable-length field. */
-int sf_slab_layout(sf_slot_layout *out, const sf_dataset *ds, uint32_t batch_size,
-                   const uint64_t *dec_max);
-/* Maps `bytes` of page-aligned, pre-faulted anonymous memory. */
-int sf_slab_alloc(uint8_t **out, uint64_t bytes);
+/* Computes the slot layout for batches of at most `samples` samples (all
+ * distinct): fixed fields take samples * item_size, each variable-length
+ * field the largest sum of `samples` of its values (a scan of the indexes;
+ * for a compressed field its decompressed lengths, r->zlen, which
+ * sf_staged_plan read). */
+int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples);
+/* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
+int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
 void sf_slab_free(uint8_t *slab, uint64_t bytes);
 /* The slab, for a device stage: the one large allocation of the reader. */
 void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);

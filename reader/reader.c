@@ -2,6 +2,7 @@
  * slots, in-order delivery, record checksums and the substitution of
  * corrupt samples. The I/O itself is in engine_*.c behind sf_engine_ops,
  * the batch memory in slab.c; loader_internal.h describes the pipeline. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -180,10 +181,29 @@ static int open_direct_fds(sf_reader *r)
 
 /* ---- slots ---------------------------------------------------------------- */
 
+/* The batch_cap + 1 offsets of variable-length field f in slot s. */
+static uint64_t *slot_var_off(const sf_reader *r, const sf_slot *s, uint32_t f)
+{
+    return s->var_off + (size_t)r->schema->var_slot[f] * (r->batch_cap + 1);
+}
+
+/* Bytes the value of payload field f of sample `id` (index entry e) takes
+ * in a slot: its stored length, or for a compressed value its decompressed
+ * length (staged.c). */
+static uint64_t slot_value_len(const sf_reader *r, uint32_t f, uint64_t id, const sf_index_entry *e)
+{
+    const sf_field *fd = &r->schema->fields[f];
+    if (fd->storage == SF_STORE_FIXED)
+        return fd->item_size;
+    if (fd->codec != SF_CODEC_NONE)
+        return r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
+    return e->var_len[r->schema->var_slot[f]];
+}
+
 static int slots_init(sf_reader *r)
 {
     const sf_schema *sc = r->schema;
-    uint32_t K = r->opts.prefetch, B = r->opts.batch_size;
+    uint32_t K = r->opts.prefetch, B = r->batch_cap;
     uint32_t np = sc->n_payload ? sc->n_payload : 1;
     r->slots = calloc(K, sizeof *r->slots);
     if (!r->slots)
@@ -213,7 +233,7 @@ static int slots_init(sf_reader *r)
             bf->item_size = fd->storage == SF_STORE_VAR ? 0 : fd->item_size;
             bf->data = s->base + r->layout.field_off[f];
             if (fd->storage == SF_STORE_VAR)
-                bf->offsets = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+                bf->offsets = slot_var_off(r, s, f);
         }
         s->batch.num_fields = sc->field_count;
         s->batch.fields = s->fields;
@@ -310,7 +330,7 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
     /* Cannot fail: every entry passed sf_index_check at open. */
     (void)sf_record_layout(sc, r->ds->manifest.align, e.var_len, off, len, &record_size);
     task_reset(r, t, id, shard, local, e.offset, e.checksum);
-    uint32_t B = r->opts.batch_size, k = 0;
+    uint32_t k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];
         uint8_t *arr = s->base + r->layout.field_off[f];
@@ -318,18 +338,12 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             memcpy(arr + pos * fd->item_size, e.inline_val[sc->inline_slot[f]], fd->item_size);
             continue;
         }
-        /* What the value takes in the slot: its stored bytes, or for a
-         * compressed value its decompressed size (staged.c). */
-        uint64_t out = len[k];
-        if (fd->codec != SF_CODEC_NONE)
-            out = fd->storage == SF_STORE_FIXED
-                      ? fd->item_size
-                      : r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
+        uint64_t out = slot_value_len(r, f, id, &e);
         uint8_t *dst;
         if (fd->storage == SF_STORE_FIXED) {
             dst = arr + pos * fd->item_size;
         } else {
-            uint64_t *vo = s->var_off + (size_t)sc->var_slot[f] * (B + 1);
+            uint64_t *vo = slot_var_off(r, s, f);
             if (repack) {
                 uint64_t old = vo[pos + 1] - vo[pos];
                 if (out != old) {
@@ -341,6 +355,9 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             } else {
                 vo[pos + 1] = vo[pos] + out;
             }
+            /* sf_slab_layout's bound: a batch of distinct samples fits, and
+             * substitute() refuses a repeat that would not. */
+            assert(vo[repack ? s->batch.size : pos + 1] <= r->layout.field_cap[f]);
             dst = arr + vo[pos];
         }
         t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst, out};
@@ -370,8 +387,9 @@ static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t inde
     s->batch.size = count;
     s->batch.substituted = 0;
     memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
+    assert(count <= r->batch_cap); /* what the slot was sized for */
     for (uint32_t v = 0; v < r->schema->n_var; v++)
-        s->var_off[(size_t)v * (r->opts.batch_size + 1)] = 0;
+        s->var_off[(size_t)v * (r->batch_cap + 1)] = 0;
     /* Fixed-size records are placed by the I/O thread that claims them
      * (sf_loader_claim), outside the lock: placing every sample here kept
      * the consumer, which schedules on release, busy under r->lock for the
@@ -556,19 +574,43 @@ __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, sf_ta
     va_end(ap);
 }
 
+/* A corrupt sample, substituted at the batch-ready point (on_corrupt = SKIP). */
+static void task_corrupt(sf_task *t)
+{
+    if (t->corrupt)
+        return; /* several of its reads failed */
+    t->corrupt = 1;
+    atomic_fetch_add(&t->slot->corrupt, 1);
+}
+
 void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
 {
+    /* A read that failed because the shard was cut short while being read
+     * (end of file from pread or io_uring, SIGBUS caught by the mmap
+     * engine's guard, EINVAL from an O_DIRECT read at the new, unaligned
+     * end): the record is gone, as if it were corrupt, and on_corrupt = SKIP
+     * substitutes it like one. */
+    uint64_t now;
+    if (err < 0 && err != -ENOMEM && sf_dataset_shard_shrank(r->ds, t->shard, &now)) {
+        if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
+            task_corrupt(t);
+        else
+            task_failf(r, t, SF_E_TRUNCATED,
+                       "%s: the file was cut short while being read (it is now %llu bytes, %llu "
+                       "when the dataset was opened)",
+                       what, (unsigned long long)now,
+                       (unsigned long long)r->ds->shards[t->shard].meta.file_size);
+        return;
+    }
     task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
 }
 
 void sf_loader_task_bad_value(sf_reader *r, sf_task *t)
 {
-    if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
-        t->corrupt = 1;
-        atomic_fetch_add(&t->slot->corrupt, 1);
-    } else {
+    if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
+        task_corrupt(t);
+    else
         task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
-    }
 }
 
 /* Hashes the task's payload fields where they landed in the slot.
@@ -598,7 +640,8 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
  * until one is intact. Runs at the batch-ready point, so the rest of the
  * batch is complete and packed variable-length bytes can be moved. */
 /* Reads task t synchronously through the buffered fd for substitute():
- * 0, SF_E_CHECKSUM or SF_E_CORRUPT (not usable), or a read error. */
+ * 0, SF_E_CHECKSUM, SF_E_CORRUPT or SF_E_TRUNCATED (not usable), or a read
+ * error. */
 static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
 {
     int rc = 0;
@@ -624,12 +667,35 @@ static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
     return r->opts.verify == SF_VERIFY_ON ? check_task(r, t, &got) : 0;
 }
 
+/* Whether sample `cand` fits in place of position `pos` of slot s. The slot
+ * has room for its batch_cap largest distinct values (sf_slab_layout); a
+ * substitute may repeat a sample the batch already holds, which that bound
+ * does not cover. */
+static int substitute_fits(const sf_reader *r, const sf_slot *s, uint32_t pos, uint64_t cand)
+{
+    const sf_schema *sc = r->schema;
+    uint64_t local, shard = sf_dataset_locate(r->ds, cand, &local);
+    sf_index_entry e;
+    sf_dataset_entry(&e, r->ds, shard, local);
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        if (sc->fields[f].storage != SF_STORE_VAR)
+            continue;
+        const uint64_t *vo = slot_var_off(r, s, f);
+        uint64_t others = vo[s->batch.size] - (vo[pos + 1] - vo[pos]);
+        if (others + slot_value_len(r, f, cand, &e) > r->layout.field_cap[f])
+            return 0;
+    }
+    return 1;
+}
+
 static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
 {
     uint64_t bad = t->id, cand = bad;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
     for (uint64_t i = 0; i < tries; i++) {
         cand = (cand + 1) % r->n;
+        if (!substitute_fits(r, s, t->pos, cand))
+            continue;
         place_sample(r, s, t->pos, cand, 1);
         int rc = load_sync(r, t, st);
         if (rc == 0) {
@@ -637,8 +703,10 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
             s->batch.substituted++;
             return;
         }
-        if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT) {
-            sf_loader_task_fail(r, t, rc, "read failed (substituting a corrupt sample)");
+        /* Corrupt, or cut off by a truncation of its shard: try the next. */
+        if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT && rc != SF_E_TRUNCATED) {
+            /* Not sf_loader_task_fail, which may call it one more corrupt sample. */
+            task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_strerror(rc));
             return;
         }
     }
@@ -705,8 +773,7 @@ static void verify_task(sf_reader *r, sf_task *t)
     if (rc == SF_E_CORRUPT) {
         sf_loader_task_bad_value(r, t);
     } else if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
-        t->corrupt = 1;
-        atomic_fetch_add(&t->slot->corrupt, 1);
+        task_corrupt(t);
     } else if (rc == SF_E_CHECKSUM) {
         task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);
@@ -900,6 +967,18 @@ static int start_io(sf_reader *r)
 
 /* ---- public API -------------------------------------------------------------- */
 
+/* The most samples one batch holds: batch_size, except when the only batch
+ * is the short last one (a dataset smaller than a global batch: the sampler
+ * cuts it to ceil(n / world_size) samples instead of padding it to
+ * batch_size). */
+static uint32_t batch_cap(const sf_reader *r)
+{
+    uint64_t per_epoch = sf_sampler_samples_per_epoch(r->sampler);
+    if (r->num_batches > 1 || per_epoch >= r->opts.batch_size)
+        return r->opts.batch_size;
+    return per_epoch ? (uint32_t)per_epoch : 1;
+}
+
 int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
                           const sf_reader_stage *stage)
 {
@@ -944,9 +1023,9 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     if ((rc = sf_sampler_create(&r->sampler, &sc)))
         goto fail;
     r->num_batches = sf_sampler_num_batches(r->sampler);
+    r->batch_cap = batch_cap(r);
     uint64_t dec_max[SF_MAX_FIELDS];
-    if ((rc = sf_staged_plan(r, dec_max)) ||
-        (rc = sf_slab_layout(&r->layout, r->ds, o.batch_size, r->compressed ? dec_max : NULL)))
+    if ((rc = sf_staged_plan(r, dec_max)) || (rc = sf_slab_layout(&r->layout, r, r->batch_cap)))
         goto fail;
     if (o.direct == SF_DIRECT_ON) {
         if ((rc = direct_check(r)) || (rc = open_direct_fds(r)))
@@ -958,7 +1037,12 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
         goto fail;
     }
     r->slab_bytes = r->layout.slot_bytes * o.prefetch;
-    if ((rc = sf_slab_alloc(&r->slab, r->slab_bytes)) || (rc = slots_init(r)))
+    /* Pages that the first batches write anyway are faulted in now, at open,
+     * rather than by the I/O threads while they read (a first touch costs
+     * about 12 us in the development VM; README "Small records"); room
+     * sized for the largest batch of variable-length values is not. */
+    int populate = r->layout.exact && r->num_batches >= o.prefetch;
+    if ((rc = sf_slab_alloc(&r->slab, r->slab_bytes, populate)) || (rc = slots_init(r)))
         goto fail;
     if (r->stage.on_slab &&
         (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
@@ -1058,6 +1142,38 @@ int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
     return 0;
 }
 
+/* Under r->lock: "batches still held (epoch, index): (0, 3) (0, 4) ..." in
+ * order, the first HELD_LISTED of them, for the error of a caller who holds
+ * every slot: each names a batch a stray reference keeps. */
+#define HELD_LISTED 8u
+static const char *describe_held_locked(const sf_reader *r, char *buf, size_t cap)
+{
+    const sf_batch *list[HELD_LISTED];
+    uint32_t n = 0, more = 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        const sf_batch *b = &r->slots[i].batch;
+        if (r->slots[i].state != SLOT_HELD)
+            continue;
+        /* Insertion into the sorted list, dropping the latest past its end. */
+        uint32_t j = n < HELD_LISTED ? n++ : HELD_LISTED;
+        more += j == HELD_LISTED;
+        for (; j > 0 && (list[j - 1]->epoch > b->epoch ||
+                         (list[j - 1]->epoch == b->epoch && list[j - 1]->index > b->index));
+             j--)
+            if (j < HELD_LISTED)
+                list[j] = list[j - 1];
+        if (j < HELD_LISTED)
+            list[j] = b;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "batches still held (epoch, index):");
+    for (uint32_t j = 0; j < n && len < cap; j++)
+        len += (size_t)snprintf(buf + len, cap - len, " (%llu, %llu)",
+                                (unsigned long long)list[j]->epoch, (unsigned long long)list[j]->index);
+    if (more && len < cap)
+        snprintf(buf + len, cap - len, " and %u later ones", more);
+    return buf;
+}
+
 int sf_reader_next(const sf_batch **out, sf_reader *r)
 {
     if (!out || !r)
@@ -1080,10 +1196,11 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             break;
         }
         if (r->held >= r->opts.prefetch) {
+            char held[256];
             rc = sf_fail(SF_E_STATE,
-                         "the caller holds all %u batch slots (prefetch = %u): release a batch "
+                         "the caller holds all %u batch slots (prefetch = %u): %s; release a batch "
                          "before asking for the next",
-                         r->held, r->opts.prefetch);
+                         r->held, r->opts.prefetch, describe_held_locked(r, held, sizeof held));
             break;
         }
         sf_slot *s = NULL;

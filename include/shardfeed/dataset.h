@@ -74,9 +74,15 @@ SF_API int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, u
  * until sf_dataset_close. Payload fields point into a read-only mmap of the
  * shard (mapped on first use); inline fields into the loaded index. The
  * bytes are little-endian, C order. With `check` set, the record's checksum
- * is verified first (SF_E_CHECKSUM on mismatch). Zero-copy, so only for
+ * is verified first (SF_E_CHECKSUM on mismatch; SF_E_TRUNCATED, naming the
+ * shard, when the file was cut short under the map). Zero-copy, so only for
  * uncompressed fields: a compressed field's stored bytes are not its value,
- * and it fails with SF_E_UNSUPPORTED (use sf_dataset_read_value). */
+ * and it fails with SF_E_UNSUPPORTED (use sf_dataset_read_value).
+ * Like any mmap (LMDB says the same of its pointers), touching the bytes
+ * after the shard file was truncated, or rewritten in place, raises SIGBUS
+ * in the caller: sf_dataset_read_value copies the value out under a guard
+ * and returns an error instead. Use it where the files may change under a
+ * running process. */
 SF_API int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
                           uint32_t field, int check);
 
@@ -84,7 +90,8 @@ SF_API int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uin
  * value of `field` of `sample` as sf_dataset_read_value writes it. For a
  * compressed variable-length field it is read from the value's zstd frame
  * header and checked (SPEC.md "Compression": at most 2^30 bytes, ...), so it
- * is safe to allocate; SF_E_CORRUPT names shard, record and field otherwise. */
+ * is safe to allocate; SF_E_CORRUPT names shard, record and field otherwise
+ * (SF_E_TRUNCATED when the header lies past the end of a shard cut short). */
 SF_API int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field);
 
 /* Copies the value of `field` of `sample` into dst[0..cap), decompressing a
@@ -93,7 +100,12 @@ SF_API int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample
  * may be NULL with cap 0 to ask). With `check`, the record checksum (over the
  * stored bytes) is verified first. A value that does not decompress as
  * SPEC.md requires gives SF_E_CORRUPT naming shard, record and field.
- * Thread-safe for one dataset; the value belongs to the caller. */
+ * A shard cut short since it was opened gives SF_E_TRUNCATED naming it (the
+ * bytes are read from the map under a SIGBUS guard, never a signal; -EIO
+ * for a page that could not be read). Unchecked, the part of a value in the
+ * file's last, partial page past its new end reads as zeros (mmap's rule):
+ * `check` finds that. Thread-safe for one dataset; the value belongs to the
+ * caller. */
 SF_API int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds,
                                  uint64_t sample, uint32_t field, int check);
 

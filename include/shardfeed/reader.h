@@ -108,7 +108,8 @@ enum sf_reader_verify {
 enum sf_reader_on_corrupt {
     SF_ON_CORRUPT_ERROR = 0, /* sf_reader_next fails with SF_E_CHECKSUM naming file, record, offset */
     SF_ON_CORRUPT_SKIP = 1   /* substitute the next intact sample (id+1, id+2, ... modulo the
-                                dataset size); counted in stats and in the batch */
+                                dataset size); counted in stats and in the batch. Records lost
+                                to a shard cut short while it is read are substituted too */
 };
 
 /* Where batches are delivered. */
@@ -219,8 +220,11 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * is being read. A batch stays valid, and its slot is never reused, until
  * sf_reader_release.
  * Errors: SF_E_STATE when the caller holds all `prefetch` batches (release
- * one first); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error()
- * naming the shard file, record and byte offset; -errno for an I/O error.
+ * one first; sf_last_error() lists the (epoch, index) of the batches
+ * held); SF_E_CHECKSUM (on_corrupt = ERROR) with sf_last_error() naming the
+ * shard file, record and byte offset; SF_E_TRUNCATED (on_corrupt = ERROR)
+ * naming them when the shard file was cut short since open (every engine,
+ * mmap included: never SIGBUS); -errno for an I/O error.
  * After an error the position is unchanged: calling again retries the same
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
@@ -275,7 +279,8 @@ typedef struct sf_reader_statistics {
     uint32_t io_threads;
     uint32_t queue_depth;
     uint32_t prefetch;
-    uint64_t slab_bytes;      /* size of the batch slab */
+    uint64_t slab_bytes;      /* size of the batch slab: prefetch slots, each sized for the
+                                 largest batch the dataset can make (see the README, "Memory") */
     const char *device;       /* "cpu", "cuda" or "host-copy" */
     uint64_t device_bytes;    /* device memory held (constant after open) */
     /* Where the time went (for sf_reader_verdict): */

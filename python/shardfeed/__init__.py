@@ -38,12 +38,14 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
   ``size + 1`` byte offsets into data (sample i is bytes offsets[i]:offsets[i+1]).
   output="dlpack" always gives the (data, offsets) pair.
 - Memory: the batches live in ``prefetch`` fixed slots allocated when the
-  Loader opens (read-ahead plus the batches you hold). A batch's slot stays
+  Loader opens (read-ahead plus the batches you hold), each sized for the
+  largest batch the dataset can make (stats()["slab_bytes"] is their total).
+  A batch's slot stays
   valid while any tensor made from it is alive, even past its step and past
   ``del loader`` / ``close()``; then it is handed back for reading ahead. So
   keep fewer than ``prefetch`` batches alive: asking for another while all
   slots are held raises shardfeed.Error (a RuntimeError) instead of waiting
-  forever. Copy (``.clone()``) what you keep for long. A ``for`` loop holds the
+  forever, naming the (epoch, index) of the batches still held. Copy (``.clone()``) what you keep for long. A ``for`` loop holds the
   previous batch while asking for the next, so prefetch must be at least 2.
 - Epochs: each ``iter(loader)`` runs the current epoch from its first batch (or
   from where load_state_dict() put it); when it is exhausted the epoch advances
@@ -76,7 +78,10 @@ Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
 - verify: check every record's XXH3-64 checksum as it is read (default).
   on_corrupt: "error" raises shardfeed.Error naming the shard, record and
   offset; "skip" substitutes the next intact sample (batch shapes and counts do
-  not change; see Batch.substituted and stats()["corrupt_substitutions"]).
+  not change; see Batch.substituted and stats()["corrupt_substitutions"]). A
+  shard file cut short while it is read is the same: an Error naming it
+  (E_TRUNCATED), or with "skip" its lost records substituted; never a crash,
+  whatever the engine.
 - ``stats()``: bytes read, samples, batches, substitutions, time waited in the
   loader, I/O and checksum thread-seconds, and what the reader runs with
   (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first
@@ -381,7 +386,11 @@ class _EpochIterator:
 
 
 def _held_error(e, loader):
-    msg = (f"{e} -- every batch keeps its slot while any tensor made from it is alive; "
+    # The library's message lists the batches held as (epoch, index): the
+    # .epoch and .index of the Batch objects (or of the batches whose tensors)
+    # something still references.
+    msg = (f"{e} -- every batch keeps its slot while the Batch or any tensor made from it is "
+           f"alive (look for a Batch with that .epoch and .index, or a tensor taken from one); "
            f"keep fewer than prefetch={loader.prefetch} batches (copy with .clone() what you "
            f"keep) or raise prefetch")
     n = Error(msg)
