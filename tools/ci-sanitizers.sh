@@ -5,7 +5,7 @@
 #  2. the threaded paths (pack -j, verify -j, the reader's I/O threads with
 #     every engine, the host-copy device stage) under ThreadSanitizer;
 #  3. valgrind memcheck on a pack + verify + read + export run, zero errors;
-#  4. the CUDA delivery code (reader/device_cuda.c, tools/gpu/gpu_check.cu)
+#  4. the CUDA delivery code (lib/reader/device_cuda.c, tools/gpu/gpu_check.cu)
 #     on the fake CUDA runtime (tests/fakecuda, -DSHARDFEED_CUDA=FAKE): its
 #     tests plain and under ASan+UBSan, the GPU check and the CUDA device
 #     path of `shardfeed bench` under TSan. Skipped without a CUDA toolkit

@@ -23,7 +23,7 @@
  * mode); batches are cut with a global batch of batch_size * world_size, so
  * every rank gets the same number of batches, and the union over ranks is
  * the dataset (plus wrap-around padding for uneven = PAD, minus the tail for
- * drop_last / uneven = DROP). See reader/sampler.h for the exact rules.
+ * drop_last / uneven = DROP). See lib/reader/sampler.h for the exact rules.
  *
  * Memory: all batch data lives in one page-aligned anonymous mapping (the
  * slab) of `prefetch` slots allocated at open; nothing proportional to the

@@ -1,6 +1,6 @@
 /* fakecuda: a strict stand-in for the CUDA runtime API, for tests only.
  *
- * shardfeed's CUDA glue (reader/device_cuda.c) and its GPU check
+ * shardfeed's CUDA glue (lib/reader/device_cuda.c) and its GPU check
  * (tools/gpu/gpu_check.cu) are compiled against the real
  * <cuda_runtime_api.h> and linked with this library instead of cudart
  * (-DSHARDFEED_CUDA=FAKE), so tests execute exactly the code that ships.

@@ -1,7 +1,7 @@
 /* fakecuda: a strict stand-in for the CUDA runtime, for tests only.
  *
  * libfakecuda exports the cudart calls shardfeed uses (same names and
- * signatures as <cuda_runtime_api.h>), so the shipped reader/device_cuda.c
+ * signatures as <cuda_runtime_api.h>), so the shipped lib/reader/device_cuda.c
  * and tools/gpu/gpu_check.cu run without a GPU (-DSHARDFEED_CUDA=FAKE).
  * What it models and what it does not: see the comment at the top of
  * fakecuda.c. This header is its test-only control and inspection API; it

@@ -2,7 +2,7 @@
 """Mutation checks of the CUDA glue, on the fake CUDA runtime.
 
 Removes each wait, fence, device switch and teardown step of
-reader/device_cuda.c (and the slot waits of reader/device_stage.c), one at a
+lib/reader/device_cuda.c (and the slot waits of lib/reader/device_stage.c), one at a
 time, in a scratch copy of the tree; rebuilds with -DSHARDFEED_CUDA=FAKE; runs
 tests/unit/test_device_cuda.c and the GPU check on the fake. Every mutation
 must make a test fail, except the ones marked equivalent (with the reason):
@@ -24,8 +24,8 @@ import tempfile
 NOWAIT = ("static void *cuda_device_ptr",
           "static int cuda_nowait(sf_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
           "    return 0;\n}\n\nstatic void *cuda_device_ptr")
-CUDA = "reader/device_cuda.c"
-STAGE = "reader/device_stage.c"
+CUDA = "lib/reader/device_cuda.c"
+STAGE = "lib/reader/device_stage.c"
 
 # name: (file, [(old, new)], what it removes, None or why it is equivalent)
 MUTATIONS = {

@@ -25,7 +25,7 @@
  * unchecked one; keys are valid file-name components. */
 #include <inttypes.h>
 
-#include "format/format.h"
+#include "format.h"
 #include "fuzz_common.h"
 #include "shardfeed/dataset.h"
 #include "shardfeed/error.h"

@@ -10,7 +10,7 @@
  *  - a failure returns a negative code with a message. */
 #include <inttypes.h>
 
-#include "format/format.h"
+#include "format.h"
 #include "fuzz_common.h"
 #include "shardfeed/error.h"
 

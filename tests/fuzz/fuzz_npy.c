@@ -8,8 +8,8 @@
  *  - npy_write_header for the parsed dtype/shape parses back to the same. */
 #include <inttypes.h>
 
-#include "format/dtype.h"
-#include "format/npy.h"
+#include "dtype.h"
+#include "npy.h"
 #include "fuzz_common.h"
 #include "shardfeed/error.h"
 

@@ -15,7 +15,7 @@
 #include <inttypes.h>
 #include <time.h>
 
-#include "format/dtype.h"
+#include "dtype.h"
 #include "fuzz_common.h"
 #include "shardfeed/dataset.h"
 #include "shardfeed/error.h"

@@ -4,7 +4,7 @@
 #ifndef SF_TESTS_FUZZ_SCHEMAS_H
 #define SF_TESTS_FUZZ_SCHEMAS_H
 
-#include "format/format.h"
+#include "format.h"
 #include "fuzz_common.h"
 
 static inline void fz_field(sf_schema *s, const char *name, int dtype, int storage, uint32_t ndim,

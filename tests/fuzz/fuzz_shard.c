@@ -18,8 +18,8 @@
 #include <inttypes.h>
 #include <sys/mman.h>
 
-#include "format/format.h"
-#include "format/shard_file.h"
+#include "format.h"
+#include "shard_file.h"
 #include "fuzz_common.h"
 #include "fuzz_schemas.h"
 #include "shardfeed/error.h"

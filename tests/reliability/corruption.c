@@ -35,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "format/format.h"
-#include "format/npy.h"
+#include "format.h"
+#include "npy.h"
 #include "shardfeed/dataset.h"
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"

@@ -8,7 +8,7 @@ directory. Then, until SF_CRASH_RUNS (default 200) packs were killed:
      random delay: in 80% of the runs while shards are being written (from
      0 to the earliest kill so far that found every shard), else up to the
      end of the pack (the packer then idles up to 200 ms before writing the
-     manifest, see packer/pack.c run_workers);
+     manifest, see lib/packer/pack.c run_workers);
   2. check the partial state: every file under a final name
      (shard-NNNNNN.sfs, manifest.sfm) is byte-identical to the reference's
      (so it is complete and valid); a manifest only ever appears with all

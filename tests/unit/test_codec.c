@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <zstd.h>
 
-#include "format/format.h"
-#include "format/le.h"
+#include "format.h"
+#include "le.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

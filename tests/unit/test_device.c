@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "reader/device.h"
+#include "device.h"
 #include "shardfeed/error.h"
 
 #define SLOTS 3

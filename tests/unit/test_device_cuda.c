@@ -1,4 +1,4 @@
-/* The real CUDA delivery code (reader/device_cuda.c, through the reader)
+/* The real CUDA delivery code (lib/reader/device_cuda.c, through the reader)
  * run against the fake CUDA runtime (tests/fakecuda, -DSHARDFEED_CUDA=FAKE):
  * bytes on the device equal the host batches on every engine; with copies
  * slower than the consumer no host slot is overwritten while its copy may
@@ -21,7 +21,7 @@
 #include <sys/uio.h>
 
 #include "fakecuda.h"
-#include "reader/device.h"
+#include "device.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/dtype.h"
-#include "format/npy.h"
-#include "reader/device.h"
+#include "dtype.h"
+#include "npy.h"
+#include "device.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

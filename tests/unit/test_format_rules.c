@@ -1,6 +1,6 @@
 /* The format's rules as the library states them: what is wrong with a bad
  * key (one message for every caller), the exact decimal text of list
- * numbers (format/number_text.h), repeated keys (format/key_table.h),
+ * numbers (lib/inputs/number_text.h), repeated keys (lib/format/key_table.h),
  * bool bytes, and the hint a failed open gives when the process is out of
  * file descriptors (verify and export; the CLI tests cover inspect). */
 #include <criterion/criterion.h>
@@ -13,9 +13,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "format/format.h"
-#include "format/key_table.h"
-#include "format/number_text.h"
+#include "format.h"
+#include "key_table.h"
+#include "number_text.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

@@ -1,4 +1,4 @@
-/* Unit tests for format/npy.c: .npy header parsing, data normalisation and
+/* Unit tests for lib/inputs/npy.c: .npy header parsing, data normalisation and
  * header writing. Files written by numpy itself are embedded from
  * tests/data/npy/golden.inc (regenerate with tests/data/npy/make.py); the
  * malformed inputs are built here. */
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format/dtype.h"
-#include "format/npy.h"
+#include "dtype.h"
+#include "npy.h"
 #include "shardfeed/error.h"
 
 struct npy_golden {

@@ -1,7 +1,7 @@
 /* Unit tests for how the packer opens input files: an input that became a
  * FIFO (or any other non-regular file) between discovery and the read of
  * its value is refused, naming it, and never waited on. Each test runs
- * discovery (pack_input_open), swaps one of the discovered files for a
+ * discovery (input_open), swaps one of the discovered files for a
  * FIFO, then reads through the format's cursor exactly as the shard writer
  * does. Opening a FIFO without O_NONBLOCK would block forever: the suite's
  * timeout turns that into a failure. */
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/dtype.h"
-#include "packer/pack_internal.h"
+#include "dtype.h"
+#include "pack_internal.h"
 #include "shardfeed/error.h"
 #include "unit_helpers.h"
 
@@ -58,10 +58,10 @@ static void read_after_swap(const char *rel, const char *format, const char *swa
 {
     char input[4200];
     path_of(input, sizeof input, rel);
-    pack_input in;
-    int rc = pack_input_open(&in, input, format);
+    input_set in;
+    int rc = input_open(&in, input, format);
     if (rc == SF_E_UNSUPPORTED) { /* tar inputs without libarchive */
-        pack_input_free(&in);
+        input_free(&in);
         cr_skip_test("%s", sf_last_error());
     }
     cr_assert_eq(rc, 0, "discovery: %s", sf_last_error());
@@ -79,7 +79,7 @@ static void read_after_swap(const char *rel, const char *format, const char *swa
     cr_assert(failed, "every value was read although %s is a FIFO", swapped);
     const char *msg = sf_last_error();
     cr_assert(strstr(msg, swapped) && strstr(msg, "a FIFO, not a regular file"), "message: %s", msg);
-    pack_input_free(&in);
+    input_free(&in);
 }
 
 Test(pack_inputs, npy_file_swapped_for_a_fifo)
@@ -119,10 +119,10 @@ Test(pack_inputs, list_that_is_a_fifo)
     char p[4200];
     path_of(p, sizeof p, "fifolist/list.csv");
     cr_assert_eq(mkfifo(p, 0644), 0);
-    pack_input in;
-    cr_assert_neq(pack_input_open(&in, p, "list"), 0);
+    input_set in;
+    cr_assert_neq(input_open(&in, p, "list"), 0);
     cr_assert(strstr(sf_last_error(), "a FIFO, not a regular file"), "message: %s", sf_last_error());
-    pack_input_free(&in);
+    input_free(&in);
 }
 
 /* One ustar member header for a regular file `name` of `size` bytes. */

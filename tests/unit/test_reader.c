@@ -1,4 +1,4 @@
-/* Unit tests for the streaming reader (reader/reader.c, slab.c, engine_*.c):
+/* Unit tests for the streaming reader (lib/reader/reader.c, slab.c, engine_*.c):
  * coverage and order per epoch, ranks, resume, byte-exact delivery through
  * every engine (buffered and O_DIRECT), corrupt records, slot accounting,
  * memory stability, and io_uring without registered buffers.
@@ -20,10 +20,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "format/dtype.h"
-#include "format/npy.h"
-#include "reader/dataset_internal.h"
-#include "reader/loader_internal.h"
+#include "dtype.h"
+#include "npy.h"
+#include "dataset_internal.h"
+#include "reader_internal.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

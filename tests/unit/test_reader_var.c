@@ -1,7 +1,7 @@
 /* Reader tests for variable-length fields: packed bytes + offsets per batch,
  * empty values, and corrupt-sample substitution that changes a packed
  * length. The packer does not produce variable-length fields yet, so the
- * dataset is written here with the format encoders (format/format.h). */
+ * dataset is written here with the format encoders (lib/format/format.h). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/format.h"
-#include "format/le.h"
+#include "format.h"
+#include "le.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

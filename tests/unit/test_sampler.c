@@ -1,11 +1,11 @@
-/* Unit tests for reader/sampler.c: epoch order, rank distribution, resume. */
+/* Unit tests for lib/reader/sampler.c: epoch order, rank distribution, resume. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shardfeed/error.h"
-#include "reader/sampler.h"
+#include "sampler.h"
 
 static const int MODES[] = {SF_SHUFFLE_NONE, SF_SHUFFLE_GLOBAL, SF_SHUFFLE_BLOCK};
 static const uint64_t SIZES[] = {1, 7, 100, 1000, 1001};

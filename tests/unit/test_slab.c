@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/le.h"
-#include "reader/dataset_internal.h"
+#include "le.h"
+#include "dataset_internal.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/dtype.h"
-#include "format/npy.h"
-#include "reader/device.h"
-#include "reader/loader_internal.h"
+#include "dtype.h"
+#include "npy.h"
+#include "device.h"
+#include "reader_internal.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

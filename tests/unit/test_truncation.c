@@ -1,4 +1,4 @@
-/* A shard cut short while it is read: the fault guard (format/fault_guard.h)
+/* A shard cut short while it is read: the fault guard (lib/base/fault_guard.h)
  * turns SIGBUS from a mapping into an error, random access returns an error
  * naming the shard, and every engine of the streaming reader ends the epoch
  * with an error naming the shard or, with on_corrupt = SKIP, substitutes
@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "format/fault_guard.h"
-#include "format/hash.h"
-#include "format/le.h"
-#include "reader/dataset_internal.h"
+#include "fault_guard.h"
+#include "hash.h"
+#include "le.h"
+#include "dataset_internal.h"
 #include "shardfeed/shardfeed.h"
 
 #include "unit_helpers.h"

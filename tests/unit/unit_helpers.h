@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "format/format.h"
-#include "format/npy.h"
+#include "format.h"
+#include "npy.h"
 
 static inline int unit_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {

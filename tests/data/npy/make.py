@@ -13,7 +13,7 @@ import os
 import numpy as np
 import numpy.lib.format as fmt
 
-# numpy type -> enum sf_dtype name (format/dtype.h).
+# numpy type -> enum sf_dtype name (lib/format/dtype.h).
 DTYPES = [
     ("b1", np.bool_, "SF_DT_BOOL"),
     ("u1", np.uint8, "SF_DT_U8"),

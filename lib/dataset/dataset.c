@@ -1,0 +1,458 @@
+/* Opening a dataset and random access through a read-only mmap. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "value_codec.h"
+#include "dataset_internal.h"
+#include "error_internal.h"
+#include "fault_guard.h"
+#include "key_table.h"
+#include "le.h"
+
+/* The key of record `local` of shard `shard`, from its index (entry bytes
+ * 24..29: key_offset, key_length; checked by sf_index_check at load). */
+static void shard_key(const sf_dataset *ds, uint64_t shard, uint64_t local, const uint8_t **key,
+                      size_t *len)
+{
+    const sf_schema *s = &ds->manifest.schema;
+    const sf_shard_meta *m = &ds->shards[shard].meta;
+    const uint8_t *e = m->index + local * s->entry_size;
+    *key = m->index + m->header.record_count * s->entry_size + sf_get_le32(e + 24);
+    *len = sf_get_le16(e + 28);
+}
+
+static void key_of_record(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    const sf_dataset *ds = ctx;
+    uint64_t local, shard = sf_dataset_locate(ds, id, &local);
+    shard_key(ds, shard, local, key, len);
+}
+
+/* SPEC.md "Schema": the records of a dataset have distinct keys (export
+ * writes a file per key, a trainer looks samples up by key). Fails naming
+ * both records of the first repeat. */
+static int check_distinct_keys(const sf_dataset *ds)
+{
+    const sf_manifest *m = &ds->manifest;
+    sf_key_table t;
+    int rc = sf_key_table_init(&t, m->record_count, key_of_record, (void *)ds);
+    for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
+        for (uint64_t r = 0; r < m->shards[i].record_count && !rc; r++) {
+            const uint8_t *key;
+            size_t len;
+            uint64_t id = m->shards[i].first_record + r, first;
+            shard_key(ds, i, r, &key, &len);
+            if (sf_key_table_add(&t, id, key, len, &first) == 0)
+                continue;
+            uint64_t first_local, first_shard = sf_dataset_locate(ds, first, &first_local);
+            rc = sf_fail(SF_E_CORRUPT,
+                         "%s/%s: record %llu (sample %llu) has the key '%.*s' of %s record %llu "
+                         "(sample %llu): the keys of a dataset are distinct",
+                         ds->dir, ds->shards[i].name, (unsigned long long)r, (unsigned long long)id,
+                         (int)len, (const char *)key, ds->shards[first_shard].name,
+                         (unsigned long long)first_local, (unsigned long long)first);
+        }
+    }
+    sf_key_table_free(&t);
+    return rc;
+}
+
+int sf_dataset_open(sf_dataset **out, const char *dir)
+{
+    if (!out || !dir)
+        return sf_fail(SF_E_INVALID, "sf_dataset_open: NULL argument");
+    *out = NULL;
+    sf_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds || !(ds->dir = strdup(dir))) {
+        free(ds);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&ds->map_lock, NULL);
+    int rc = sf_manifest_load(&ds->manifest, dir);
+    if (!rc)
+        rc = sf_dataset_load_metadata(ds);
+    if (rc) {
+        sf_dataset_close(ds);
+        return rc;
+    }
+    const sf_manifest *m = &ds->manifest;
+    ds->shards = calloc(m->shard_count ? m->shard_count : 1, sizeof *ds->shards);
+    if (!ds->shards) {
+        sf_dataset_close(ds);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    for (uint64_t i = 0; i < m->shard_count; i++)
+        ds->shards[i].fd = -1;
+    for (uint64_t i = 0; i < m->shard_count; i++) {
+        sf_open_shard *s = &ds->shards[i];
+        char path[4096];
+        snprintf(s->name, sizeof s->name, SF_SHARD_NAME_FMT, (unsigned)i);
+        snprintf(path, sizeof path, "%s/%s", dir, s->name);
+        s->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (s->fd < 0) {
+            int e = errno;
+            char all[80] = "";
+            if (e == EMFILE) /* every shard stays open while the dataset is */
+                snprintf(all, sizeof all, "; an open dataset keeps all its %llu shards open",
+                         (unsigned long long)m->shard_count);
+            rc = sf_fail(-e, "%s: %s%s%s", path, strerror(e), all, sf_errno_hint(e));
+            break;
+        }
+        sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
+        uint64_t bad = 0;
+        rc = sf_shard_load_meta(&s->meta, s->fd, &exp, &bad);
+        if (rc) {
+            char where[4200];
+            snprintf(where, sizeof where, "%s (byte %llu)", path, (unsigned long long)bad);
+            sf_fail_prefix(rc, where);
+            break;
+        }
+    }
+    if (!rc)
+        rc = check_distinct_keys(ds);
+    if (rc) {
+        sf_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+void sf_dataset_close(sf_dataset *ds)
+{
+    if (!ds)
+        return;
+    for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
+        sf_open_shard *s = &ds->shards[i];
+        if (s->map)
+            munmap((void *)s->map, s->meta.file_size);
+        if (s->fd >= 0)
+            close(s->fd);
+        sf_shard_meta_clear(&s->meta);
+    }
+    free(ds->shards);
+    sf_dataset_free_metadata(ds);
+    sf_manifest_clear(&ds->manifest);
+    pthread_mutex_destroy(&ds->map_lock);
+    ZSTD_freeDCtx(ds->dctx);
+    free(ds->dir);
+    free(ds);
+}
+
+uint64_t sf_dataset_num_samples(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.record_count : 0;
+}
+
+uint32_t sf_dataset_num_fields(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.schema.field_count : 0;
+}
+
+uint64_t sf_dataset_num_shards(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.shard_count : 0;
+}
+
+uint32_t sf_dataset_align(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.align : 0;
+}
+
+int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
+{
+    if (!out || !ds || field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "no field %u", field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->dtype = f->dtype;
+    out->dtype_name = sf_dtype_name(f->dtype);
+    out->npy_descr = sf_dtype_npy_descr(f->dtype);
+    out->elem_size = sf_dtype_size(f->dtype);
+    out->ndim = f->ndim;
+    memcpy(out->shape, f->shape, sizeof out->shape);
+    out->item_size = f->item_size;
+    out->storage = f->storage;
+    out->codec = f->codec;
+    return 0;
+}
+
+int sf_dataset_shard(sf_shard_info *out, const sf_dataset *ds, uint64_t shard)
+{
+    if (!out || !ds || shard >= ds->manifest.shard_count)
+        return sf_fail(SF_E_INVALID, "no shard %llu", (unsigned long long)shard);
+    const sf_shard_desc *d = &ds->manifest.shards[shard];
+    out->name = ds->shards[shard].name;
+    out->first_sample = d->first_record;
+    out->num_samples = d->record_count;
+    out->file_size = d->file_size;
+    return 0;
+}
+
+uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local)
+{
+    const sf_shard_desc *d = ds->manifest.shards;
+    uint64_t lo = 0, hi = ds->manifest.shard_count; /* first_record is increasing */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (d[mid].first_record <= sample)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *local = sample - d[lo].first_record;
+    return lo;
+}
+
+void sf_dataset_entry(sf_index_entry *e, const sf_dataset *ds, uint64_t shard, uint64_t local)
+{
+    const sf_schema *s = &ds->manifest.schema;
+    /* Entries were validated when the shard was opened. */
+    sf_index_entry_decode(e, s, ds->shards[shard].meta.index + local * s->entry_size);
+}
+
+int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t sample)
+{
+    if (!key || !len || !ds || sample >= ds->manifest.record_count)
+        return sf_fail(SF_E_INVALID, "no sample %llu", (unsigned long long)sample);
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    sf_index_entry e;
+    sf_dataset_entry(&e, ds, shard, local);
+    const sf_open_shard *sh = &ds->shards[shard];
+    *key = (const char *)sh->meta.index + sh->meta.header.record_count * ds->manifest.schema.entry_size +
+           e.key_offset;
+    *len = e.key_length;
+    return 0;
+}
+
+static int map_shard(sf_dataset *ds, sf_open_shard *s)
+{
+    /* Every touch of the map below runs under the fault guard. */
+    int rc = sf_fault_guard_init();
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ds->map_lock);
+    if (!s->map) {
+        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (p == MAP_FAILED)
+            rc = sf_fail(-errno, "%s/%s: mmap failed: %s", ds->dir, s->name, strerror(errno));
+        else
+            s->map = p;
+    }
+    pthread_mutex_unlock(&ds->map_lock);
+    return rc;
+}
+
+/* Prefixes the detail of a failure on a value with where it is. */
+static int value_fail(int rc, const sf_dataset *ds, uint64_t sample)
+{
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    char where[4300];
+    snprintf(where, sizeof where, "%s/%s: record %llu (sample %llu)", ds->dir,
+             ds->shards[shard].name, (unsigned long long)local, (unsigned long long)sample);
+    return sf_fail_prefix(rc, where);
+}
+
+/* A guarded touch of a shard's map faulted (SIGBUS): the file was cut
+ * short under the map, or paging it in failed. */
+static int mapped_fail(const sf_dataset *ds, uint64_t sample)
+{
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local), now;
+    int rc;
+    if (sf_dataset_shard_shrank(ds, shard, &now))
+        rc = sf_fail(SF_E_TRUNCATED,
+                     "the file was cut short while being read (it is now %llu bytes, %llu when "
+                     "the dataset was opened)",
+                     (unsigned long long)now, (unsigned long long)ds->shards[shard].meta.file_size);
+    else
+        rc = sf_fail(-EIO, "reading through the memory map failed (SIGBUS: an I/O error while "
+                           "paging the file in)");
+    return value_fail(rc, ds, sample);
+}
+
+/* sf_dataset_get without the codec check: the stored bytes. */
+static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                      uint32_t field, int check)
+{
+    if (!data || !size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_get: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_schema *s = &ds->manifest.schema;
+    uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
+    sf_open_shard *sh = &ds->shards[shard];
+    sf_index_entry e;
+    sf_dataset_entry(&e, ds, shard, local);
+    const sf_field *f = &s->fields[field];
+    if (f->storage == SF_STORE_INLINE && !check) {
+        const uint8_t *entry = sh->meta.index + local * s->entry_size;
+        *data = entry + SF_INDEX_ENTRY_BASE + 8 * (s->n_var + (uint32_t)s->inline_slot[field]);
+        *size = f->item_size;
+        return 0;
+    }
+    int rc = map_shard(ds, sh);
+    if (rc)
+        return rc;
+    uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
+    sf_record_layout(s, ds->manifest.align, e.var_len, off, len, &record_size);
+    if (check) {
+        const uint8_t *ptr[SF_MAX_FIELDS];
+        for (uint32_t k = 0; k < s->n_payload; k++)
+            ptr[k] = sh->map + e.offset + off[k];
+        uint64_t digest;
+        if ((rc = sf_guarded_hash(&digest, ptr, len, s->n_payload)))
+            return rc == -ENOMEM ? sf_fail(rc, "out of memory") : mapped_fail(ds, sample);
+        if (digest != e.checksum)
+            return sf_fail(SF_E_CHECKSUM, "%s/%s: record %llu (sample %llu) at byte %llu: checksum mismatch",
+                           ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
+                           (unsigned long long)e.offset);
+        if (f->storage == SF_STORE_INLINE)
+            return get_stored(data, size, ds, sample, field, 0);
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < field; i++)
+        k += s->fields[i].storage != SF_STORE_INLINE;
+    *data = sh->map + e.offset + off[k];
+    *size = len[k];
+    return 0;
+}
+
+int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                   uint32_t field, int check)
+{
+    /* Bad arguments are SF_E_INVALID first, whatever the field. */
+    if (data && size && ds && sample < ds->manifest.record_count &&
+        field < ds->manifest.schema.field_count &&
+        ds->manifest.schema.fields[field].codec != SF_CODEC_NONE)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "sf_dataset_get: field '%s' is compressed, so its stored bytes are not its "
+                       "value: use sf_dataset_read_value",
+                       ds->manifest.schema.fields[field].name);
+    return get_stored(data, size, ds, sample, field, check);
+}
+
+/* Codec work on a stored value that may lie in a shard's map: run under the
+ * fault guard (sf_value_guarded). */
+typedef struct value_job {
+    const sf_field *f;
+    const void *src;
+    uint64_t len;
+    void *dst;
+    uint64_t size; /* the declared size (content_size), or the expected one (decompress) */
+    ZSTD_DCtx *dctx;
+} value_job;
+
+static int job_content_size(void *arg)
+{
+    value_job *j = arg;
+    return sf_zstd_content_size(&j->size, j->f, j->src, j->len);
+}
+
+static int job_decompress(void *arg)
+{
+    value_job *j = arg;
+    return sf_decompress_value(j->dst, j->size, j->f, j->src, j->len, j->dctx);
+}
+
+/* Runs fn(j) under the fault guard: 0, or the failure with where it is. */
+static int value_guarded(sf_guarded_fn fn, value_job *j, const sf_dataset *ds, uint64_t sample)
+{
+    int rc = sf_fault_guarded(fn, j);
+    if (rc == SF_E_CORRUPT) /* the codec's verdict on the value */
+        return value_fail(rc, ds, sample);
+    return rc ? mapped_fail(ds, sample) : 0;
+}
+
+int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field)
+{
+    if (!size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_value_size: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    value_job j = {.f = f};
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, 0);
+    if (rc)
+        return rc;
+    if (f->codec == SF_CODEC_NONE) {
+        *size = j.len;
+        return 0;
+    }
+    /* Checked before anyone allocates from it (SPEC.md "Compression"). */
+    if ((rc = value_guarded(job_content_size, &j, ds, sample)))
+        return rc;
+    *size = j.size;
+    return 0;
+}
+
+/* One ZSTD_DCtx kept by the dataset for random access; a caller that finds
+ * it taken (another thread) uses a context of its own for that call. */
+static ZSTD_DCtx *dctx_take(sf_dataset *ds)
+{
+    pthread_mutex_lock(&ds->map_lock);
+    ZSTD_DCtx *c = ds->dctx;
+    ds->dctx = NULL;
+    pthread_mutex_unlock(&ds->map_lock);
+    return c ? c : ZSTD_createDCtx();
+}
+
+static void dctx_give(sf_dataset *ds, ZSTD_DCtx *c)
+{
+    pthread_mutex_lock(&ds->map_lock);
+    if (!ds->dctx) {
+        ds->dctx = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&ds->map_lock);
+    ZSTD_freeDCtx(c);
+}
+
+int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                          uint32_t field, int check)
+{
+    if (!size || !ds || sample >= ds->manifest.record_count ||
+        field >= ds->manifest.schema.field_count || (!dst && cap))
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: no sample %llu field %u",
+                       (unsigned long long)sample, field);
+    const sf_field *f = &ds->manifest.schema.fields[field];
+    value_job j = {.f = f, .dst = dst};
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, check);
+    if (rc)
+        return rc;
+    if (f->codec == SF_CODEC_NONE)
+        j.size = j.len;
+    else if ((rc = value_guarded(job_content_size, &j, ds, sample)))
+        return rc;
+    *size = j.size;
+    if (cap < j.size)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: the value of field '%s' is %llu bytes, the buffer %llu",
+                       f->name, (unsigned long long)j.size, (unsigned long long)cap);
+    if (f->codec == SF_CODEC_NONE) {
+        rc = sf_guarded_copy(dst, j.src, j.len);
+        return rc ? mapped_fail(ds, sample) : 0;
+    }
+    if (!(j.dctx = dctx_take(ds)))
+        return sf_fail(-ENOMEM, "out of memory");
+    rc = value_guarded(job_decompress, &j, ds, sample);
+    /* A fault abandons zstd mid-frame: start the context afresh. */
+    if (rc && rc != SF_E_CORRUPT)
+        ZSTD_DCtx_reset(j.dctx, ZSTD_reset_session_and_parameters);
+    dctx_give(ds, j.dctx);
+    return rc;
+}
+
+int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
+{
+    struct stat st;
+    if (fstat(ds->shards[shard].fd, &st) != 0)
+        return 0;
+    *now = (uint64_t)st.st_size;
+    return *now < ds->shards[shard].meta.file_size;
+}

@@ -1,0 +1,611 @@
+/* Export: every sample back in the layout of the input it was packed from
+ * (SPEC.md "Metadata" source), or as .npy files.
+ *
+ * Nothing is lost, overwritten or written outside the output folder:
+ *  - the output folder is new or empty;
+ *  - every output name is planned before anything is written, and two
+ *    samples (or a sample and list.csv) that would write the same name, or
+ *    a file where another needs a folder, stop the export naming both; on a
+ *    file system that ignores case, names that differ only in ASCII case
+ *    count as the same;
+ *  - names come from validated keys and field names (SPEC.md "Schema": a
+ *    key is a relative path with no "." or ".." component), every folder is
+ *    opened relative to the one above it with O_NOFOLLOW, and every file is
+ *    created with O_CREAT | O_EXCL | O_NOFOLLOW: nothing that exists is ever
+ *    opened for writing (a planted symlink or hard link, or a name this file
+ *    system folds together in a way the plan did not foresee, such as
+ *    Unicode normalization, stops the export instead). */
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset_internal.h"
+#include "error_internal.h"
+#include "hash.h"
+#include "le.h"
+#include "npy.h"
+#include "number_text.h"
+
+#define LIST_NAME "list.csv"
+#define WHAT_LIST 0xFF /* output entry: list.csv, not a field's file */
+#define REL_MAX (SF_MAX_KEY + SF_MAX_NAME + 8) /* "{key}.{field}", "{field}_{key}.npy" */
+
+enum layout { LAYOUT_NPY, LAYOUT_TAR, LAYOUT_FILES /* imagefolder */, LAYOUT_LIST };
+
+/* ---- output names ---------------------------------------------------------- */
+
+typedef struct exporter {
+    sf_dataset *ds;
+    const sf_schema *s;
+    const char *out_dir;
+    int dirfd;
+    enum layout layout;
+    int data_field;    /* imagefolder, list: the field holding the file bytes */
+    int fold_case;     /* the output's file system treats 'A' and 'a' alike */
+    long name_max;     /* longest file name the output's file system takes */
+    uint64_t written;  /* files created and completely written */
+    uint8_t *vbuf;     /* the value being written, copied out of its shard; grown to the largest */
+    uint64_t vcap;
+} exporter;
+
+/* The path, relative to the output folder, of the file sample i's field f
+ * is written to (f == WHAT_LIST: list.csv); returns its length, or 0 when
+ * that field writes no file of its own. */
+static size_t out_name(const exporter *x, uint64_t i, uint32_t f, char *buf)
+{
+    if (f == WHAT_LIST)
+        return (size_t)snprintf(buf, REL_MAX, "%s", LIST_NAME);
+    const char *key;
+    size_t klen;
+    sf_dataset_key(&key, &klen, x->ds, i);
+    const char *field = x->s->fields[f].name;
+    int n;
+    switch (x->layout) {
+    case LAYOUT_FILES:
+    case LAYOUT_LIST:
+        if ((int)f != x->data_field)
+            return 0;
+        n = snprintf(buf, REL_MAX, "%.*s", (int)klen, key);
+        break;
+    case LAYOUT_TAR:
+        n = snprintf(buf, REL_MAX, "%.*s.%s", (int)klen, key, field);
+        break;
+    case LAYOUT_NPY:
+    default: {
+        /* The key's folders stay folders: img_a/b.npy for key "a/b". */
+        const char *slash = memrchr(key, '/', klen);
+        size_t dlen = slash ? (size_t)(slash - key) + 1 : 0;
+        n = snprintf(buf, REL_MAX, "%.*s%s_%.*s.npy", (int)dlen, key, field, (int)(klen - dlen),
+                     key + dlen);
+        break;
+    }
+    }
+    assert(n > 0 && n < (int)REL_MAX);
+    return (size_t)n;
+}
+
+/* Describes output entry (i, f) for a message: "sample 3 (key 'x_1', field 'img')". */
+static void describe(char *buf, size_t cap, const exporter *x, uint64_t i, uint32_t f)
+{
+    if (f == WHAT_LIST) {
+        snprintf(buf, cap, "the generated %s", LIST_NAME);
+        return;
+    }
+    const char *key;
+    size_t klen;
+    sf_dataset_key(&key, &klen, x->ds, i);
+    snprintf(buf, cap, "sample %llu (key '%.*s', field '%s')", (unsigned long long)i, (int)klen, key,
+             x->s->fields[f].name);
+}
+
+static unsigned char fold(const exporter *x, unsigned char c)
+{
+    return x->fold_case && c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
+}
+
+static uint64_t name_hash(const exporter *x, const char *p, size_t len)
+{
+    if (!x->fold_case)
+        return XXH3_64bits(p, len);
+    char f[REL_MAX];
+    for (size_t k = 0; k < len; k++)
+        f[k] = (char)fold(x, (unsigned char)p[k]);
+    return XXH3_64bits(f, len);
+}
+
+static int same_name(const exporter *x, const char *a, const char *b, size_t len)
+{
+    for (size_t k = 0; k < len; k++)
+        if (fold(x, (unsigned char)a[k]) != fold(x, (unsigned char)b[k]))
+            return 0;
+    return 1;
+}
+
+/* Every output file and every folder above one, hashed: open addressing
+ * over 4-byte slots (entry number + 1), kept at most 2/3 full, so about 16
+ * bytes per entry plus 6 to 12 of slots. */
+typedef struct name_entry {
+    uint64_t hash;
+    uint32_t sample;
+    uint8_t what;   /* field, or WHAT_LIST */
+    uint8_t folder; /* the first `len` bytes of that file's path name a folder */
+    uint16_t len;
+} name_entry;
+
+typedef struct name_table {
+    name_entry *e;
+    uint64_t n, ecap;
+    uint32_t *slot;
+    uint64_t mask;
+} name_table;
+
+static int table_grow(name_table *t)
+{
+    if (t->n + 1 >= UINT32_MAX)
+        return sf_fail(SF_E_LIMIT, "export: more than %u output files and folders", UINT32_MAX - 2);
+    if (t->n == t->ecap) {
+        uint64_t c = t->ecap ? t->ecap * 2 : 1024;
+        name_entry *e = realloc(t->e, c * sizeof *e);
+        if (!e)
+            return sf_fail(-ENOMEM, "export: out of memory for %llu output names", (unsigned long long)t->n);
+        t->e = e;
+        t->ecap = c;
+    }
+    if (3 * (t->n + 1) <= 2 * (t->mask + 1) && t->slot)
+        return 0;
+    uint64_t cap = t->slot ? 2 * (t->mask + 1) : 2048;
+    uint32_t *slot = calloc(cap, sizeof *slot);
+    if (!slot)
+        return sf_fail(-ENOMEM, "export: out of memory for %llu output names", (unsigned long long)t->n);
+    for (uint64_t k = 0; k < t->n; k++) {
+        uint64_t j = t->e[k].hash & (cap - 1);
+        while (slot[j])
+            j = (j + 1) & (cap - 1);
+        slot[j] = (uint32_t)(k + 1);
+    }
+    free(t->slot);
+    t->slot = slot;
+    t->mask = cap - 1;
+    return 0;
+}
+
+/* Records that output entry (i, f), whose path is rel, needs rel[0..len) as
+ * a file (folder == 0) or as a folder. Fails when another entry needs the
+ * same name as a file, or as the other kind. */
+static int claim(exporter *x, name_table *t, uint64_t i, uint32_t f, const char *rel, size_t len,
+                 int folder)
+{
+    int rc = table_grow(t);
+    if (rc)
+        return rc;
+    uint64_t h = name_hash(x, rel, len), j = h & t->mask;
+    for (; t->slot[j]; j = (j + 1) & t->mask) {
+        const name_entry *o = &t->e[t->slot[j] - 1];
+        char other[REL_MAX];
+        if (o->hash != h || o->len != len)
+            continue;
+        out_name(x, o->sample, o->what, other);
+        if (!same_name(x, rel, other, len))
+            continue;
+        if (folder && o->folder)
+            return 0; /* another file in the same folder */
+        char a[400], b[400];
+        describe(a, sizeof a, x, o->sample, o->what);
+        describe(b, sizeof b, x, i, f);
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "%s: %s and %s would both write '%.*s'%s%s: export refuses rather than lose "
+                       "one%s",
+                       x->out_dir, a, b, (int)len, rel,
+                       folder != o->folder ? " (one as a file, the other as a folder)" : "",
+                       x->fold_case ? " on this file system, which ignores case" : "",
+                       x->layout != LAYOUT_NPY ? " (export --npy names files differently)" : "");
+    }
+    t->slot[j] = (uint32_t)(t->n + 1);
+    t->e[t->n++] = (name_entry){h, (uint32_t)i, (uint8_t)f, (uint8_t)folder, (uint16_t)len};
+    return 0;
+}
+
+/* Plans output entry (i, f): its folders and file are claimed, and each
+ * part of its path must fit the file system's name limit. */
+static int plan_entry(exporter *x, name_table *t, uint64_t i, uint32_t f)
+{
+    char rel[REL_MAX];
+    size_t len = out_name(x, i, f, rel);
+    if (len == 0)
+        return 0;
+    size_t start = 0;
+    for (size_t k = 0; k <= len; k++) {
+        if (k < len && rel[k] != '/')
+            continue;
+        if ((long)(k - start) > x->name_max) {
+            char a[400];
+            describe(a, sizeof a, x, i, f);
+            return sf_fail(-ENAMETOOLONG,
+                           "%s: %s: its output name '%.*s' has a part of %zu bytes, longer than this "
+                           "file system's limit of %ld (file name too long)",
+                           x->out_dir, a, (int)len, rel, k - start, x->name_max);
+        }
+        int rc = claim(x, t, i, f, rel, k, k < len);
+        if (rc)
+            return rc;
+        start = k + 1;
+    }
+    return 0;
+}
+
+/* Every name the export will write, checked before anything is written. */
+static int plan_names(exporter *x)
+{
+    name_table t = {0};
+    int rc = 0;
+    if (x->layout == LAYOUT_LIST)
+        rc = plan_entry(x, &t, 0, WHAT_LIST);
+    for (uint64_t i = 0; i < x->ds->manifest.record_count && !rc; i++)
+        for (uint32_t f = 0; f < x->s->field_count && !rc; f++)
+            rc = plan_entry(x, &t, i, f);
+    free(t.e);
+    free(t.slot);
+    return rc;
+}
+
+/* ---- writing ----------------------------------------------------------------- */
+
+/* Creates the new file `rel` under the output folder, making its folders:
+ * every folder opened with O_NOFOLLOW below its parent, the file created
+ * with O_EXCL. *dir_fd receives the folder holding it (to unlink a failed
+ * file), to be closed by the caller when it is not x->dirfd. */
+static int create_rel(int *out_fd, int *dir_fd, const exporter *x, const char *rel)
+{
+    int dfd = x->dirfd;
+    const char *p = rel;
+    const char *slash;
+    int rc = 0;
+    while ((slash = strchr(p, '/')) != NULL) {
+        char comp[REL_MAX];
+        size_t n = (size_t)(slash - p);
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        if (mkdirat(dfd, comp, 0777) != 0 && errno != EEXIST) {
+            rc = sf_fail(-errno, "%s/%.*s: cannot create: %s%s", x->out_dir, (int)(slash - rel), rel,
+                         strerror(errno), sf_errno_hint(errno));
+            break;
+        }
+        int nfd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0) {
+            rc = sf_fail(-errno, "%s/%.*s: cannot open as a folder: %s%s", x->out_dir,
+                         (int)(slash - rel), rel, strerror(errno), sf_errno_hint(errno));
+            break;
+        }
+        if (dfd != x->dirfd)
+            close(dfd);
+        dfd = nfd;
+        p = slash + 1;
+    }
+    if (!rc) {
+        *out_fd = openat(dfd, p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (*out_fd < 0) {
+            int e = errno;
+            rc = sf_fail(-e, "%s/%s: cannot create: %s%s%s", x->out_dir, rel, strerror(e),
+                         e == EEXIST ? " (something else made it, or this file system treats "
+                                       "another sample's name as the same one)"
+                                     : "",
+                         sf_errno_hint(e));
+        }
+    }
+    if (rc && dfd != x->dirfd)
+        close(dfd);
+    if (!rc)
+        *dir_fd = dfd;
+    return rc;
+}
+
+/* Writes a new file `rel`: head, then data. A file that cannot be written
+ * whole is removed. */
+static int write_rel(exporter *x, const char *rel, const uint8_t *head, uint64_t head_len,
+                     const void *data, uint64_t size)
+{
+    int fd, dfd;
+    int rc = create_rel(&fd, &dfd, x, rel);
+    if (rc)
+        return rc;
+    rc = sf_write_full(fd, head, head_len);
+    if (!rc)
+        rc = sf_write_full(fd, data, size);
+    if (close(fd) != 0 && !rc)
+        rc = -errno;
+    if (rc) {
+        const char *base = strrchr(rel, '/');
+        unlinkat(dfd, base ? base + 1 : rel, 0);
+        sf_fail(rc, "%s/%s: write failed: %s%s", x->out_dir, rel, strerror(-rc), sf_errno_hint(-rc));
+    } else {
+        x->written++;
+    }
+    if (dfd != x->dirfd)
+        close(dfd);
+    return rc;
+}
+
+static int write_npy(exporter *x, const char *rel, const sf_field *f, const void *data, uint64_t size)
+{
+    uint8_t header[4096];
+    uint64_t var_shape[1] = {size / sf_dtype_size(f->dtype)};
+    /* A variable-length field exports as a 1-d array of its elements. */
+    const uint64_t *shape = f->storage == SF_STORE_VAR ? var_shape : f->shape;
+    int dtype = f->dtype == SF_DT_BYTES ? SF_DT_U8 : f->dtype;
+    size_t hlen = npy_write_header(header, sizeof header, dtype, f->ndim, shape);
+    if (hlen == 0)
+        return sf_fail(SF_E_UNSUPPORTED, "%s/%s: cannot describe field '%s' as .npy", x->out_dir, rel,
+                       f->name);
+    return write_rel(x, rel, header, hlen, data, size);
+}
+
+/* The value of field f of sample i, copied (or decompressed) into x->vbuf.
+ * A copy, not a pointer into the shard's map: sf_dataset_read_value reads
+ * the map under the fault guard, so a shard cut short during the export is
+ * an error naming it (a write(2) from the map would fail with EFAULT naming
+ * the output file, and a CSV cell would die of SIGBUS). `check`: verify the
+ * record's checksum first. Payload values are checked against their dtype
+ * (bools are 0 or 1). */
+static int fetch_value(exporter *x, uint64_t i, uint32_t f, int check, const void **data, uint64_t *size)
+{
+    const sf_field *fd = &x->s->fields[f];
+    *data = NULL;
+    int rc = sf_dataset_value_size(size, x->ds, i, f);
+    if (!rc && (*size > x->vcap || !x->vbuf)) { /* never NULL: empty values go to memchr too */
+        uint8_t *p = realloc(x->vbuf, *size ? *size : 1); /* size is capped at 2^30 */
+        if (!p)
+            return sf_fail(-ENOMEM, "out of memory");
+        x->vbuf = p;
+        x->vcap = *size;
+    }
+    if (!rc)
+        rc = sf_dataset_read_value(x->vbuf, x->vcap, size, x->ds, i, f, check);
+    *data = x->vbuf;
+    if (rc || fd->storage == SF_STORE_INLINE) /* inline bools: checked at open */
+        return rc;
+    uint32_t k = 0;
+    for (uint32_t g = 0; g < f; g++)
+        k += x->s->fields[g].storage != SF_STORE_INLINE;
+    if ((rc = sf_payload_value_check(x->s, k, *data, *size))) {
+        uint64_t local, shard = sf_dataset_locate(x->ds, i, &local);
+        char where[4300];
+        snprintf(where, sizeof where, "%s/%s: record %llu (sample %llu)", x->ds->dir,
+                 x->ds->shards[shard].name, (unsigned long long)local, (unsigned long long)i);
+        return sf_fail_prefix(rc, where);
+    }
+    return 0;
+}
+
+/* Writes the files of sample i (every field is fetched, so the record's
+ * checksum and values are checked even when a field writes no file). */
+static int export_sample(exporter *x, uint64_t i)
+{
+    int rc = 0;
+    for (uint32_t f = 0; f < x->s->field_count && !rc; f++) {
+        const void *data;
+        uint64_t size;
+        if ((rc = fetch_value(x, i, f, f == 0, &data, &size)))
+            break;
+        char rel[REL_MAX];
+        if (out_name(x, i, f, rel) == 0)
+            continue;
+        if (x->layout == LAYOUT_NPY)
+            rc = write_npy(x, rel, &x->s->fields[f], data, size);
+        else
+            rc = write_rel(x, rel, NULL, 0, data, size);
+    }
+    return rc;
+}
+
+/* Text as one CSV cell, quoted when it must be (RFC 4180). */
+static void csv_text(FILE *f, const char *t, uint64_t size)
+{
+    int quote = memchr(t, ',', size) || memchr(t, '"', size) || memchr(t, '\n', size) ||
+                memchr(t, '\r', size);
+    if (quote)
+        fputc('"', f);
+    for (uint64_t i = 0; i < size; i++) {
+        if (quote && t[i] == '"')
+            fputc('"', f);
+        fputc(t[i], f);
+    }
+    if (quote)
+        fputc('"', f);
+}
+
+/* One cell of list.csv: text as it is, numbers as lib/inputs/number_text.h
+ * writes them, which is how the list packer reads them back (a float64
+ * cell keeps its text: "0.1", not "0.10000000000000001"). */
+static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
+{
+    fputc(',', f);
+    char t[SF_NUMBER_TEXT_MAX];
+    if (fd->storage == SF_STORE_VAR || fd->ndim != 0) {
+        csv_text(f, v, size);
+    } else if (fd->dtype == SF_DT_F64) {
+        double d;
+        uint64_t bits = sf_get_le64(v);
+        memcpy(&d, &bits, 8);
+        fwrite(t, 1, sf_format_f64(t, d), f);
+    } else if (fd->dtype == SF_DT_F32) {
+        float x;
+        uint32_t bits = sf_get_le32(v);
+        memcpy(&x, &bits, 4);
+        fprintf(f, "%.9g", (double)x);
+    } else {
+        /* An integer (or bool) of `size` bytes, little-endian. */
+        uint8_t b[8] = {0};
+        memcpy(b, v, size < 8 ? size : 8);
+        uint64_t u = sf_get_le64(b);
+        int is_signed = fd->dtype == SF_DT_I8 || fd->dtype == SF_DT_I16 || fd->dtype == SF_DT_I32 ||
+                        fd->dtype == SF_DT_I64;
+        if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
+            u |= ~0ull << (8 * size); /* sign-extend */
+        if (is_signed)
+            fwrite(t, 1, sf_format_i64(t, (int64_t)u), f);
+        else
+            fprintf(f, "%" PRIu64, u);
+    }
+}
+
+/* list.csv, written after the files (so a list only exists for a complete
+ * export): a header row, then path and every other field per sample. */
+static int write_list(exporter *x)
+{
+    int fd, dfd;
+    int rc = create_rel(&fd, &dfd, x, LIST_NAME);
+    if (rc)
+        return rc;
+    FILE *list = fdopen(fd, "w");
+    if (!list) {
+        close(fd);
+        unlinkat(dfd, LIST_NAME, 0);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    fputs("path", list);
+    for (uint32_t f = 0; f < x->s->field_count; f++)
+        if ((int)f != x->data_field)
+            fprintf(list, ",%s", x->s->fields[f].name);
+    fputc('\n', list);
+    for (uint64_t i = 0; i < x->ds->manifest.record_count && !rc; i++) {
+        const char *key;
+        size_t klen;
+        sf_dataset_key(&key, &klen, x->ds, i);
+        csv_text(list, key, klen);
+        for (uint32_t f = 0; f < x->s->field_count && !rc; f++) {
+            const void *data;
+            uint64_t size;
+            if ((int)f == x->data_field)
+                continue;
+            /* Checked when the record's file was written. */
+            if (!(rc = fetch_value(x, i, f, 0, &data, &size)))
+                csv_cell(list, &x->s->fields[f], data, size);
+        }
+        fputc('\n', list);
+    }
+    int bad = ferror(list);
+    if ((fclose(list) != 0 || bad) && !rc)
+        rc = sf_fail(-EIO, "%s/%s: write failed", x->out_dir, LIST_NAME);
+    if (rc)
+        unlinkat(dfd, LIST_NAME, 0);
+    else
+        x->written++;
+    return rc;
+}
+
+/* ---- the output folder ------------------------------------------------------- */
+
+/* The output folder: created when missing (*created = 1), else it must be
+ * an empty folder. */
+static int prepare_out_dir(const char *out_dir, int *created)
+{
+    *created = 0;
+    if (mkdir(out_dir, 0777) == 0) {
+        *created = 1;
+        return 0;
+    }
+    if (errno != EEXIST)
+        return sf_fail(-errno, "%s: cannot create: %s", out_dir, strerror(errno));
+    DIR *d = opendir(out_dir);
+    if (!d)
+        return sf_fail(-errno, "%s: %s%s", out_dir, strerror(errno), sf_errno_hint(errno));
+    struct dirent *de;
+    const char *found = NULL;
+    while (!found && (de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            found = de->d_name;
+    int rc = found ? sf_fail(SF_E_EXISTS,
+                             "%s: not empty (it holds '%s'): export writes into a new or empty "
+                             "folder, so that it never replaces a file",
+                             out_dir, found)
+                   : 0;
+    closedir(d);
+    return rc;
+}
+
+/* Whether the file system of the (empty) output folder ignores ASCII case:
+ * a probe file, looked up again in capitals, then removed. */
+static int ignores_case(int dirfd)
+{
+    static const char probe[] = ".shardfeed-case-probe", upper[] = ".SHARDFEED-CASE-PROBE";
+    int fd = openat(dirfd, probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return 0; /* not writable: the export itself will say so */
+    close(fd);
+    struct stat a, b;
+    int same = fstatat(dirfd, probe, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+               fstatat(dirfd, upper, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+               a.st_dev == b.st_dev;
+    unlinkat(dirfd, probe, 0);
+    return same;
+}
+
+static int export_layout(const char *dataset_dir, const char *out_dir, const char *force_layout,
+                         uint64_t *files_written)
+{
+    if (files_written)
+        *files_written = 0;
+    if (!dataset_dir || !out_dir)
+        return sf_fail(SF_E_INVALID, "export: NULL directory");
+    sf_dataset *ds;
+    int rc = sf_dataset_open(&ds, dataset_dir);
+    if (rc)
+        return rc;
+    exporter x = {.ds = ds, .s = &ds->manifest.schema, .out_dir = out_dir, .dirfd = -1, .data_field = -1};
+    const char *source = force_layout ? force_layout : ds->source;
+    /* imagefolder and list keep a file's bytes in their first variable-length
+     * bytes field; without one, fall back to .npy files. */
+    for (uint32_t f = 0; f < x.s->field_count && x.data_field < 0; f++)
+        if (x.s->fields[f].storage == SF_STORE_VAR && x.s->fields[f].dtype == SF_DT_BYTES)
+            x.data_field = (int)f;
+    x.layout = LAYOUT_NPY;
+    if (strcmp(source, "tar") == 0)
+        x.layout = LAYOUT_TAR;
+    else if (strcmp(source, "imagefolder") == 0 && x.data_field >= 0)
+        x.layout = LAYOUT_FILES;
+    else if (strcmp(source, "list") == 0 && x.data_field >= 0)
+        x.layout = LAYOUT_LIST;
+
+    int created = 0;
+    rc = prepare_out_dir(out_dir, &created);
+    if (!rc && (x.dirfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        rc = sf_fail(-errno, "%s: %s%s", out_dir, strerror(errno), sf_errno_hint(errno));
+    if (!rc) {
+        x.fold_case = ignores_case(x.dirfd);
+        x.name_max = fpathconf(x.dirfd, _PC_NAME_MAX);
+        if (x.name_max <= 0)
+            x.name_max = 255;
+        rc = plan_names(&x);
+    }
+    /* Nothing written yet: leave no trace of a refused export. */
+    if (rc && created)
+        rmdir(out_dir);
+    for (uint64_t i = 0; i < ds->manifest.record_count && !rc; i++)
+        rc = export_sample(&x, i);
+    if (!rc && x.layout == LAYOUT_LIST)
+        rc = write_list(&x);
+    if (x.dirfd >= 0)
+        close(x.dirfd);
+    free(x.vbuf);
+    sf_dataset_close(ds);
+    if (files_written)
+        *files_written = x.written;
+    return rc;
+}
+
+int sf_export(const char *dataset_dir, const char *out_dir, uint64_t *files_written)
+{
+    return export_layout(dataset_dir, out_dir, NULL, files_written);
+}
+
+int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_written)
+{
+    return export_layout(dataset_dir, out_dir, "npy", files_written);
+}

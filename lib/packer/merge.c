@@ -1,0 +1,320 @@
+/* sf_pack_merge: joins the parts of a --part run into one dataset without
+ * touching sample data. Each part's shards are copied (copy_file_range:
+ * in-kernel, a reflink where the filesystem can) and only their 128-byte
+ * header and 64-byte footer are rewritten with the whole dataset's shard
+ * number, first record and dataset_id. Parts are slices of one shard plan,
+ * so the result is byte for byte what a single pack writes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error_internal.h"
+#include "le.h"
+#include "shard_file.h"
+#include "pack_internal.h"
+#include "shardfeed/pack.h"
+
+typedef struct part {
+    const char *dir;
+    sf_manifest m;
+    pack_part_info info;
+    int has_input; /* a "part_input" entry (written since format 1.2) */
+} part;
+
+static int load_part(part *p)
+{
+    int rc = sf_manifest_load(&p->m, p->dir);
+    if (rc)
+        return sf_fail_prefix(rc == -ENOENT ? SF_E_INPUT : rc, "not a finished dataset part");
+    const uint8_t *v;
+    uint32_t len;
+    if (!sf_metadata_find(&v, &len, &p->m, "part"))
+        return sf_fail(SF_E_INPUT, "%s: not a part of a --part run (its manifest has no 'part' entry)",
+                       p->dir);
+    p->info = (pack_part_info){sf_get_le32(v), sf_get_le32(v + 4), sf_get_le64(v + 8),
+                               sf_get_le64(v + 16), sf_get_le64(v + 24), sf_get_le64(v + 32),
+                               sf_get_le64(v + 40), 0, 0};
+    if (sf_metadata_find(&v, &len, &p->m, "part_input")) { /* its size checked by the decoder */
+        p->has_input = 1;
+        p->info.files_hash = sf_get_le64(v);
+        p->info.values_hash = sf_get_le64(v + 8);
+    }
+    return 0;
+}
+
+/* A part's metadata key that the whole dataset does not have. */
+static int is_part_key(const uint8_t *key, uint32_t len)
+{
+    return (len == 4 && memcmp(key, "part", 4) == 0) || (len == 10 && memcmp(key, "part_input", 10) == 0);
+}
+
+/* The whole dataset's metadata: the part's, without "part" and "part_input". */
+static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
+{
+    *out = malloc(m->metadata_size ? m->metadata_size : 1);
+    if (!*out)
+        return sf_fail(-ENOMEM, "out of memory");
+    uint32_t n = 0;
+    for (uint64_t pos = 0; pos < m->metadata_size;) {
+        uint32_t kl = sf_get_le32(m->metadata + pos), vl = sf_get_le32(m->metadata + pos + 4);
+        uint64_t len = 8 + (uint64_t)kl + vl;
+        if (!is_part_key(m->metadata + pos + 8, kl)) {
+            memcpy(*out + n, m->metadata + pos, len);
+            n += (uint32_t)len;
+        }
+        pos += len;
+    }
+    *size = n;
+    return 0;
+}
+
+/* The parts were planned from one input: the same files (names, sizes and,
+ * unless ignore_mtimes, modification times) and the same sampled values.
+ * The whole dataset_id already covers names, sizes, schema and options. */
+static int check_same_input(const part *a, const part *b, unsigned flags)
+{
+    const part *old = !a->has_input ? a : !b->has_input ? b : NULL;
+    if (old)
+        return sf_fail(SF_E_INPUT,
+                       "%s: part without an input identity (no 'part_input' entry: packed by a shardfeed "
+                       "before format 1.2), so it cannot be told from a part of another input; pack the "
+                       "parts again",
+                       old->dir);
+    if (a->info.values_hash != b->info.values_hash)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from inputs with the same names and sizes but different "
+                       "contents (their samples of values differ); refusing to merge them",
+                       b->dir, a->dir);
+    if (a->info.files_hash != b->info.files_hash && !(flags & SF_MERGE_IGNORE_MTIMES))
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from input files with different modification times (an "
+                       "input changed between the parts, or was copied without keeping times: then "
+                       "--ignore-mtimes merges them)",
+                       b->dir, a->dir);
+    return 0;
+}
+
+/* Every part of one run, each once, consistent with each other. */
+static int check_parts(part *p, size_t n, unsigned flags)
+{
+    uint32_t count = p[0].info.count;
+    if (n != count)
+        return sf_fail(SF_E_INPUT, "%zu part(s) given, but the run made %u (%s is part %u of %u)", n,
+                       count, p[0].dir, p[0].info.index, count);
+    uint64_t shards = 0, records = 0;
+    for (size_t k = 0; k < n; k++) {
+        const part *a = &p[k], *b = &p[0];
+        if (k > 0 && a->info.index == p[k - 1].info.index)
+            return sf_fail(SF_E_INPUT, "%s and %s are both part %u", p[k - 1].dir, a->dir, a->info.index);
+        if (a->info.index != k)
+            return sf_fail(SF_E_INPUT, "part %u of %u is missing", (unsigned)k, count);
+        if (a->info.count != count || a->info.whole_dataset_id != b->info.whole_dataset_id ||
+            a->info.whole_records != b->info.whole_records ||
+            a->info.whole_shards != b->info.whole_shards || a->m.align != b->m.align ||
+            sf_schema_hash(&a->m.schema) != sf_schema_hash(&b->m.schema))
+            return sf_fail(SF_E_INPUT, "%s and %s are parts of different runs (input, options or N differ)",
+                           b->dir, a->dir);
+        int rc = check_same_input(a, b, flags);
+        if (rc)
+            return rc;
+        if (a->info.first_shard != shards || a->info.first_record != records)
+            return sf_fail(SF_E_CORRUPT, "%s: part %u starts at shard %llu, record %llu; expected %llu, %llu",
+                           a->dir, a->info.index, (unsigned long long)a->info.first_shard,
+                           (unsigned long long)a->info.first_record, (unsigned long long)shards,
+                           (unsigned long long)records);
+        shards += a->m.shard_count;
+        records += a->m.record_count;
+    }
+    if (shards != p[0].info.whole_shards || records != p[0].info.whole_records)
+        return sf_fail(SF_E_CORRUPT, "the parts hold %llu shards and %llu records; the run made %llu and %llu",
+                       (unsigned long long)shards, (unsigned long long)records,
+                       (unsigned long long)p[0].info.whole_shards,
+                       (unsigned long long)p[0].info.whole_records);
+    return 0;
+}
+
+static int copy_all(int in, int out, uint64_t size, const char *src)
+{
+    uint64_t done = 0;
+    while (done < size) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)(size - done), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL))
+                break; /* fall back to read + write below */
+            return sf_fail(n < 0 ? -errno : SF_E_TRUNCATED, "%s: copy failed: %s", src,
+                           n < 0 ? strerror(errno) : "file shrank");
+        }
+        done += (uint64_t)n;
+    }
+    uint8_t buf[1 << 16];
+    while (done < size) {
+        uint64_t want = size - done < sizeof buf ? size - done : sizeof buf;
+        int rc = sf_pread_full(in, buf, want, done);
+        if (!rc)
+            rc = sf_write_full(out, buf, want);
+        if (rc)
+            return sf_fail(rc, "%s: copy failed: %s", src, sf_strerror(rc));
+        done += want;
+    }
+    return 0;
+}
+
+/* Copies shard `local` of part p as shard `global` of the whole, with its
+ * header and footer rewritten. */
+static int merge_shard(const part *p, uint64_t local, uint64_t global, const char *out,
+                       sf_shard_desc *desc)
+{
+    char src[4096], name[SF_SHARD_NAME_MAX], tmp[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/" SF_SHARD_NAME_FMT, p->dir, (unsigned)local);
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
+    pack_temp_path(tmp, sizeof tmp, out, name, p->info.whole_dataset_id);
+    snprintf(dst, sizeof dst, "%s/%s", out, name);
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (in < 0)
+        return sf_fail(errno == EMFILE || errno == ENFILE ? -errno : SF_E_INPUT, "%s: %s", src,
+                       sf_errno_text(errno));
+    sf_shard_expect exp = {&p->m.schema, local, p->m.dataset_id, p->m.align, &p->m.shards[local]};
+    sf_shard_meta meta;
+    uint64_t bad = 0;
+    int rc = sf_shard_load_meta(&meta, in, &exp, &bad);
+    if (rc) {
+        close(in);
+        char where[4200];
+        snprintf(where, sizeof where, "%s (byte %llu)", src, (unsigned long long)bad);
+        return sf_fail_prefix(rc, where);
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        rc = sf_fail(-errno, "%s: cannot create: %s", tmp, sf_errno_text(errno));
+    if (!rc)
+        rc = copy_all(in, fd, meta.file_size, src);
+    if (!rc) {
+        sf_shard_header h = meta.header;
+        h.shard_index = global;
+        h.first_record = meta.header.first_record + p->info.first_record;
+        h.dataset_id = p->info.whole_dataset_id;
+        uint8_t hb[SF_SHARD_HEADER_SIZE], fb[SF_SHARD_FOOTER_SIZE];
+        sf_shard_header_encode(hb, &h);
+        sf_shard_footer f = meta.footer;
+        f.header_checksum = h.checksum;
+        sf_shard_footer_encode(fb, &f);
+        if (pwrite(fd, hb, sizeof hb, 0) != (ssize_t)sizeof hb ||
+            pwrite(fd, fb, sizeof fb, (off_t)(meta.file_size - sizeof fb)) != (ssize_t)sizeof fb ||
+            fsync(fd) != 0)
+            rc = sf_fail(errno ? -errno : -EIO, "%s: write failed: %s", tmp, strerror(errno ? errno : EIO));
+        *desc = (sf_shard_desc){h.record_count, h.first_record, meta.file_size, h.checksum,
+                                f.index_checksum};
+    }
+    if (fd >= 0 && close(fd) != 0 && !rc)
+        rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, dst) != 0)
+        rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
+    if (rc)
+        unlink(tmp);
+    sf_shard_meta_clear(&meta);
+    close(in);
+    return rc;
+}
+
+static int cmp_part(const void *a, const void *b)
+{
+    uint32_t x = ((const part *)a)->info.index, y = ((const part *)b)->info.index;
+    return x < y ? -1 : x > y;
+}
+
+int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_parts,
+                  const char *output_dir, unsigned flags)
+{
+    if (!parts || n_parts == 0 || !output_dir)
+        return sf_fail(SF_E_INVALID, "sf_pack_merge: no parts or no output directory");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    part *p = calloc(n_parts, sizeof *p);
+    if (!p)
+        return sf_fail(-ENOMEM, "out of memory");
+    /* Held for the whole merge, taken before anything is looked at: two
+     * runs writing one folder would remove each other's files. */
+    pack_lock lock;
+    int rc = pack_outdir_lock(&lock, output_dir, "merge");
+    for (size_t k = 0; k < n_parts && !rc; k++) {
+        p[k].dir = parts[k];
+        rc = load_part(&p[k]);
+    }
+    if (!rc) {
+        qsort(p, n_parts, sizeof *p, cmp_part);
+        rc = check_parts(p, n_parts, flags);
+    }
+    sf_manifest whole;
+    memset(&whole, 0, sizeof whole);
+    pack_plan plan;
+    memset(&plan, 0, sizeof plan);
+    uint8_t *reuse = NULL;
+    if (!rc) {
+        whole = p[0].m;
+        whole.dataset_id = p[0].info.whole_dataset_id;
+        whole.record_count = p[0].info.whole_records;
+        whole.shard_count = p[0].info.whole_shards;
+        whole.shards = calloc(whole.shard_count, sizeof *whole.shards);
+        whole.metadata = NULL;
+        reuse = calloc(whole.shard_count, 1);
+        if (!whole.shards || !reuse)
+            rc = sf_fail(-ENOMEM, "out of memory");
+    }
+    if (!rc)
+        rc = whole_metadata(&whole.metadata, &whole.metadata_size, &p[0].m);
+    if (!rc) {
+        plan.dataset_id = whole.dataset_id;
+        plan.shard_count = whole.shard_count;
+        pack_outdir_state state;
+        rc = pack_outdir_prepare(output_dir, &plan, flags & SF_MERGE_FORCE, reuse, &state);
+        /* Merged shards are written anew whatever is there: a complete
+         * dataset of this id is replaced only when asked to. */
+        if (!rc && state == PACK_OUT_COMPLETE)
+            rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (--force replaces it)",
+                         output_dir);
+    }
+    uint64_t g = 0, bytes = 0;
+    for (size_t k = 0; k < n_parts && !rc; k++)
+        for (uint64_t s = 0; s < p[k].m.shard_count && !rc; s++, g++) {
+            rc = merge_shard(&p[k], s, g, output_dir, &whole.shards[g]);
+            bytes += whole.shards[g].file_size;
+        }
+    if (!rc)
+        rc = sf_fsync_dir(output_dir);
+    uint64_t msize = 0;
+    if (!rc) {
+        msize = sf_manifest_encoded_size(&whole);
+        uint8_t *buf = malloc(msize);
+        if (!buf) {
+            rc = sf_fail(-ENOMEM, "out of memory");
+        } else {
+            sf_manifest_encode(buf, &whole);
+            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, whole.dataset_id, buf, msize);
+            free(buf);
+        }
+    }
+    if (!rc && result) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        memset(result, 0, sizeof *result);
+        result->samples = whole.record_count;
+        result->shards = whole.shard_count;
+        result->bytes_out = bytes + msize;
+        result->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    }
+    pack_outdir_unlock(&lock);
+    rc = pack_explain_fd_limit(rc);
+    free(whole.shards);
+    free(whole.metadata);
+    free(reuse);
+    for (size_t k = 0; k < n_parts; k++)
+        sf_manifest_clear(&p[k].m);
+    free(p);
+    return rc;
+}

@@ -1,0 +1,155 @@
+/* Internal interfaces of the packer: the shard plan, the output directory,
+ * compression, the shard writer, merge. The inputs it packs are the inputs
+ * layer's (input.h). */
+#ifndef SF_PACKER_INTERNAL_H
+#define SF_PACKER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "format.h"
+#include "input.h"
+#include "io.h"
+
+/* For a failure `rc` of pack or merge that ran out of file descriptors
+ * somewhere without saying so (an error passed up from format/ or
+ * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
+int pack_explain_fd_limit(int rc);
+
+/* Manifest metadata the packer writes: "source" and "class_names", and
+ * "part" and "part_input" for one part of a --part run. Returns a malloc'd
+ * buffer. */
+typedef struct pack_part_info {
+    uint32_t index, count;      /* K and N; count 0: not a part */
+    uint64_t whole_dataset_id;  /* dataset_id of the whole pack */
+    uint64_t whole_records, whole_shards;
+    uint64_t first_record, first_shard; /* of this part within the whole */
+    /* "part_input": what merge compares across parts to refuse parts
+     * planned from different inputs of the same names and sizes. */
+    uint64_t files_hash;  /* input_files_hash */
+    uint64_t values_hash; /* pack_plan_values_hash of the whole plan */
+} pack_part_info;
+int pack_metadata_encode(uint8_t **out, uint32_t *size, const input_set *in,
+                         const pack_part_info *part);
+
+/* Where each shard's records go, decided before anything is written. */
+typedef struct pack_shard_plan {
+    uint64_t first, count; /* records [first, first + count) of the input */
+    uint64_t index_size;   /* entries + keys */
+} pack_shard_plan;
+
+typedef struct pack_plan {
+    uint32_t align;
+    uint64_t shard_size;
+    uint64_t dataset_id;
+    uint64_t shard_count;
+    pack_shard_plan *shards;
+    uint64_t record_base;      /* input sample of the dataset's record 0 (a part's first) */
+    int levels[SF_MAX_FIELDS]; /* zstd level of each compressed field */
+} pack_plan;
+
+/* Cuts the samples into shards of at most shard_size bytes each, counting
+ * values uncompressed (so the cut does not depend on compression). */
+int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_t shard_size,
+                   const int *levels);
+/* XXH3-64 of the values of the first record of every shard of the plan,
+ * read from the input: a sample of the content (the plan itself only knows
+ * names and sizes) that every part of a --part run reads alike. */
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set *in);
+/* Keeps shards [first, first + count) of a plan, renumbered from 0, for
+ * one part of a --part run; sets the part's dataset_id. */
+int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
+void pack_plan_free(pack_plan *plan);
+
+/* Output directory (lib/packer/outdir.c). */
+
+/* The output directory's lock: OUT/.shardfeed.lock, flock'ed by the pack or
+ * merge writing OUT for its whole run (the kernel releases it when the
+ * process dies), holding "shardfeed lock: <what> pid N on HOST". */
+#define PACK_LOCK_NAME ".shardfeed.lock"
+typedef struct pack_lock {
+    int fd;          /* -1: not held */
+    int created_dir; /* this run made OUT */
+    char dir[4096];
+    char path[4096];
+} pack_lock;
+/* Creates OUT (and its parents) when missing and locks it. Fails with
+ * -EBUSY, naming the holder, when another pack or merge holds it. `what`
+ * ("pack", "merge") is what the holder's message will say. */
+int pack_outdir_lock(pack_lock *l, const char *out, const char *what);
+/* Removes the lock file and releases the lock; removes OUT too when this
+ * run made it and it is empty (a run that failed before writing). */
+void pack_outdir_unlock(pack_lock *l);
+
+/* What pack_outdir_prepare found. */
+typedef enum pack_outdir_state {
+    PACK_OUT_WRITE,   /* write the dataset; reuse[i]: shard i of this dataset_id is there */
+    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: prove, change nothing */
+} pack_outdir_state;
+
+/* Looks at everything in the locked OUT before anything is changed. Files
+ * shardfeed did not write (anything but the lock, a manifest or shard that
+ * decodes, or a temporary named with a dataset_id) are refused even with
+ * `force` and never removed; a different dataset_id's files are refused
+ * without `force`. Then, unless *state is PACK_OUT_COMPLETE, removes the
+ * manifest, this dataset's temporaries and what cannot be kept. `reuse[i]`
+ * is set for shard i when a final-named shard of the same dataset_id is
+ * there (kept only if the writer proves it, pack_write_shard). */
+int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
+                        pack_outdir_state *state);
+/* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
+ * carrying the run's identity so that only its own run removes it. */
+void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
+/* Writes `len` bytes to DIR/NAME under its temporary name, fsyncs, renames
+ * and fsyncs the directory. */
+int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
+                      uint64_t len);
+
+/* Compression (lib/packer/compress.c). */
+/* Parses "FIELD=zstd[:LEVEL],..." and sets the codec of those fields of a
+ * finished schema (re-finishing it); levels[f] gets each field's level.
+ * Errors name the field. */
+int pack_compress_parse(sf_schema *schema, int *levels, const char *spec);
+/* Bytes a compressed value of len bytes may need. */
+uint64_t pack_compress_bound(uint64_t len);
+typedef struct pack_compressor pack_compressor;
+int pack_compressor_new(pack_compressor **c);
+void pack_compressor_free(pack_compressor *c);
+/* One zstd frame (with its content size) of src into dst (cap bytes). */
+int pack_compress(pack_compressor *c, int level, uint8_t *dst, uint64_t cap, const uint8_t *src,
+                  uint64_t len, uint64_t *out_len);
+
+/* Shard writer. */
+typedef struct pack_shard_result {
+    uint64_t header_checksum, index_checksum, file_size;
+    int reused;
+} pack_shard_result;
+
+typedef struct pack_writer_ctx {
+    const input_set *in;
+    const pack_plan *plan;
+    const char *out_dir;
+    atomic_int *abort;             /* set by any worker on failure */
+    _Atomic uint64_t *samples_done;
+    _Atomic uint64_t *bytes_done;
+} pack_writer_ctx;
+
+/* What pack_write_shard does with shard i. Keeping or accepting a shard
+ * that is already there takes a proof: the writer makes the shard from
+ * the input exactly as it would write it, writing nothing, and the file's
+ * header, index and footer must equal what it made, byte for byte, and
+ * its data must scan clean against its index. */
+typedef enum pack_shard_mode {
+    PACK_SHARD_WRITE,         /* write it */
+    PACK_SHARD_KEEP_PROVEN,   /* keep the file there if proven, else write it */
+    PACK_SHARD_PROVE          /* prove the file there, write nothing: SF_E_EXISTS if not */
+} pack_shard_mode;
+
+/* Writes, keeps or proves shard `i`, reading inputs through `cursor`: the
+ * calling worker's, kept across its shards so that streaming inputs
+ * (compressed tars) read on, not again. */
+int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, pack_shard_mode mode,
+                     pack_shard_result *res);
+
+#endif

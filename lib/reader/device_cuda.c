@@ -1,0 +1,244 @@
+/* The CUDA implementation of the device interface. The slab (an anonymous
+ * mmap, also registered with io_uring) is page-locked once with
+ * cudaHostRegister, so the same pages serve the disk DMA and the H2D DMA; no
+ * write-combined memory, since the CPU reads it for checksums. Each slot owns
+ * a non-blocking stream, a device buffer carved from one pool allocated at
+ * open (device memory stays constant afterwards), an event recorded after its
+ * copy and an event the consumer's release records. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "error_internal.h"
+#include "shardfeed_config.h"
+
+#if SF_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+int sf_device_cuda_compiled(void)
+{
+    return 1;
+}
+
+struct sf_device {
+    int ordinal;
+    uint8_t *slab;
+    uint64_t slab_bytes, slot_bytes;
+    uint32_t slots;
+    uint8_t *pool;
+    cudaStream_t *stream;
+    cudaEvent_t *copied, *released;
+    int *fenced; /* released[slot] was recorded and the next copy must wait on it */
+    int registered;
+};
+
+static int cuda_err(cudaError_t e, const char *what)
+{
+    return sf_fail(SF_E_NOT_SUPPORTED, "CUDA: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* open and close make their CUDA calls on a thread of their own. They need
+ * the reader's device current, and the caller's thread must keep its own:
+ * a trainer on cuda:0 opening a reader for cuda:1 would find itself on
+ * cuda:1, and setting its device back would create a context on a device
+ * its thread may never have used (cudaSetDevice initialises the device
+ * since CUDA 12). On the caller's thread only if no thread can start. */
+static void run_on_own_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, arg) == 0)
+        pthread_join(t, NULL);
+    else
+        fn(arg);
+}
+
+static void *close_on_device(void *arg)
+{
+    sf_device *d = arg;
+    cudaSetDevice(d->ordinal);
+    for (uint32_t i = 0; i < d->slots; i++) {
+        if (d->stream && d->stream[i]) {
+            cudaStreamSynchronize(d->stream[i]);
+            cudaStreamDestroy(d->stream[i]);
+        }
+        if (d->copied && d->copied[i])
+            cudaEventDestroy(d->copied[i]);
+        if (d->released && d->released[i])
+            cudaEventDestroy(d->released[i]);
+    }
+    if (d->pool)
+        cudaFree(d->pool);
+    if (d->registered)
+        cudaHostUnregister(d->slab);
+    return NULL;
+}
+
+static void cuda_close(sf_device *d)
+{
+    if (!d)
+        return;
+    run_on_own_thread(close_on_device, d);
+    free(d->stream);
+    free(d->copied);
+    free(d->released);
+    free(d->fenced);
+    free(d);
+}
+
+/* The CUDA side of open; the first failing call and what it was for. */
+typedef struct open_job {
+    sf_device *d;
+    cudaError_t e;
+    const char *what;
+} open_job;
+
+static void *open_on_device(void *arg)
+{
+    open_job *j = arg;
+    sf_device *d = j->d;
+    cudaError_t e;
+    if ((e = cudaSetDevice(d->ordinal)) != cudaSuccess) {
+        j->what = "cudaSetDevice";
+    } else if ((e = cudaHostRegister(d->slab, d->slab_bytes, cudaHostRegisterDefault)) != cudaSuccess) {
+        j->what = "cudaHostRegister of the batch slab";
+    } else {
+        d->registered = 1;
+        if ((e = cudaMalloc((void **)&d->pool, d->slot_bytes * d->slots)) != cudaSuccess)
+            j->what = "cudaMalloc of the device batch pool";
+    }
+    for (uint32_t i = 0; e == cudaSuccess && i < d->slots; i++) {
+        if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess)
+            j->what = "creating streams and events";
+    }
+    j->e = e;
+    return NULL;
+}
+
+static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+                     uint32_t slots, uint64_t slot_bytes)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess)
+        return sf_fail(SF_E_NOT_SUPPORTED, "no CUDA device available (%s)", cudaGetErrorString(e));
+    if (ordinal < 0 || ordinal >= count)
+        return sf_fail(SF_E_NOT_SUPPORTED, "no CUDA device cuda:%d (this machine has %d)", ordinal,
+                       count);
+    sf_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return sf_fail(-ENOMEM, "out of memory");
+    d->ordinal = ordinal;
+    d->slab = slab;
+    d->slab_bytes = slab_bytes;
+    d->slots = slots;
+    d->slot_bytes = slot_bytes;
+    d->stream = calloc(slots, sizeof *d->stream);
+    d->copied = calloc(slots, sizeof *d->copied);
+    d->released = calloc(slots, sizeof *d->released);
+    d->fenced = calloc(slots, sizeof *d->fenced);
+    int rc = 0;
+    if (!d->stream || !d->copied || !d->released || !d->fenced)
+        rc = sf_fail(-ENOMEM, "out of memory");
+    open_job job = {d, cudaSuccess, NULL};
+    if (!rc)
+        run_on_own_thread(open_on_device, &job);
+    if (!rc && job.e != cudaSuccess)
+        rc = cuda_err(job.e, job.what);
+    if (rc) {
+        cuda_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+static int cuda_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, uint32_t n)
+{
+    /* Called from I/O threads: the device is per thread in the runtime. */
+    cudaError_t e = cudaSetDevice(d->ordinal);
+    if (e == cudaSuccess && d->fenced[slot])
+        e = cudaStreamWaitEvent(d->stream[slot], d->released[slot], 0);
+    const uint8_t *src = d->slab + (uint64_t)slot * d->slot_bytes;
+    uint8_t *dst = d->pool + (uint64_t)slot * d->slot_bytes;
+    for (uint32_t k = 0; e == cudaSuccess && k < n; k++)
+        e = cudaMemcpyAsync(dst + ranges[k].off, src + ranges[k].off, ranges[k].len,
+                            cudaMemcpyHostToDevice, d->stream[slot]);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(d->copied[slot], d->stream[slot]);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemcpyAsync of a batch");
+}
+
+static int cuda_release(sf_device *d, uint32_t slot, void *stream)
+{
+    d->fenced[slot] = 0;
+    if (!stream)
+        return 0;
+    cudaError_t e = cudaEventRecord(d->released[slot], (cudaStream_t)stream);
+    if (e != cudaSuccess)
+        return cuda_err(e, "recording the release of a batch");
+    d->fenced[slot] = 1;
+    return 0;
+}
+
+static int cuda_wait(sf_device *d, uint32_t slot)
+{
+    cudaError_t e = cudaEventSynchronize(d->copied[slot]);
+    return e == cudaSuccess ? 0 : cuda_err(e, "waiting for a batch copy");
+}
+
+static void *cuda_device_ptr(sf_device *d, uint32_t slot)
+{
+    return d->pool + (uint64_t)slot * d->slot_bytes;
+}
+
+static void *cuda_stream(sf_device *d, uint32_t slot)
+{
+    return d->stream[slot];
+}
+
+static void *cuda_event(sf_device *d, uint32_t slot)
+{
+    return d->copied[slot];
+}
+
+static uint64_t cuda_bytes(sf_device *d)
+{
+    return d->slot_bytes * d->slots;
+}
+
+const sf_device_ops sf_device_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .copy = cuda_copy,
+    .release = cuda_release,
+    .reuse = cuda_wait,
+    .wait = cuda_wait,
+    .device_ptr = cuda_device_ptr,
+    .stream = cuda_stream,
+    .event = cuda_event,
+    .bytes = cuda_bytes,
+    .close = cuda_close,
+};
+
+#else /* !SF_HAVE_CUDA: the same symbols, failing cleanly. */
+
+int sf_device_cuda_compiled(void)
+{
+    return 0;
+}
+
+static int nocuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+                       uint32_t slots, uint64_t slot_bytes)
+{
+    (void)out, (void)ordinal, (void)slab, (void)slab_bytes, (void)slots, (void)slot_bytes;
+    return sf_fail(SF_E_NOT_SUPPORTED,
+                   "this shardfeed was built without CUDA (configure with -DSHARDFEED_CUDA=ON)");
+}
+
+const sf_device_ops sf_device_cuda = {.name = "cuda", .open = nocuda_open};
+
+#endif

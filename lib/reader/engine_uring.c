@@ -1,0 +1,338 @@
+/* The io_uring engine: one ring per I/O thread, the shard files registered,
+ * the slab registered as fixed buffers (one per slot, or 1 GiB pieces), and
+ * READ_FIXED straight into each sample's place in its slot. Short reads
+ * resubmit the remainder; -EAGAIN and -EINTR resubmit the read.
+ *
+ * Registration pins memory and counts against RLIMIT_MEMLOCK for users
+ * without CAP_IPC_LOCK: we register as many slots as the limit allows
+ * (halving on failure) and read the rest with plain IORING_OP_READ into the
+ * same slab, saying once on stderr how to raise the limit. */
+#include <errno.h>
+#include <liburing.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "error_internal.h"
+#include "reader_internal.h"
+
+#define MAX_REG_BUFS 1024u /* UIO_MAXIOV */
+#define MAX_REG_BUF (1ull << 30)
+
+typedef struct uring_req {
+    sf_task *task;
+    uint32_t k; /* read index within the task */
+} uring_req;
+
+typedef struct uring_thread {
+    struct io_uring ring;
+    int ring_ok;
+    unsigned qd;
+    int fixed_files;
+    uint64_t chunk;  /* bytes per registered buffer */
+    unsigned nbufs;  /* buffers registered: [slab + i*chunk, +chunk), i < nbufs */
+    uring_req *reqs;
+    unsigned *free_reqs, nfree;
+    uring_req **retry; /* reads to resubmit (short, -EAGAIN, -EINTR) */
+    unsigned nretry;
+    sf_task **pend;    /* claimed tasks with reads not yet submitted (FIFO) */
+    unsigned pend_head, pend_count;
+    uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
+} uring_thread;
+
+static int ring_init(struct io_uring *ring, unsigned qd)
+{
+    /* Optional setup flags first, then without them (fio's probing). */
+    static const unsigned tries[] = {
+#ifdef IORING_SETUP_DEFER_TASKRUN
+        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+#endif
+#ifdef IORING_SETUP_COOP_TASKRUN
+        IORING_SETUP_COOP_TASKRUN,
+#endif
+        0};
+    int rc = -EINVAL;
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        rc = io_uring_queue_init(qd, ring, tries[i]);
+        if (rc != -EINVAL)
+            break;
+    }
+    return rc;
+}
+
+static void memlock_notice(uint64_t slab_bytes, unsigned registered, unsigned total, int rc)
+{
+    static atomic_int said;
+    if (atomic_exchange(&said, 1))
+        return;
+    struct rlimit rl;
+    char lim[64] = "unknown";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY)
+            snprintf(lim, sizeof lim, "unlimited");
+        else
+            snprintf(lim, sizeof lim, "%llu KiB", (unsigned long long)(rl.rlim_cur >> 10));
+    }
+    fprintf(stderr,
+            "shardfeed: io_uring registered %u of %u slots of the %llu MiB batch slab (%s; "
+            "RLIMIT_MEMLOCK is %s): the rest is read without fixed buffers; raise the limit "
+            "(ulimit -l unlimited, systemd LimitMEMLOCK=infinity, docker --ulimit memlock=-1) "
+            "for zero-copy registered reads\n",
+            registered, total, (unsigned long long)(slab_bytes >> 20), sf_strerror(rc), lim);
+}
+
+static void register_slab(sf_io_thread *t, uring_thread *u)
+{
+    sf_reader *r = t->r;
+    uint64_t chunk = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
+    uint64_t total = (r->slab_bytes + chunk - 1) / chunk;
+    unsigned want = total > MAX_REG_BUFS ? MAX_REG_BUFS : (unsigned)total;
+    struct iovec *iov = calloc(want, sizeof *iov);
+    int rc = -ENOMEM;
+    unsigned m = want;
+    if (iov) {
+        for (unsigned i = 0; i < want; i++) {
+            uint64_t off = (uint64_t)i * chunk;
+            iov[i].iov_base = r->slab + off;
+            iov[i].iov_len = r->slab_bytes - off < chunk ? r->slab_bytes - off : chunk;
+        }
+        for (; m > 0; m /= 2) {
+            rc = io_uring_register_buffers(&u->ring, iov, m);
+            if (rc == 0)
+                break;
+        }
+        free(iov);
+    }
+    u->chunk = chunk;
+    u->nbufs = rc == 0 ? m : 0;
+    if (u->nbufs < total)
+        memlock_notice(r->slab_bytes, u->nbufs, (unsigned)(total > UINT32_MAX ? UINT32_MAX : total), rc);
+    uint64_t bytes = (uint64_t)u->nbufs * chunk;
+    pthread_mutex_lock(&r->lock);
+    if (bytes < r->registered)
+        r->registered = bytes;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void uring_thread_fini(sf_io_thread *t)
+{
+    uring_thread *u = t->ctx;
+    if (!u)
+        return;
+    if (u->ring_ok)
+        io_uring_queue_exit(&u->ring);
+    free(u->reqs);
+    free(u->free_reqs);
+    free(u->retry);
+    free(u->pend);
+    free(u);
+    t->ctx = NULL;
+}
+
+static int uring_thread_init(sf_io_thread *t)
+{
+    sf_reader *r = t->r;
+    uring_thread *u = calloc(1, sizeof *u);
+    if (!u)
+        return sf_fail(-ENOMEM, "out of memory");
+    t->ctx = u;
+    u->qd = r->opts.queue_depth;
+    u->reqs = calloc(u->qd, sizeof *u->reqs);
+    u->free_reqs = calloc(u->qd, sizeof *u->free_reqs);
+    u->retry = calloc(u->qd, sizeof *u->retry);
+    u->pend = calloc(u->qd, sizeof *u->pend);
+    if (!u->reqs || !u->free_reqs || !u->retry || !u->pend)
+        return sf_fail(-ENOMEM, "out of memory");
+    for (unsigned i = 0; i < u->qd; i++)
+        u->free_reqs[i] = u->qd - 1 - i;
+    u->nfree = u->qd;
+    int rc = ring_init(&u->ring, u->qd);
+    if (rc)
+        return sf_fail(rc, "io_uring_queue_init: %s", sf_strerror(rc));
+    u->ring_ok = 1;
+
+    /* Registered files: the fd set this reader reads from, indexed by shard. */
+    uint64_t count = r->ds->manifest.shard_count;
+    if (count && count <= INT32_MAX) {
+        int *fds = malloc(count * sizeof *fds);
+        if (fds) {
+            for (uint64_t i = 0; i < count; i++)
+                fds[i] = r->direct ? r->direct_fds[i] : r->ds->shards[i].fd;
+            u->fixed_files = io_uring_register_files(&u->ring, fds, (unsigned)count) == 0;
+            free(fds);
+        }
+    }
+    register_slab(t, u);
+    return 0;
+}
+
+static unsigned submit_read(sf_io_thread *t, uring_thread *u, uring_req *q)
+{
+    sf_reader *r = t->r;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    if (!sqe) {
+        /* The SQ holds qd entries and at most qd reads are outstanding, so
+         * this only happens when earlier ones were not submitted yet. */
+        io_uring_submit(&u->ring);
+        sqe = io_uring_get_sqe(&u->ring);
+    }
+    sf_task *task = q->task;
+    sf_read *rd = &task->reads[q->k];
+    uint64_t left = rd->len - rd->done;
+    unsigned len = (unsigned)(left < SF_IO_CHUNK ? left : SF_IO_CHUNK);
+    uint8_t *dst = rd->dst + rd->done;
+    uint64_t off = rd->off + rd->done;
+    int fd = u->fixed_files ? (int)task->file_idx : task->fd;
+    uint64_t rel = (uint64_t)(dst - r->slab), idx = rel / u->chunk;
+    if (idx < u->nbufs && len && (rel + len - 1) / u->chunk == idx)
+        io_uring_prep_read_fixed(sqe, fd, dst, len, off, (int)idx);
+    else
+        io_uring_prep_read(sqe, fd, dst, len, off);
+    if (u->fixed_files)
+        sqe->flags |= IOSQE_FIXED_FILE;
+    io_uring_sqe_set_data(sqe, q);
+    return len;
+}
+
+static void pend_pop(uring_thread *u)
+{
+    u->pend_head = (u->pend_head + 1) % u->qd;
+    u->pend_count--;
+}
+
+static void req_free(uring_thread *u, uring_req *q)
+{
+    u->free_reqs[u->nfree++] = (unsigned)(q - u->reqs);
+}
+
+/* One read finished (successfully or not) for good. */
+static void req_finish(sf_io_thread *t, uring_thread *u, uring_req *q)
+{
+    sf_task *task = q->task;
+    req_free(u, q);
+    if (--task->inflight == 0 && task->next_read == task->nreads)
+        sf_loader_task_done(t->r, task);
+}
+
+static void req_fail(sf_io_thread *t, uring_thread *u, uring_req *q, int err)
+{
+    sf_task *task = q->task;
+    sf_loader_task_fail(t->r, task, err, "read failed");
+    /* Submit nothing more for it; it can only be the FIFO's head. */
+    if (task->next_read < task->nreads) {
+        task->next_read = task->nreads;
+        if (u->pend_count && u->pend[u->pend_head] == task)
+            pend_pop(u);
+    }
+    req_finish(t, u, q);
+}
+
+static void complete(sf_io_thread *t, uring_thread *u, struct io_uring_cqe *cqe)
+{
+    uring_req *q = io_uring_cqe_get_data(cqe);
+    sf_read *rd = &q->task->reads[q->k];
+    int res = cqe->res;
+    if (res == -EAGAIN || res == -EINTR) {
+        u->retry[u->nretry++] = q;
+    } else if (res < 0) {
+        req_fail(t, u, q, res);
+    } else if (res == 0) {
+        req_fail(t, u, q, SF_E_TRUNCATED);
+    } else {
+        rd->done += (uint64_t)res;
+        if (rd->done < rd->len)
+            u->retry[u->nretry++] = q; /* short read: the remainder */
+        else
+            req_finish(t, u, q);
+    }
+}
+
+static void reap(sf_io_thread *t, uring_thread *u)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&u->ring, head, cqe)
+    {
+        complete(t, u, cqe);
+        seen++;
+    }
+    io_uring_cq_advance(&u->ring, seen);
+}
+
+static void enter(sf_io_thread *t, uring_thread *u, int wait)
+{
+    uint64_t t0 = sf_now_ns();
+    int rc;
+    do
+        rc = wait ? io_uring_submit_and_wait(&u->ring, 1) : io_uring_submit_and_get_events(&u->ring);
+    while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
+    sf_loader_time(t->r, sf_now_ns() - t0, 0);
+    u->unsubmitted = 0;
+    reap(t, u);
+}
+
+static void uring_run(sf_io_thread *t)
+{
+    sf_reader *r = t->r;
+    uring_thread *u = t->ctx;
+    for (;;) {
+        /* Resubmissions first, then new reads while there is room. */
+        while (u->nretry)
+            u->unsubmitted += submit_read(t, u, u->retry[--u->nretry]);
+        while (u->nfree) {
+            if (!u->pend_count) {
+                int idle = u->nfree == u->qd && !u->nretry;
+                sf_task **slot = u->pend;
+                unsigned got = sf_loader_claim(r, slot, u->nfree, idle);
+                if (!got) {
+                    if (idle)
+                        return; /* stop, and nothing in flight */
+                    break;
+                }
+                u->pend_head = 0;
+                for (unsigned i = 0; i < got; i++) {
+                    if (slot[i]->nreads == 0) {
+                        sf_loader_task_done(r, slot[i]); /* inline fields only */
+                        continue;
+                    }
+                    u->pend[u->pend_count++] = slot[i];
+                }
+                continue;
+            }
+            sf_task *task = u->pend[u->pend_head];
+            uint32_t k = task->next_read++;
+            if (task->next_read == task->nreads)
+                pend_pop(u);
+            if (task->reads[k].len == 0) { /* an empty variable-length value */
+                if (task->inflight == 0 && task->next_read == task->nreads)
+                    sf_loader_task_done(r, task);
+                continue;
+            }
+            uring_req *q = &u->reqs[u->free_reqs[--u->nfree]];
+            q->task = task;
+            q->k = k;
+            task->inflight++;
+            u->unsubmitted += submit_read(t, u, q);
+            /* Cached data is copied during submission: submitting every
+             * SF_HASH_CHUNK bytes and reaping at once lets the record be
+             * hashed while it is still in L2; uncached reads simply stay in
+             * flight, up to queue_depth of them. */
+            if (u->unsubmitted >= SF_HASH_CHUNK)
+                enter(t, u, 0);
+        }
+        while (u->nretry)
+            u->unsubmitted += submit_read(t, u, u->retry[--u->nretry]);
+        if (u->nfree == u->qd && !u->unsubmitted)
+            continue;
+        enter(t, u, u->nfree < u->qd);
+    }
+}
+
+const sf_engine_ops sf_engine_uring = {
+    .name = "uring",
+    .thread_init = uring_thread_init,
+    .thread_fini = uring_thread_fini,
+    .run = uring_run,
+};

@@ -1,0 +1,328 @@
+/* The streaming reader's internals, shared by reader.c (scheduling, the
+ * consumer side, checksums), slab.c (the batch memory) and the I/O engines
+ * (engine_*.c).
+ *
+ * Pipeline. The slab holds K slots. A slot is FREE, LOADING (assigned to a
+ * batch; its sample tasks are being read by the I/O threads), READY, or HELD
+ * (delivered to the caller). The scheduler (under r->lock) gives free slots
+ * to the next batches of the schedule position, in order, and prepares one
+ * task per sample: where each payload field lies in the shard file and where
+ * it goes in the slot. I/O threads claim tasks in batch order and read them
+ * through the engine; when a task's reads are done the thread hashes it
+ * (sf_loader_task_done); the thread finishing a slot's last task runs
+ * sf_loader_batch_ready (substitution of corrupt samples, the stage hook)
+ * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
+ * order.
+ *
+ * A reposition (set_epoch, restore, an error) bumps r->gen: slots loading for
+ * the old generation give back their unclaimed tasks and are freed as soon
+ * as their claimed reads finish; held slots stay valid.
+ */
+#ifndef SF_READER_LOADER_INTERNAL_H
+#define SF_READER_LOADER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "dataset_internal.h"
+#include "sampler.h"
+#include "trace.h"
+#include "shardfeed/reader.h"
+
+#define SF_DIRECT_ALIGN 4096u /* O_DIRECT granularity we require (safe for 512e/4Kn) */
+#define SF_IO_CHUNK (1u << 30) /* largest single read we submit */
+/* Engines that copy synchronously (pread, mmap) copy and hash in pieces of
+ * this size, so each piece is hashed while it is still in L2. */
+#define SF_HASH_CHUNK (256u << 10)
+
+/* One read of one payload field of one sample. */
+typedef struct sf_read {
+    uint64_t off;  /* file offset */
+    uint64_t len;  /* bytes */
+    uint64_t done; /* bytes read so far (engines resubmit the remainder) */
+    uint8_t *dst;  /* in the slab */
+    uint64_t out_len; /* bytes the value takes at dst: len, or its decompressed size */
+} sf_read;
+
+typedef struct sf_slot sf_slot;
+
+/* One sample of a batch being loaded. */
+typedef struct sf_task {
+    sf_slot *slot;
+    uint32_t pos;       /* position in the batch */
+    uint32_t nreads;    /* = schema n_payload */
+    uint64_t id;        /* sample id being read */
+    uint64_t shard, local;
+    uint64_t offset;    /* record offset in the shard file */
+    uint64_t checksum;  /* expected, from the index */
+    int fd;             /* buffered or O_DIRECT fd of the shard */
+    uint32_t file_idx;  /* index of fd among the engine's files (registered file slot) */
+    int err;            /* 0, or the read error */
+    int corrupt;        /* checksum mismatch, to be substituted (on_corrupt = SKIP) */
+    int hashed;         /* the engine hashed the payload as it arrived: digest is set */
+    uint64_t digest;
+    uint32_t next_read; /* engine use: first read not yet submitted */
+    uint32_t inflight;  /* engine use: reads submitted and not completed */
+    sf_read *reads;     /* nreads entries (into slot->reads) */
+} sf_task;
+
+enum sf_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
+
+struct sf_slot {
+    uint32_t index;      /* position in r->slots */
+    int state;           /* enum sf_slot_state, under r->lock */
+    int device_busy;     /* a device copy may still read the host slot: on_reuse first */
+    uint64_t gen;        /* r->gen when scheduled */
+    uint8_t *base;       /* slot_bytes of the slab */
+    sf_batch batch;      /* what the caller sees */
+    sf_batch_field *fields;
+    uint64_t *ids, *source_ids;
+    uint64_t *var_off;   /* n_var arrays of batch_size + 1 offsets */
+    sf_task *tasks;      /* batch_size */
+    sf_read *reads;      /* batch_size * n_payload */
+    uint32_t claimed;    /* tasks handed to I/O threads, under r->lock */
+    atomic_uint remaining; /* tasks not finished (claimed or not) */
+    atomic_int err;      /* first hard error of the batch */
+    atomic_uint corrupt; /* tasks that failed their checksum */
+    char errmsg[512];    /* detail of err (written by the thread that set err) */
+    sf_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
+    atomic_uint reads_left; /* tracing: tasks whose reads are not complete */
+};
+
+/* Where fields live inside a slot (slab.c). */
+typedef struct sf_slot_layout {
+    uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
+    uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes: what the largest batch needs */
+    uint64_t slot_bytes;               /* page multiple */
+    int exact;                         /* no variable-length field: a full batch writes every
+                                          byte of a slot */
+    int var_unaligned;                 /* a var field whose length in some record is not a
+                                          multiple of SF_DIRECT_ALIGN, or -1 */
+} sf_slot_layout;
+
+/* A device stage (device_stage.c, or a test's): called once at open with
+ * the slab (before io_uring registers it: pin it here), at the batch-ready
+ * point of every batch from the I/O thread that completed it, before
+ * sf_reader_next can return it (enqueue the slot's device copy and fill the
+ * batch's device fields here; a nonzero return fails that batch), when the
+ * caller releases a slot (on_release: fence the device buffer after work on
+ * `stream`, and wait until the copy no longer reads the host slot), and before
+ * new reads overwrite a slot that was freed without a release (on_reuse).
+ * on_close is called exactly once when the reader closes, also when open
+ * failed (slab NULL if it was never made, and after a failed on_slab): it
+ * frees ctx. Any member may be NULL. */
+typedef struct sf_reader_stage {
+    void *ctx;
+    int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);
+    int (*on_ready)(void *ctx, uint32_t slot, sf_batch *batch);
+    int (*on_release)(void *ctx, uint32_t slot, void *stream);
+    void (*on_reuse)(void *ctx, uint32_t slot);
+    void (*on_close)(void *ctx, void *slab, uint64_t bytes);
+} sf_reader_stage;
+
+/* The stage that delivers to opts->device (CUDA or host-copy). Fills
+ * *stage; on_close frees it. */
+int sf_device_stage_create(sf_reader_stage *stage, const sf_reader_opts *opts);
+/* Device memory the stage holds (0 for other stages). */
+uint64_t sf_device_stage_bytes(const sf_reader_stage *stage);
+/* Waits for slot's copy (0 at once for other stages). */
+int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
+
+typedef struct sf_engine_ops sf_engine_ops;
+
+/* Per I/O thread. */
+typedef struct sf_io_thread {
+    struct sf_reader *r;
+    unsigned idx;
+    pthread_t tid;
+    void *ctx;   /* engine state (a ring, ...) */
+    int init_rc; /* result of the engine's thread_init */
+    char errmsg[512]; /* its detail */
+} sf_io_thread;
+
+struct sf_engine_ops {
+    const char *name;
+    /* Once per reader, after the slab exists (maps, ...). May be NULL. */
+    int (*open)(struct sf_reader *r);
+    void (*close)(struct sf_reader *r);
+    /* In the I/O thread, before it runs. Returns 0 or a negative code with
+     * sf_fail detail (ENOSYS/EPERM from io_uring setup make auto fall back). */
+    int (*thread_init)(sf_io_thread *t);
+    void (*thread_fini)(sf_io_thread *t);
+    /* The thread's loop: claim tasks with sf_loader_claim, read them, call
+     * sf_loader_task_done for each; return when claim says stop (after all
+     * reads in flight have completed). */
+    void (*run)(sf_io_thread *t);
+};
+
+extern const sf_engine_ops sf_engine_uring, sf_engine_pread, sf_engine_mmap;
+
+struct sf_reader {
+    sf_dataset *ds;
+    const sf_schema *schema;
+    sf_reader_opts opts;  /* defaults resolved */
+    sf_sampler *sampler;
+    uint64_t num_batches;
+    uint64_t n;           /* samples in the dataset */
+    uint32_t batch_cap;   /* the most samples one batch holds: slots are sized for it */
+
+    /* slab */
+    sf_slot_layout layout;
+    uint8_t *slab;
+    uint64_t slab_bytes;
+    sf_slot *slots;
+    sf_reader_stage stage;
+
+    /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
+    int direct;
+    int *direct_fds;      /* shard_count, or NULL */
+
+    /* compressed fields (staged.c): set by sf_staged_plan */
+    int compressed;       /* some field has a codec: records go through a staging buffer */
+    uint32_t payload_field[SF_MAX_FIELDS]; /* payload position -> field */
+    int8_t zvar_slot[SF_MAX_FIELDS]; /* compressed variable-length field -> column of zlen, or -1 */
+    uint32_t n_zvar;
+    uint32_t *zlen;       /* n × n_zvar decompressed lengths, by sample id (0: header unusable) */
+    uint64_t stage_bytes; /* most compressed stored bytes in one record */
+
+    /* engine */
+    const sf_engine_ops *engine;
+    void *engine_ctx;     /* per-reader engine state */
+    sf_io_thread *threads;
+    uint32_t nthreads;
+    uint64_t registered;  /* uring: bytes of the slab registered in every ring */
+
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;  /* I/O threads wait for tasks */
+    pthread_cond_t ready_cv; /* the consumer waits for a batch */
+    int stop;
+    uint32_t threads_inited;
+    uint64_t gen;
+    int started;          /* the first sf_reader_next has scheduled */
+    /* delivery position: the batch sf_reader_next returns next */
+    uint64_t del_epoch, del_index;
+    int restored;             /* sf_reader_restore moved the position and nothing was
+                                 delivered since: set_epoch of that epoch keeps it */
+    /* schedule position: the next batch to give a slot to */
+    uint64_t sched_epoch, sched_index;
+    uint32_t held;
+
+    /* stats */
+    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
+    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads in the device stage's on_ready */
+    atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
+    uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
+    uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
+
+    /* tracing (trace.h): the latest trace, older ones chained by prev */
+    _Atomic(sf_trace *) trace;
+};
+
+/* sf_reader_open with a device stage (NULL: none). */
+int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
+                          const sf_reader_stage *stage);
+
+/* ---- slab.c ---- */
+/* Computes the slot layout for batches of at most `samples` samples (all
+ * distinct): fixed fields take samples * item_size, each variable-length
+ * field the largest sum of `samples` of its values (a scan of the indexes;
+ * for a compressed field its decompressed lengths, r->zlen, which
+ * sf_staged_plan read). */
+int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples);
+/* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
+int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
+void sf_slab_free(uint8_t *slab, uint64_t bytes);
+/* The slab, for a device stage: the one large allocation of the reader. */
+void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
+
+/* ---- staged.c: records with compressed fields ----
+ *
+ * A record of a dataset with compressed fields is read whole before any of
+ * it is decompressed: uncompressed fields straight into the slot, compressed
+ * ones into the I/O thread's staging buffer; the stored bytes are hashed
+ * (the record checksum covers them), and only a record that checks out is
+ * decompressed, each value straight into its place in the slot with the
+ * thread's ZSTD_DCtx. Memory: per I/O thread one staging buffer of
+ * stage_bytes (the largest sum of a record's compressed stored bytes, from
+ * the index) and one ZSTD_DCtx; per reader the zlen table (4 bytes per
+ * compressed variable-length value). */
+
+/* Copies len bytes at file offset off of task's shard to dst. */
+typedef int (*sf_copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                          uint64_t len);
+
+typedef struct sf_stager {
+    void *xxh;       /* XXH3_state_t */
+    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
+    uint8_t *stage;  /* r->stage_bytes, or NULL */
+} sf_stager;
+
+/* At open, before the slab layout: finds the compressed fields and, for the
+ * variable-length ones, every value's decompressed length (reading each
+ * frame header: one small pread per value) and the longest per field. */
+int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
+int sf_stager_init(sf_stager *st, const sf_reader *r);
+void sf_stager_fini(sf_stager *st); /* zeroed or initialised */
+/* Reads task t's record with `copy`, hashes its stored bytes and, when the
+ * checksum holds (or verify is off), decompresses its compressed values into
+ * the slot. Sets t->digest/hashed when verifying. Returns 0, SF_E_CHECKSUM
+ * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
+ * sf_last_error() names the field), or a read error. */
+int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy);
+/* sf_copy_fn through the shard's buffered fd. */
+int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+                    uint64_t len);
+
+/* ---- reader.c, for the engines ---- */
+/* Whether records are small: only fixed-size, uncompressed fields, at most
+ * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
+ * (a batch, typically) at a time. */
+#define SF_SMALL_RECORD (64u << 10)
+int sf_loader_small_records(const sf_reader *r);
+/* Claims up to `max` tasks in batch order. With `block`, waits until there
+ * is at least one or the reader stops. Returns the count; 0 means stop (when
+ * blocking) or nothing now (when not). */
+unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
+/* Called by the engine once all of a task's reads have finished (t->err set
+ * on failure): checks the record, finishes the slot when it was the last. */
+void sf_loader_task_done(sf_reader *r, sf_task *t);
+/* sf_loader_task_done for n tasks at once (in claim order), with one
+ * update of the shared counters per slot instead of one per task. */
+void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n);
+/* Sets t->err and its detail on the slot (first error wins). */
+void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
+/* A value of task t does not decompress (SF_E_CORRUPT, detail in
+ * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
+ * the batch's error. */
+void sf_loader_task_bad_value(sf_reader *r, sf_task *t);
+
+static inline uint64_t sf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The trace being recorded, or NULL (one relaxed load and a flag when off). */
+static inline sf_trace *sf_trace_on(const sf_reader *r)
+{
+    sf_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
+    return tr && atomic_load_explicit(&tr->on, memory_order_relaxed) ? tr : NULL;
+}
+
+/* I/O threads account their time here: thread-seconds reading (syscalls,
+ * ring waits, copies) and hashing, for the stats and the trace's runs. */
+static inline void sf_loader_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
+{
+    if (io_ns)
+        atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
+    if (hash_ns)
+        atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
+    sf_trace *tr = sf_trace_on(r);
+    if (tr)
+        sf_trace_io_time(tr, io_ns, hash_ns);
+}
+
+#endif
