@@ -211,7 +211,7 @@ int cmd_bench(int argc, char **argv)
             samples += b->size;
             batches++;
             for (uint32_t f = 0; f < b->num_fields; f++)
-                if (b->fields[f].storage != SF_FIELD_INLINE)
+                if (b->fields[f].storage != SF_STORAGE_INLINE)
                     bytes += b->fields[f].bytes;
             /* A device consumer uses the batch once its copy is done. */
             if (b->device != SF_DEVICE_CPU && (rc = sf_batch_wait(r, b)) != 0) {

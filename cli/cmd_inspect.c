@@ -7,23 +7,18 @@
 static const char *storage_name(int storage)
 {
     switch (storage) {
-    case SF_FIELD_FIXED: return "payload";
-    case SF_FIELD_VAR: return "payload, variable length";
-    case SF_FIELD_INLINE: return "inline in the index";
+    case SF_STORAGE_FIXED: return "payload";
+    case SF_STORAGE_VARIABLE: return "payload, variable length";
+    case SF_STORAGE_INLINE: return "inline in the index";
     default: return "?";
     }
-}
-
-static const char *codec_name(int codec)
-{
-    return codec == SF_FIELD_CODEC_NONE ? "none" : codec == SF_FIELD_CODEC_ZSTD ? "zstd" : "?";
 }
 
 static void shape_text(char *buf, size_t cap, const sf_field_info *f)
 {
     size_t pos = (size_t)snprintf(buf, cap, "(");
     for (uint32_t d = 0; d < f->ndim && pos < cap; d++) {
-        if (f->storage == SF_FIELD_VAR)
+        if (f->storage == SF_STORAGE_VARIABLE)
             pos += (size_t)snprintf(buf + pos, cap - pos, "*");
         else
             pos += (size_t)snprintf(buf + pos, cap - pos, d ? ", %llu" : "%llu",
@@ -51,8 +46,7 @@ static void print_json(const sf_dataset *ds, const char *dir)
             printf(d ? ",%llu" : "%llu", (unsigned long long)f.shape[d]);
         printf("],\"item_bytes\":%llu,\"storage\":\"%s\",\"codec\":\"%s\"}",
                (unsigned long long)f.item_size,
-               f.storage == SF_FIELD_FIXED ? "fixed" : f.storage == SF_FIELD_VAR ? "var" : "inline",
-               codec_name(f.codec));
+               sf_storage_name(f.storage), sf_codec_name(f.codec));
     }
     uint64_t total = 0;
     printf("],\"shards\":[");
@@ -113,7 +107,7 @@ static void print_text(const sf_dataset *ds, const char *dir)
         shape_text(shape, sizeof shape, &f);
         printf("  %-16s %-10s %-18s %10llu bytes  %s%s\n", f.name, f.dtype_name, shape,
                (unsigned long long)f.item_size, storage_name(f.storage),
-               f.codec != SF_FIELD_CODEC_NONE ? (f.codec == SF_FIELD_CODEC_ZSTD ? ", zstd" : ", ?") : "");
+               f.codec != SF_CODEC_NONE ? (f.codec == SF_CODEC_ZSTD ? ", zstd" : ", ?") : "");
     }
     printf("shards\n");
     for (uint64_t i = 0; i < sf_dataset_num_shards(ds); i++) {

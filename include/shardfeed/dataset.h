@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "shardfeed/error.h"
+#include "shardfeed/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,23 +21,18 @@ typedef struct sf_dataset sf_dataset;
 SF_API int sf_dataset_open(sf_dataset **out, const char *dir);
 SF_API void sf_dataset_close(sf_dataset *ds); /* NULL ok */
 
-/* Storage kinds of a field (SPEC.md "Schema"). */
-enum sf_field_storage { SF_FIELD_FIXED = 0, SF_FIELD_VAR = 1, SF_FIELD_INLINE = 2 };
-/* How a field's values are stored (SPEC.md "Compression"). Readers hand out
- * decompressed values; only sf_dataset_get sees stored bytes. */
-enum sf_field_codec { SF_FIELD_CODEC_NONE = 0, SF_FIELD_CODEC_ZSTD = 1 };
-
 typedef struct sf_field_info {
     const char *name;
-    int dtype;            /* SPEC.md "Data types" code */
-    const char *dtype_name; /* NumPy's name: "float32", "int64", ... */
-    const char *npy_descr;  /* little-endian NumPy descr: "<f4", "|u1", ... */
+    sf_dtype dtype;
+    const char *dtype_name; /* sf_dtype_name(dtype): "float32", "int64", ... */
+    const char *npy_descr;  /* sf_dtype_npy_descr(dtype): "<f4", "|u1", ... */
     size_t elem_size;
     uint32_t ndim;
     uint64_t shape[8];
     uint64_t item_size;   /* bytes of one value; 0 for variable length */
-    int storage;          /* enum sf_field_storage */
-    int codec;            /* enum sf_field_codec */
+    sf_storage storage;
+    sf_codec codec;       /* how values are stored; readers hand out decompressed values, only
+                             sf_dataset_get sees stored bytes */
 } sf_field_info;
 
 SF_API uint64_t sf_dataset_num_samples(const sf_dataset *ds);

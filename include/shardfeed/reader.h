@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "shardfeed/error.h"
+#include "shardfeed/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -153,12 +154,11 @@ typedef struct sf_reader_opts {
     {SF_READER_OPTS_VERSION, 0, SF_READER_SHUFFLE_NONE, 0, 0, 0, 0, 0, 0, SF_READER_UNEVEN_PAD,   \
      0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0, SF_DEVICE_CPU, 0}
 
-/* One field of a batch. Storage kinds are enum sf_field_storage
- * (shardfeed/dataset.h): 0 fixed, 1 variable length, 2 inline. */
+/* One field of a batch (dtype and storage: shardfeed/types.h). */
 typedef struct sf_batch_field {
     const char *name;
-    int dtype;             /* SPEC.md "Data types" code */
-    int storage;           /* enum sf_field_storage */
+    sf_dtype dtype;
+    sf_storage storage;
     size_t elem_size;      /* bytes per element */
     uint32_t ndim;         /* per-sample shape (fixed and inline fields) */
     uint64_t shape[8];

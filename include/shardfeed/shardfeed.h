@@ -12,6 +12,7 @@
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"
 #include "shardfeed/reader.h"
+#include "shardfeed/types.h"
 #include "shardfeed/version.h"
 
 #ifdef __cplusplus

@@ -291,7 +291,7 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
     sf_index_entry e;
     sf_dataset_entry(&e, ds, shard, local);
     const sf_field *f = &s->fields[field];
-    if (f->storage == SF_STORE_INLINE && !check) {
+    if (f->storage == SF_STORAGE_INLINE && !check) {
         const uint8_t *entry = sh->meta.index + local * s->entry_size;
         *data = entry + SF_INDEX_ENTRY_BASE + 8 * (s->n_var + (uint32_t)s->inline_slot[field]);
         *size = f->item_size;
@@ -313,12 +313,12 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
             return sf_fail(SF_E_CHECKSUM, "%s/%s: record %llu (sample %llu) at byte %llu: checksum mismatch",
                            ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
                            (unsigned long long)e.offset);
-        if (f->storage == SF_STORE_INLINE)
+        if (f->storage == SF_STORAGE_INLINE)
             return get_stored(data, size, ds, sample, field, 0);
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < field; i++)
-        k += s->fields[i].storage != SF_STORE_INLINE;
+        k += s->fields[i].storage != SF_STORAGE_INLINE;
     *data = sh->map + e.offset + off[k];
     *size = len[k];
     return 0;

@@ -337,8 +337,8 @@ static int write_npy(exporter *x, const char *rel, const sf_field *f, const void
     uint8_t header[4096];
     uint64_t var_shape[1] = {size / sf_dtype_size(f->dtype)};
     /* A variable-length field exports as a 1-d array of its elements. */
-    const uint64_t *shape = f->storage == SF_STORE_VAR ? var_shape : f->shape;
-    int dtype = f->dtype == SF_DT_BYTES ? SF_DT_U8 : f->dtype;
+    const uint64_t *shape = f->storage == SF_STORAGE_VARIABLE ? var_shape : f->shape;
+    int dtype = f->dtype == SF_DTYPE_BYTES ? SF_DTYPE_UINT8 : f->dtype;
     size_t hlen = npy_write_header(header, sizeof header, dtype, f->ndim, shape);
     if (hlen == 0)
         return sf_fail(SF_E_UNSUPPORTED, "%s/%s: cannot describe field '%s' as .npy", x->out_dir, rel,
@@ -368,11 +368,11 @@ static int fetch_value(exporter *x, uint64_t i, uint32_t f, int check, const voi
     if (!rc)
         rc = sf_dataset_read_value(x->vbuf, x->vcap, size, x->ds, i, f, check);
     *data = x->vbuf;
-    if (rc || fd->storage == SF_STORE_INLINE) /* inline bools: checked at open */
+    if (rc || fd->storage == SF_STORAGE_INLINE) /* inline bools: checked at open */
         return rc;
     uint32_t k = 0;
     for (uint32_t g = 0; g < f; g++)
-        k += x->s->fields[g].storage != SF_STORE_INLINE;
+        k += x->s->fields[g].storage != SF_STORAGE_INLINE;
     if ((rc = sf_payload_value_check(x->s, k, *data, *size))) {
         uint64_t local, shard = sf_dataset_locate(x->ds, i, &local);
         char where[4300];
@@ -427,14 +427,14 @@ static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
 {
     fputc(',', f);
     char t[SF_NUMBER_TEXT_MAX];
-    if (fd->storage == SF_STORE_VAR || fd->ndim != 0) {
+    if (fd->storage == SF_STORAGE_VARIABLE || fd->ndim != 0) {
         csv_text(f, v, size);
-    } else if (fd->dtype == SF_DT_F64) {
+    } else if (fd->dtype == SF_DTYPE_FLOAT64) {
         double d;
         uint64_t bits = sf_get_le64(v);
         memcpy(&d, &bits, 8);
         fwrite(t, 1, sf_format_f64(t, d), f);
-    } else if (fd->dtype == SF_DT_F32) {
+    } else if (fd->dtype == SF_DTYPE_FLOAT32) {
         float x;
         uint32_t bits = sf_get_le32(v);
         memcpy(&x, &bits, 4);
@@ -444,8 +444,8 @@ static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
         uint8_t b[8] = {0};
         memcpy(b, v, size < 8 ? size : 8);
         uint64_t u = sf_get_le64(b);
-        int is_signed = fd->dtype == SF_DT_I8 || fd->dtype == SF_DT_I16 || fd->dtype == SF_DT_I32 ||
-                        fd->dtype == SF_DT_I64;
+        int is_signed = fd->dtype == SF_DTYPE_INT8 || fd->dtype == SF_DTYPE_INT16 || fd->dtype == SF_DTYPE_INT32 ||
+                        fd->dtype == SF_DTYPE_INT64;
         if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
             u |= ~0ull << (8 * size); /* sign-extend */
         if (is_signed)
@@ -563,7 +563,7 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
     /* imagefolder and list keep a file's bytes in their first variable-length
      * bytes field; without one, fall back to .npy files. */
     for (uint32_t f = 0; f < x.s->field_count && x.data_field < 0; f++)
-        if (x.s->fields[f].storage == SF_STORE_VAR && x.s->fields[f].dtype == SF_DT_BYTES)
+        if (x.s->fields[f].storage == SF_STORAGE_VARIABLE && x.s->fields[f].dtype == SF_DTYPE_BYTES)
             x.data_field = (int)f;
     x.layout = LAYOUT_NPY;
     if (strcmp(source, "tar") == 0)

@@ -21,7 +21,7 @@ int sf_zstd_content_size(uint64_t *out, const sf_field *f, const void *src, uint
     if (cs > SF_MAX_FIELD_BYTES)
         return sf_fail(SF_E_CORRUPT, "field '%s': zstd frame declares %llu bytes (limit %llu)",
                        f->name, cs, (unsigned long long)SF_MAX_FIELD_BYTES);
-    if (f->storage == SF_STORE_FIXED && cs != f->item_size)
+    if (f->storage == SF_STORAGE_FIXED && cs != f->item_size)
         return sf_fail(SF_E_CORRUPT, "field '%s': zstd frame declares %llu bytes, the field has %llu",
                        f->name, cs, (unsigned long long)f->item_size);
     if (cs % sf_dtype_size(f->dtype) != 0)

@@ -145,7 +145,7 @@ static void decompress_shard(verify_run *v, const sf_shard_meta *meta, int fd, c
         uint32_t k = 0;
         for (uint32_t f = 0; f < s->field_count && !rc; f++) {
             const sf_field *fld = &s->fields[f];
-            if (fld->storage == SF_STORE_INLINE)
+            if (fld->storage == SF_STORAGE_INLINE)
                 continue;
             uint32_t pk = k++;
             if (fld->codec == SF_CODEC_NONE)

@@ -53,28 +53,14 @@ extern const uint8_t sf_shard_magic[SF_MAGIC_SIZE];
 extern const uint8_t sf_footer_magic[SF_MAGIC_SIZE];
 extern const uint8_t sf_manifest_magic[SF_MAGIC_SIZE];
 
-/* How a field's value is stored (SPEC.md "Schema"). */
-enum sf_storage {
-    SF_STORE_FIXED = 0,  /* fixed shape, in the record payload */
-    SF_STORE_VAR = 1,    /* variable length, in the payload; length in the index */
-    SF_STORE_INLINE = 2, /* fixed, <= 8 bytes, inside the index entry */
-};
-
-/* How a payload field's value is encoded (SPEC.md "Compression"). */
-enum sf_codec {
-    SF_CODEC_NONE = 0, /* stored as is */
-    SF_CODEC_ZSTD = 1, /* one zstd frame with its content size; fixed and variable fields */
-    SF_CODEC_COUNT
-};
-
 typedef struct sf_field {
     char name[SF_MAX_NAME + 1];
-    uint8_t dtype;   /* enum sf_dtype */
+    uint8_t dtype;   /* sf_dtype (shardfeed/types.h) */
     uint8_t ndim;
-    uint8_t storage; /* enum sf_storage */
-    uint8_t codec;   /* enum sf_codec; never on inline fields */
+    uint8_t storage; /* sf_storage */
+    uint8_t codec;   /* sf_codec; never on inline fields */
     uint64_t shape[SF_MAX_NDIM];
-    uint64_t item_size; /* bytes of one value; 0 for SF_STORE_VAR */
+    uint64_t item_size; /* bytes of one value; 0 for SF_STORAGE_VARIABLE */
 } sf_field;
 
 typedef struct sf_schema {

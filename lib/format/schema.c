@@ -11,8 +11,8 @@
  *   0  64  name, NUL-padded (all bytes after the name are zero)
  *  64   1  dtype            (enum sf_dtype)
  *  65   1  ndim             (0..8)
- *  66   1  storage          (enum sf_storage)
- *  67   1  codec            (enum sf_codec: 0 stored as is, 1 zstd)
+ *  66   1  storage          (sf_storage)
+ *  67   1  codec            (sf_codec: 0 stored as is, 1 zstd)
  *  68   4  reserved, zero
  *  72  64  shape[8], u64 each; dims past ndim are zero
  * 136   8  item_size        (bytes of one value; 0 for variable length)
@@ -165,7 +165,7 @@ int sf_field_check(const sf_field *f)
     /* Codes SPEC.md does not define are reserved: a file that uses one
      * breaks the format (a later format version would say so in its
      * version or required_flags). */
-    if (f->dtype >= SF_DT_COUNT)
+    if (f->dtype >= SF_DTYPE_COUNT)
         return sf_fail(SF_E_CORRUPT, "field '%s': dtype code %u is reserved", f->name, f->dtype);
     if (f->ndim > SF_MAX_NDIM)
         return sf_fail(SF_E_LIMIT, "field '%s': %u dimensions (limit %u)", f->name, f->ndim,
@@ -174,23 +174,23 @@ int sf_field_check(const sf_field *f)
         return sf_fail(SF_E_CORRUPT, "field '%s': codec %u is reserved", f->name, f->codec);
     /* An inline value lives in its index entry, where there is no room for
      * a frame and nothing to gain. */
-    if (f->codec != SF_CODEC_NONE && f->storage == SF_STORE_INLINE)
+    if (f->codec != SF_CODEC_NONE && f->storage == SF_STORAGE_INLINE)
         return sf_fail(SF_E_CORRUPT, "field '%s': inline fields cannot be compressed", f->name);
     for (uint32_t d = f->ndim; d < SF_MAX_NDIM; d++)
         if (f->shape[d] != 0)
             return sf_fail(SF_E_RESERVED, "field '%s': unused shape slot %u is not zero", f->name, d);
 
     size_t esize = sf_dtype_size(f->dtype);
-    if (f->storage == SF_STORE_VAR) {
+    if (f->storage == SF_STORAGE_VARIABLE) {
         if (f->ndim != 1 || f->shape[0] != 0 || f->item_size != 0)
             return sf_fail(SF_E_CORRUPT,
                            "field '%s': a variable-length field has ndim 1, shape (0,), item_size 0",
                            f->name);
         return 0;
     }
-    if (f->storage != SF_STORE_FIXED && f->storage != SF_STORE_INLINE)
+    if (f->storage != SF_STORAGE_FIXED && f->storage != SF_STORAGE_INLINE)
         return sf_fail(SF_E_CORRUPT, "field '%s': storage code %u is reserved", f->name, f->storage);
-    if (f->dtype == SF_DT_BYTES)
+    if (f->dtype == SF_DTYPE_BYTES)
         return sf_fail(SF_E_CORRUPT, "field '%s': dtype bytes is for variable-length fields only",
                        f->name);
     uint64_t size = esize;
@@ -202,7 +202,7 @@ int sf_field_check(const sf_field *f)
     if (size != f->item_size)
         return sf_fail(SF_E_CORRUPT, "field '%s': item_size %llu does not match shape (%llu)",
                        f->name, (unsigned long long)f->item_size, (unsigned long long)size);
-    if (f->storage == SF_STORE_INLINE && size > SF_MAX_INLINE_BYTES)
+    if (f->storage == SF_STORAGE_INLINE && size > SF_MAX_INLINE_BYTES)
         return sf_fail(SF_E_CORRUPT, "field '%s': inline values hold at most %u bytes", f->name,
                        SF_MAX_INLINE_BYTES);
     return 0;
@@ -224,15 +224,15 @@ int sf_schema_finish(sf_schema *s)
                 return sf_fail(SF_E_CORRUPT, "field name '%s' appears twice", f->name);
         s->var_slot[i] = -1;
         s->inline_slot[i] = -1;
-        if (f->storage == SF_STORE_INLINE) {
+        if (f->storage == SF_STORAGE_INLINE) {
             s->inline_slot[i] = (int8_t)s->n_inline++;
         } else {
-            if (f->dtype == SF_DT_BOOL)
+            if (f->dtype == SF_DTYPE_BOOL)
                 s->bool_payload |= 1ull << s->n_payload;
             s->payload_field[s->n_payload++] = (uint8_t)i;
             /* A compressed value's stored length varies per record even when
              * its field is fixed: it gets a length slot like a variable one. */
-            if (f->storage == SF_STORE_VAR || f->codec != SF_CODEC_NONE)
+            if (f->storage == SF_STORAGE_VARIABLE || f->codec != SF_CODEC_NONE)
                 s->var_slot[i] = (int8_t)s->n_var++;
         }
     }

@@ -240,7 +240,7 @@ int sf_record_layout(const sf_schema *s, uint32_t align, const uint64_t *var_len
     uint32_t k = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
-        if (fd->storage == SF_STORE_INLINE)
+        if (fd->storage == SF_STORAGE_INLINE)
             continue;
         uint64_t size = s->var_slot[f] >= 0 ? var_len[s->var_slot[f]] : fd->item_size;
         if (size > SF_MAX_RECORD_BYTES)
@@ -292,7 +292,7 @@ static int check_inline_bools(const sf_schema *s, const sf_index_entry *e, uint6
 {
     for (uint32_t f = 0; f < s->field_count; f++) {
         int slot = s->inline_slot[f];
-        if (slot < 0 || s->fields[f].dtype != SF_DT_BOOL)
+        if (slot < 0 || s->fields[f].dtype != SF_DTYPE_BOOL)
             continue;
         uint64_t at = sf_first_non_bool(e->inline_val[slot], s->fields[f].item_size);
         if (at != UINT64_MAX)

@@ -233,7 +233,7 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
         uint64_t first_bad_pad = UINT64_MAX, first_bad_value = UINT64_MAX;
         cursor = e.offset;
         for (uint32_t f = 0; f < sc->field_count && rc == 0; f++) {
-            if (sc->fields[f].storage == SF_STORE_INLINE)
+            if (sc->fields[f].storage == SF_STORAGE_INLINE)
                 continue;
             uint64_t start = e.offset + field_off[k];
             bad = stream_zero(&s, cursor, start - cursor, &rc);

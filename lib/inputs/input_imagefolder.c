@@ -369,13 +369,13 @@ static void schema_of(sf_schema *s)
     s->field_count = 2;
     sf_field *img = &s->fields[F_IMAGE], *lab = &s->fields[F_LABEL];
     snprintf(img->name, sizeof img->name, "image");
-    img->dtype = SF_DT_BYTES;
+    img->dtype = SF_DTYPE_BYTES;
     img->ndim = 1;
-    img->storage = SF_STORE_VAR;
+    img->storage = SF_STORAGE_VARIABLE;
     snprintf(lab->name, sizeof lab->name, "label");
-    lab->dtype = SF_DT_I64;
+    lab->dtype = SF_DTYPE_INT64;
     lab->ndim = 0;
-    lab->storage = SF_STORE_INLINE;
+    lab->storage = SF_STORAGE_INLINE;
     lab->item_size = 8;
 }
 

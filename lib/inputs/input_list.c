@@ -282,12 +282,12 @@ static void set_field(sf_field *f, const char *name, enum col_kind kind)
     size_t n = strnlen(name, sizeof f->name - 1);
     memcpy(f->name, name, n);
     if (kind == COL_FILE || kind == COL_TEXT) {
-        f->dtype = SF_DT_BYTES;
+        f->dtype = SF_DTYPE_BYTES;
         f->ndim = 1;
-        f->storage = SF_STORE_VAR;
+        f->storage = SF_STORAGE_VARIABLE;
     } else {
-        f->dtype = kind == COL_INT ? SF_DT_I64 : SF_DT_F64;
-        f->storage = SF_STORE_INLINE;
+        f->dtype = kind == COL_INT ? SF_DTYPE_INT64 : SF_DTYPE_FLOAT64;
+        f->storage = SF_STORAGE_INLINE;
         f->item_size = 8;
     }
 }

@@ -235,7 +235,7 @@ static void field_from_npy(sf_field *f, const char *name, const npy_info *info)
     f->item_size = info->data_size;
     /* Small scalars (labels) live in the index so a reader has them all
      * after open, without a read per sample. */
-    f->storage = info->data_size <= SF_MAX_INLINE_BYTES ? SF_STORE_INLINE : SF_STORE_FIXED;
+    f->storage = info->data_size <= SF_MAX_INLINE_BYTES ? SF_STORAGE_INLINE : SF_STORAGE_FIXED;
 }
 
 static void npy_free(input_set *in)

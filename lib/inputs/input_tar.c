@@ -413,9 +413,9 @@ static void set_schema(sf_schema *s, const scan *sc)
         sf_field *fd = &s->fields[f];
         memset(fd, 0, sizeof *fd);
         snprintf(fd->name, sizeof fd->name, "%s", sc->names[f]);
-        fd->dtype = SF_DT_BYTES;
+        fd->dtype = SF_DTYPE_BYTES;
         fd->ndim = 1;
-        fd->storage = SF_STORE_VAR;
+        fd->storage = SF_STORAGE_VARIABLE;
     }
 }
 

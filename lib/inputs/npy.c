@@ -201,10 +201,10 @@ struct descr_code {
 };
 
 static const struct descr_code descr_codes[] = {
-    {"b1", SF_DT_BOOL}, {"u1", SF_DT_U8},   {"i1", SF_DT_I8},   {"u2", SF_DT_U16},
-    {"i2", SF_DT_I16},  {"u4", SF_DT_U32},  {"i4", SF_DT_I32},  {"u8", SF_DT_U64},
-    {"i8", SF_DT_I64},  {"f2", SF_DT_F16},  {"f4", SF_DT_F32},  {"f8", SF_DT_F64},
-    {"c8", SF_DT_C64},  {"c16", SF_DT_C128},
+    {"b1", SF_DTYPE_BOOL}, {"u1", SF_DTYPE_UINT8},   {"i1", SF_DTYPE_INT8},   {"u2", SF_DTYPE_UINT16},
+    {"i2", SF_DTYPE_INT16},  {"u4", SF_DTYPE_UINT32},  {"i4", SF_DTYPE_INT32},  {"u8", SF_DTYPE_UINT64},
+    {"i8", SF_DTYPE_INT64},  {"f2", SF_DTYPE_FLOAT16},  {"f4", SF_DTYPE_FLOAT32},  {"f8", SF_DTYPE_FLOAT64},
+    {"c8", SF_DTYPE_COMPLEX64},  {"c16", SF_DTYPE_COMPLEX128},
 };
 
 /* A word for the error message, so users see why e.g. '<U5' is refused. */
@@ -564,7 +564,7 @@ static void transpose_f_to_c(uint8_t *dst, const uint8_t *src, const npy_info *i
 /* Guards against an npy_info that was not produced by npy_parse_header. */
 static int info_consistent(const npy_info *info)
 {
-    if (info->dtype < SF_DT_BOOL || info->dtype > SF_DT_C128 || info->ndim > NPY_MAX_NDIM)
+    if (info->dtype < SF_DTYPE_BOOL || info->dtype > SF_DTYPE_COMPLEX128 || info->ndim > NPY_MAX_NDIM)
         return 0;
     uint64_t count = 1;
     for (uint32_t i = 0; i < info->ndim; i++) {
@@ -640,7 +640,7 @@ static size_t padded_total(size_t prefix, size_t dict_len)
 
 size_t npy_write_header(uint8_t *buf, size_t cap, int dtype, uint32_t ndim, const uint64_t *shape)
 {
-    if (dtype < SF_DT_BOOL || dtype > SF_DT_C128 || ndim > NPY_MAX_NDIM || (ndim > 0 && !shape))
+    if (dtype < SF_DTYPE_BOOL || dtype > SF_DTYPE_COMPLEX128 || ndim > NPY_MAX_NDIM || (ndim > 0 && !shape))
         return 0;
     char dict[NPY_DICT_CAP];
     size_t dict_len = format_dict(dict, sf_dtype_npy_descr(dtype), ndim, shape);

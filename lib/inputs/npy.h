@@ -60,7 +60,7 @@ int npy_is_native(const npy_info *info);
  * what numpy.save writes (numpy >= 1.24: including the spare spaces numpy
  * reserves for growing the first axis), padded so the total header length is
  * a multiple of 64. Returns the header length in bytes, or 0 if `cap` is too
- * small, dtype is not an array dtype (SF_DT_BOOL..SF_DT_C128), ndim >
+ * small, dtype is not an array dtype (SF_DTYPE_BOOL..SF_DTYPE_COMPLEX128), ndim >
  * NPY_MAX_NDIM, or shape is NULL with ndim > 0. */
 size_t npy_write_header(uint8_t *buf, size_t cap, int dtype, uint32_t ndim, const uint64_t *shape);
 

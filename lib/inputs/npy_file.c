@@ -103,7 +103,7 @@ int npy_file_read(npy_file *f, uint8_t *dst, uint8_t **scratch, uint64_t *scratc
     if (target != dst)
         npy_to_c_le(dst, target, info);
     /* numpy can hold other bytes in a bool array; a dataset cannot. */
-    uint64_t bad = info->dtype == SF_DT_BOOL ? sf_first_non_bool(dst, info->data_size) : UINT64_MAX;
+    uint64_t bad = info->dtype == SF_DTYPE_BOOL ? sf_first_non_bool(dst, info->data_size) : UINT64_MAX;
     if (bad != UINT64_MAX)
         return sf_fail(SF_E_INPUT, "%s: bool array holds byte 0x%02x at element %llu (bools are 0 or 1)",
                        f->path, dst[bad], (unsigned long long)bad);

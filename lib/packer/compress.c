@@ -56,12 +56,12 @@ static int parse_item(sf_schema *schema, int *levels, const char *item, size_t l
         return sf_fail(SF_E_INVALID, "--compress %s: unknown codec '%.*s' (zstd is the one there is)",
                        name, (int)clen, codec);
     }
-    if (schema->fields[f].storage == SF_STORE_INLINE)
+    if (schema->fields[f].storage == SF_STORAGE_INLINE)
         return sf_fail(SF_E_INVALID,
                        "--compress %s: the field is stored inline in the index (%llu bytes); "
                        "there is nothing to compress",
                        name, (unsigned long long)schema->fields[f].item_size);
-    schema->fields[f].codec = 1;
+    schema->fields[f].codec = SF_CODEC_ZSTD;
     levels[f] = level;
     return 0;
 }

@@ -91,7 +91,7 @@ static uint64_t record_bound(const pack_writer_ctx *ctx, uint64_t r)
     const sf_schema *s = &ctx->in->schema;
     uint64_t a = ctx->plan->align, total = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
-        if (s->fields[f].storage == SF_STORE_INLINE)
+        if (s->fields[f].storage == SF_STORAGE_INLINE)
             continue;
         uint64_t len = ctx->in->sizes[r * s->field_count + f];
         if (s->fields[f].codec)
@@ -117,7 +117,7 @@ static int add_record(const pack_writer_ctx *ctx, writer *w, uint64_t r, uint64_
         const sf_field *fd = &s->fields[f];
         uint64_t len = in->sizes[r * s->field_count + f];
         int rc;
-        if (fd->storage == SF_STORE_INLINE) {
+        if (fd->storage == SF_STORAGE_INLINE) {
             uint8_t *val = e->inline_val[s->inline_slot[f]];
             memset(val, 0, SF_MAX_INLINE_BYTES);
             if ((rc = in->ops->read(w->cursor, in, r, f, val)))

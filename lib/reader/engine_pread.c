@@ -182,7 +182,7 @@ static uint64_t fixed_bytes(const sf_reader *r)
 {
     uint64_t per = 0;
     for (uint32_t f = 0; f < r->schema->field_count; f++)
-        per += r->schema->fields[f].storage == SF_STORE_FIXED ? r->schema->fields[f].item_size : 0;
+        per += r->schema->fields[f].storage == SF_STORAGE_FIXED ? r->schema->fields[f].item_size : 0;
     return per;
 }
 

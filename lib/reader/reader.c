@@ -99,7 +99,7 @@ int sf_loader_small_records(const sf_reader *r)
         return 0;
     uint64_t per = 0;
     for (uint32_t f = 0; f < sc->field_count; f++)
-        per += sc->fields[f].storage == SF_STORE_FIXED ? sc->fields[f].item_size : 0;
+        per += sc->fields[f].storage == SF_STORAGE_FIXED ? sc->fields[f].item_size : 0;
     return per <= SF_SMALL_RECORD;
 }
 
@@ -140,7 +140,7 @@ static int direct_check(const sf_reader *r)
                        r->ds->manifest.align, SF_DIRECT_ALIGN, SF_DIRECT_ALIGN);
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
-        if (fd->storage == SF_STORE_FIXED && fd->item_size % SF_DIRECT_ALIGN)
+        if (fd->storage == SF_STORAGE_FIXED && fd->item_size % SF_DIRECT_ALIGN)
             return sf_fail(SF_E_UNSUPPORTED,
                            "direct: field '%s' is %llu bytes per sample, not a multiple of %u, so "
                            "it cannot be read with O_DIRECT",
@@ -193,7 +193,7 @@ static uint64_t *slot_var_off(const sf_reader *r, const sf_slot *s, uint32_t f)
 static uint64_t slot_value_len(const sf_reader *r, uint32_t f, uint64_t id, const sf_index_entry *e)
 {
     const sf_field *fd = &r->schema->fields[f];
-    if (fd->storage == SF_STORE_FIXED)
+    if (fd->storage == SF_STORAGE_FIXED)
         return fd->item_size;
     if (fd->codec != SF_CODEC_NONE)
         return r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
@@ -230,9 +230,9 @@ static int slots_init(sf_reader *r)
             bf->elem_size = sf_dtype_size(fd->dtype);
             bf->ndim = fd->ndim;
             memcpy(bf->shape, fd->shape, sizeof bf->shape);
-            bf->item_size = fd->storage == SF_STORE_VAR ? 0 : fd->item_size;
+            bf->item_size = fd->storage == SF_STORAGE_VARIABLE ? 0 : fd->item_size;
             bf->data = s->base + r->layout.field_off[f];
-            if (fd->storage == SF_STORE_VAR)
+            if (fd->storage == SF_STORAGE_VARIABLE)
                 bf->offsets = slot_var_off(r, s, f);
         }
         s->batch.num_fields = sc->field_count;
@@ -303,7 +303,7 @@ static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t po
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];
         uint8_t *dst = s->base + r->layout.field_off[f] + pos * fd->item_size;
-        if (fd->storage == SF_STORE_INLINE) {
+        if (fd->storage == SF_STORAGE_INLINE) {
             memcpy(dst, inl + 8 * (uint32_t)sc->inline_slot[f], fd->item_size);
             continue;
         }
@@ -334,13 +334,13 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];
         uint8_t *arr = s->base + r->layout.field_off[f];
-        if (fd->storage == SF_STORE_INLINE) {
+        if (fd->storage == SF_STORAGE_INLINE) {
             memcpy(arr + pos * fd->item_size, e.inline_val[sc->inline_slot[f]], fd->item_size);
             continue;
         }
         uint64_t out = slot_value_len(r, f, id, &e);
         uint8_t *dst;
-        if (fd->storage == SF_STORE_FIXED) {
+        if (fd->storage == SF_STORAGE_FIXED) {
             dst = arr + pos * fd->item_size;
         } else {
             uint64_t *vo = slot_var_off(r, s, f);
@@ -678,7 +678,7 @@ static int substitute_fits(const sf_reader *r, const sf_slot *s, uint32_t pos, u
     sf_index_entry e;
     sf_dataset_entry(&e, r->ds, shard, local);
     for (uint32_t f = 0; f < sc->field_count; f++) {
-        if (sc->fields[f].storage != SF_STORE_VAR)
+        if (sc->fields[f].storage != SF_STORAGE_VARIABLE)
             continue;
         const uint64_t *vo = slot_var_off(r, s, f);
         uint64_t others = vo[s->batch.size] - (vo[pos + 1] - vo[pos]);

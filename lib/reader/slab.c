@@ -113,7 +113,7 @@ static int var_bounds(sf_slot_layout *out, const sf_reader *r, uint64_t k, uint6
     memset(sums, 0, sizeof sums);
     int rc = 0;
     for (uint32_t f = 0; f < s->field_count && !rc; f++)
-        if (s->fields[f].storage == SF_STORE_VAR)
+        if (s->fields[f].storage == SF_STORAGE_VARIABLE)
             rc = top_sum_init(&sums[f], k, r->n);
     sf_index_entry e;
     uint64_t id = 0;
@@ -122,7 +122,7 @@ static int var_bounds(sf_slot_layout *out, const sf_reader *r, uint64_t k, uint6
         for (uint64_t i = 0; i < count; i++, id++) {
             sf_dataset_entry(&e, ds, sh, i);
             for (uint32_t f = 0; f < s->field_count; f++) {
-                if (s->fields[f].storage != SF_STORE_VAR)
+                if (s->fields[f].storage != SF_STORAGE_VARIABLE)
                     continue;
                 int v = s->var_slot[f];
                 /* Compressed values take their decompressed length in the slot. */
@@ -156,7 +156,7 @@ int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
     uint64_t var_bytes[SF_MAX_FIELDS] = {0};
     int has_var = 0;
     for (uint32_t f = 0; f < s->field_count; f++)
-        has_var |= s->fields[f].storage == SF_STORE_VAR;
+        has_var |= s->fields[f].storage == SF_STORAGE_VARIABLE;
     if (s->n_var) {
         int rc = var_bounds(out, r, samples < r->n ? samples : r->n, var_bytes);
         if (rc)
@@ -165,7 +165,7 @@ int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
     uint64_t page = page_size(), pos = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
-        uint64_t cap = fd->storage == SF_STORE_VAR ? var_bytes[f] : mul_sat(fd->item_size, samples);
+        uint64_t cap = fd->storage == SF_STORAGE_VARIABLE ? var_bytes[f] : mul_sat(fd->item_size, samples);
         if (cap > (1ull << 46) || pos > (1ull << 46))
             return sf_fail(SF_E_LIMIT, "field '%s': a batch of %u needs more than 64 TiB", fd->name,
                            samples);

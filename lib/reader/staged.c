@@ -111,13 +111,13 @@ int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
         r->zvar_slot[f] = -1;
-        if (fd->storage == SF_STORE_INLINE)
+        if (fd->storage == SF_STORAGE_INLINE)
             continue;
         r->payload_field[k++] = f;
         if (fd->codec == SF_CODEC_NONE)
             continue;
         r->compressed = 1;
-        if (fd->storage == SF_STORE_VAR)
+        if (fd->storage == SF_STORAGE_VARIABLE)
             r->zvar_slot[f] = (int8_t)r->n_zvar++;
     }
     if (!r->compressed)

@@ -135,8 +135,6 @@ _DIRECT = {"auto": _C.DIRECT_AUTO, "on": _C.DIRECT_ON, "off": _C.DIRECT_OFF}
 _ON_CORRUPT = {"error": _C.ON_CORRUPT_ERROR, "skip": _C.ON_CORRUPT_SKIP}
 _OUTPUTS = ("auto", "torch", "numpy", "dlpack")
 _VARLEN = ("list", "pair")
-_DT_BOOL = 1
-_DT_BYTES = 0
 _U32 = 2 ** 32
 _U64 = 2 ** 64
 _STATE_VERSION = 1
@@ -278,7 +276,8 @@ class _Converter:
         # those fields come out as numpy arrays.
         self.torch_fallback = set()
         if torch is not None:
-            for code, name in ((4, "uint16"), (6, "uint32"), (8, "uint64")):
+            for code, name in ((_C.DT_UINT16, "uint16"), (_C.DT_UINT32, "uint32"),
+                               (_C.DT_UINT64, "uint64")):
                 if not hasattr(torch, name):
                     self.torch_fallback.add(code)
             c_from = getattr(torch._C, "_from_dlpack", None)
@@ -307,19 +306,19 @@ class _Converter:
             except (RuntimeError, TypeError, BufferError):
                 self.torch_fallback.add(dtype)
             else:
-                return t.view(self.torch.bool) if dtype == _DT_BOOL else t
+                return t.view(self.torch.bool) if dtype == _C.DT_BOOL else t
         np = self.np
         if self.np_from_dlpack is not None:
             x = self.np_from_dlpack(a)
-            return x.view(np.bool_) if dtype == _DT_BOOL else x
+            return x.view(np.bool_) if dtype == _C.DT_BOOL else x
         return np.asarray(a)
 
     def var(self, pair, dtype):
         data, offsets = pair
         if self.varlen == "pair" or self.output == "dlpack":
-            return (self.array(data, dtype), self.array(offsets, 9))
+            return (self.array(data, dtype), self.array(offsets, _C.DT_INT64))
         offs = memoryview(offsets).tolist()
-        if dtype == _DT_BYTES:
+        if dtype == _C.DT_BYTES:
             raw = bytes(memoryview(data))
             return [raw[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)]
         d = self.array(data, dtype)
@@ -329,7 +328,7 @@ class _Converter:
     def __call__(self, b):
         out = Batch()
         for name, storage, dtype, value in b.fields():
-            if storage == _C.STORAGE_VAR:
+            if storage == _C.STORAGE_VARIABLE:
                 out[name] = self.var(value, dtype)
             else:
                 out[name] = self.array(value, dtype)

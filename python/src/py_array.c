@@ -9,12 +9,13 @@
 
 #include <dlpack/dlpack.h>
 
-typedef struct dtype_desc {
-    Py_ssize_t size;
+/* What Python needs of each dtype beyond its size and NumPy descr
+ * (sf_dtype_size, sf_dtype_npy_descr): its DLPack type code and its
+ * struct-module format for the buffer protocol. */
+typedef struct dtype_py {
     uint8_t dl_code; /* DLDataTypeCode */
-    const char *format; /* struct-module format for the buffer protocol */
-    const char *descr;  /* NumPy descr */
-} dtype_desc;
+    const char *format;
+} dtype_py;
 
 /* Buffer-protocol formats: native codes on a little-endian host (so that
  * memoryview can index them), explicit little-endian ones otherwise. */
@@ -24,35 +25,29 @@ typedef struct dtype_desc {
 #define LE(f) "<" f
 #endif
 
-/* Indexed by the SPEC.md dtype code. DLPack 0.6 has no bool: bool and bytes
- * go out as uint8 (the Python layer views bool back as bool). */
-static const dtype_desc DTYPES[] = {
-    [0] = {1, kDLUInt, "B", "|u1"},          /* bytes */
-    [1] = {1, kDLUInt, "?", "|b1"},          /* bool */
-    [2] = {1, kDLUInt, "B", "|u1"},          /* uint8 */
-    [3] = {1, kDLInt, "b", "|i1"},           /* int8 */
-    [4] = {2, kDLUInt, LE("H"), "<u2"},      /* uint16 */
-    [5] = {2, kDLInt, LE("h"), "<i2"},       /* int16 */
-    [6] = {4, kDLUInt, LE("I"), "<u4"},      /* uint32 */
-    [7] = {4, kDLInt, LE("i"), "<i4"},       /* int32 */
-    [8] = {8, kDLUInt, LE("Q"), "<u8"},      /* uint64 */
-    [9] = {8, kDLInt, LE("q"), "<i8"},       /* int64 */
-    [10] = {2, kDLFloat, LE("e"), "<f2"},    /* float16 */
-    [11] = {4, kDLFloat, LE("f"), "<f4"},    /* float32 */
-    [12] = {8, kDLFloat, LE("d"), "<f8"},    /* float64 */
-    [13] = {8, kDLComplex, LE("Zf"), "<c8"}, /* complex64 */
-    [14] = {16, kDLComplex, LE("Zd"), "<c16"} /* complex128 */
+/* DLPack 0.6 has no bool: bool and bytes go out as uint8 (the Python layer
+ * views bool back as bool). */
+static const dtype_py DTYPES[SF_DTYPE_COUNT] = {
+    [SF_DTYPE_BYTES] = {kDLUInt, "B"},
+    [SF_DTYPE_BOOL] = {kDLUInt, "?"},
+    [SF_DTYPE_UINT8] = {kDLUInt, "B"},
+    [SF_DTYPE_INT8] = {kDLInt, "b"},
+    [SF_DTYPE_UINT16] = {kDLUInt, LE("H")},
+    [SF_DTYPE_INT16] = {kDLInt, LE("h")},
+    [SF_DTYPE_UINT32] = {kDLUInt, LE("I")},
+    [SF_DTYPE_INT32] = {kDLInt, LE("i")},
+    [SF_DTYPE_UINT64] = {kDLUInt, LE("Q")},
+    [SF_DTYPE_INT64] = {kDLInt, LE("q")},
+    [SF_DTYPE_FLOAT16] = {kDLFloat, LE("e")},
+    [SF_DTYPE_FLOAT32] = {kDLFloat, LE("f")},
+    [SF_DTYPE_FLOAT64] = {kDLFloat, LE("d")},
+    [SF_DTYPE_COMPLEX64] = {kDLComplex, LE("Zf")},
+    [SF_DTYPE_COMPLEX128] = {kDLComplex, LE("Zd")},
 };
-#define NUM_DTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 int sf_py_dtype_known(int dtype)
 {
-    return dtype >= 0 && dtype < NUM_DTYPES;
-}
-
-const char *sf_py_dtype_descr(int dtype)
-{
-    return sf_py_dtype_known(dtype) ? DTYPES[dtype].descr : "?";
+    return sf_dtype_name(dtype) != NULL;
 }
 
 PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, const uint64_t *shape,
@@ -70,7 +65,7 @@ PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, cons
     a->dtype = dtype;
     a->readonly = readonly;
     a->ndim = ndim;
-    a->itemsize = DTYPES[dtype].size;
+    a->itemsize = (Py_ssize_t)sf_dtype_size(dtype);
     Py_ssize_t n = a->itemsize;
     for (int i = ndim - 1; i >= 0; i--) {
         if (shape[i] > (uint64_t)PY_SSIZE_T_MAX / (uint64_t)(n ? n : 1)) {
@@ -224,7 +219,7 @@ static PyObject *array_get_shape(sf_py_array *a, void *unused)
 static PyObject *array_get_dtype(sf_py_array *a, void *unused)
 {
     (void)unused;
-    return PyUnicode_FromString(DTYPES[a->dtype].descr);
+    return PyUnicode_FromString(sf_dtype_npy_descr(a->dtype));
 }
 
 static PyObject *array_get_nbytes(sf_py_array *a, void *unused)
@@ -250,7 +245,7 @@ static PyObject *array_repr(sf_py_array *a)
     PyObject *shape = array_get_shape(a, NULL);
     if (!shape)
         return NULL;
-    PyObject *r = PyUnicode_FromFormat("<shardfeed array %s %R>", DTYPES[a->dtype].descr, shape);
+    PyObject *r = PyUnicode_FromFormat("<shardfeed array %s %R>", sf_dtype_npy_descr(a->dtype), shape);
     Py_DECREF(shape);
     return r;
 }

@@ -3,20 +3,6 @@
  * refers to the dataset's memory. */
 #include "py_internal.h"
 
-static const char *storage_name(int storage)
-{
-    switch (storage) {
-    case SF_FIELD_FIXED:
-        return "fixed";
-    case SF_FIELD_VAR:
-        return "variable";
-    case SF_FIELD_INLINE:
-        return "inline";
-    default:
-        return "unknown";
-    }
-}
-
 /* Closes the sf_dataset once close() was asked for and no get() of another
  * thread still runs on it. */
 static void dataset_maybe_free(sf_py_dataset *d)
@@ -118,10 +104,8 @@ static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
         for (uint32_t i = 0; i < fi.ndim; i++)
             PyTuple_SET_ITEM(shape, i, PyLong_FromUnsignedLongLong(fi.shape[i]));
         PyObject *item = Py_BuildValue("(sissNsKs)", fi.name, fi.dtype, fi.dtype_name,
-                                       fi.npy_descr, shape, storage_name(fi.storage),
-                                       (unsigned long long)fi.item_size,
-                                       fi.codec == SF_FIELD_CODEC_ZSTD ? "zstd"
-                                       : fi.codec == SF_FIELD_CODEC_NONE ? "none" : "unknown");
+                                       fi.npy_descr, shape, sf_storage_name(fi.storage),
+                                       (unsigned long long)fi.item_size, sf_codec_name(fi.codec));
         if (!item) {
             Py_DECREF(out);
             return NULL;
@@ -267,7 +251,7 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
     int rc = sf_dataset_field(&fi, self->ds, field);
     if (rc < 0)
         return sf_py_raise(rc);
-    int as_bytes = fi.storage == SF_FIELD_VAR && fi.dtype == 0;
+    int as_bytes = fi.storage == SF_STORAGE_VARIABLE && fi.dtype == SF_DTYPE_BYTES;
     self->busy++; /* a close() from another thread meanwhile waits for this call */
     PyObject *buf = read_value(self, i, field, check, as_bytes);
     PyObject *ret = NULL;
@@ -276,7 +260,7 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
     } else if (buf) {
         void *data = PyByteArray_AS_STRING(buf);
         uint64_t n = (uint64_t)PyByteArray_GET_SIZE(buf) / (fi.elem_size ? fi.elem_size : 1);
-        ret = fi.storage == SF_FIELD_VAR ? sf_py_array_new(buf, data, fi.dtype, 1, &n, 0)
+        ret = fi.storage == SF_STORAGE_VARIABLE ? sf_py_array_new(buf, data, fi.dtype, 1, &n, 0)
                                          : sf_py_array_new(buf, data, fi.dtype, (int)fi.ndim, fi.shape, 0);
     }
     Py_XDECREF(buf);

@@ -82,10 +82,8 @@ typedef struct sf_py_array {
 PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, const uint64_t *shape,
                           int readonly);
 
-/* Whether `dtype` is a dtype code this module knows. */
+/* Whether `dtype` is an sf_dtype code (shardfeed/types.h). */
 int sf_py_dtype_known(int dtype);
-/* Little-endian NumPy descr of a dtype code ("<f4"), "|u1" for bytes. */
-const char *sf_py_dtype_descr(int dtype);
 
 /* ---- Reader / Batch ---- */
 typedef struct sf_py_reader {

@@ -386,7 +386,7 @@ static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
     for (uint32_t k = 0; k < b->num_fields; k++) {
         const sf_batch_field *f = &b->fields[k];
         PyObject *value;
-        if (f->storage == SF_FIELD_VAR) {
+        if (f->storage == SF_STORAGE_VARIABLE) {
             uint64_t esz = f->elem_size ? f->elem_size : 1;
             uint64_t n = f->bytes / esz;
             uint64_t noff = (uint64_t)b->size + 1;

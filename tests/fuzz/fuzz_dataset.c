@@ -47,7 +47,7 @@ static void check_compressed(sf_dataset *ds, uint64_t i, uint32_t f, const sf_fi
     int rc = sf_dataset_value_size(&size, ds, i, f);
     FUZZ_CHECK(rc == 0 || rc == SF_E_CORRUPT, "value size: %d %s", rc, sf_last_error());
     if (rc == 0)
-        FUZZ_CHECK(size <= (1ull << 30) && (fi->storage == SF_FIELD_VAR || size == fi->item_size),
+        FUZZ_CHECK(size <= (1ull << 30) && (fi->storage == SF_STORAGE_VARIABLE || size == fi->item_size),
                    "unchecked content size %" PRIu64, size);
     if (rc == 0 && size > sizeof buf) /* legal but large: only the size query */
         return;
@@ -161,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint32_t f = 0; f < nf; f++) {
             sf_field_info zi;
             FUZZ_CHECK(sf_dataset_field(&zi, ds, f) == 0, "field info");
-            if (zi.codec != SF_FIELD_CODEC_NONE) {
+            if (zi.codec != SF_CODEC_NONE) {
                 check_compressed(ds, i, f, &zi, vrc);
                 continue;
             }
@@ -177,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(p0 == p1 && s0 == s1, "checked and unchecked reads differ");
                 sf_field_info fi;
                 FUZZ_CHECK(sf_dataset_field(&fi, ds, f) == 0, "field info");
-                if (fi.storage != SF_FIELD_VAR)
+                if (fi.storage != SF_STORAGE_VARIABLE)
                     FUZZ_CHECK(s1 == fi.item_size, "size %" PRIu64 " of a fixed field", s1);
                 volatile uint8_t sink = 0;
                 for (uint64_t b = 0; b < s1; b++) /* touch every byte: ASan/mmap bounds */

@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     const npy_info *info = &whole;
     size_t isz = sf_dtype_size(info->dtype);
-    FUZZ_CHECK(info->dtype >= SF_DT_BOOL && info->dtype <= SF_DT_C128, "dtype %d", info->dtype);
+    FUZZ_CHECK(info->dtype >= SF_DTYPE_BOOL && info->dtype <= SF_DTYPE_COMPLEX128, "dtype %d", info->dtype);
     FUZZ_CHECK(info->ndim <= NPY_MAX_NDIM, "ndim %u", info->ndim);
     uint64_t count = 1;
     for (uint32_t k = 0; k < info->ndim; k++)

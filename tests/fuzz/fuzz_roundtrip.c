@@ -55,10 +55,10 @@ static size_t write_npy_header(char *out, size_t cap, const arr *a)
         sl += (size_t)snprintf(shape + sl, sizeof shape - sl, "%s%" PRIu64, d ? ", " : "", a->shape[d]);
     snprintf(shape + sl, sizeof shape - sl, a->ndim == 1 ? ",)" : ")");
     static const char *const code[] = {
-        [SF_DT_BOOL] = "b1", [SF_DT_U8] = "u1",  [SF_DT_I8] = "i1",  [SF_DT_U16] = "u2",
-        [SF_DT_I16] = "i2",  [SF_DT_U32] = "u4", [SF_DT_I32] = "i4", [SF_DT_U64] = "u8",
-        [SF_DT_I64] = "i8",  [SF_DT_F16] = "f2", [SF_DT_F32] = "f4", [SF_DT_F64] = "f8",
-        [SF_DT_C64] = "c8",  [SF_DT_C128] = "c16",
+        [SF_DTYPE_BOOL] = "b1", [SF_DTYPE_UINT8] = "u1",  [SF_DTYPE_INT8] = "i1",  [SF_DTYPE_UINT16] = "u2",
+        [SF_DTYPE_INT16] = "i2",  [SF_DTYPE_UINT32] = "u4", [SF_DTYPE_INT32] = "i4", [SF_DTYPE_UINT64] = "u8",
+        [SF_DTYPE_INT64] = "i8",  [SF_DTYPE_FLOAT16] = "f2", [SF_DTYPE_FLOAT32] = "f4", [SF_DTYPE_FLOAT64] = "f8",
+        [SF_DTYPE_COMPLEX64] = "c8",  [SF_DTYPE_COMPLEX128] = "c16",
     };
     char order = sf_dtype_size(a->dtype) == 1 ? '|' : a->big_endian ? '>' : '<';
     int dl = snprintf(dict, sizeof dict, "{'descr': '%c%s', 'fortran_order': %s, 'shape': %s, }", order,
@@ -149,9 +149,9 @@ static int count_files(const char *dir)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const int dtypes[] = {SF_DT_BOOL, SF_DT_U8,  SF_DT_I8,  SF_DT_U16, SF_DT_I16,
-                                 SF_DT_U32,  SF_DT_I32, SF_DT_U64, SF_DT_I64, SF_DT_F16,
-                                 SF_DT_F32,  SF_DT_F64, SF_DT_C64, SF_DT_C128};
+    static const int dtypes[] = {SF_DTYPE_BOOL, SF_DTYPE_UINT8,  SF_DTYPE_INT8,  SF_DTYPE_UINT16, SF_DTYPE_INT16,
+                                 SF_DTYPE_UINT32,  SF_DTYPE_INT32, SF_DTYPE_UINT64, SF_DTYPE_INT64, SF_DTYPE_FLOAT16,
+                                 SF_DTYPE_FLOAT32,  SF_DTYPE_FLOAT64, SF_DTYPE_COMPLEX64, SF_DTYPE_COMPLEX128};
     static const uint32_t aligns[] = {1, 2, 8, 64, 4096, 16};
     static const uint64_t shard_sizes[] = {1, 300, 1000, 5000, 1 << 20};
     static const char keychars[] = "0123456789abcXYZ.-";
@@ -225,9 +225,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* SPEC.md "Data types": a bool byte is 0 or 1; pack refuses others. */
     int bad_bool = 0;
     for (uint32_t i = 0; i < n; i++) {
-        for (size_t k = 0; A.dtype == SF_DT_BOOL && k < size_a; k++)
+        for (size_t k = 0; A.dtype == SF_DTYPE_BOOL && k < size_a; k++)
             bad_bool |= expect_a[i][k] > 1;
-        for (size_t k = 0; has_b && B.dtype == SF_DT_BOOL && k < size_b; k++)
+        for (size_t k = 0; has_b && B.dtype == SF_DTYPE_BOOL && k < size_b; k++)
             bad_bool |= expect_b[i][k] > 1;
     }
 
@@ -273,7 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const arr *a = is_a ? &A : &B;
             const uint8_t *want = is_a ? expect_a[which] : expect_b[which];
             size_t want_size = is_a ? size_a : size_b;
-            FUZZ_CHECK(fi.dtype == a->dtype && fi.ndim == a->ndim, "field %s schema", fi.name);
+            FUZZ_CHECK((int)fi.dtype == a->dtype && fi.ndim == a->ndim, "field %s schema", fi.name);
             const void *p;
             uint64_t got;
             rc = sf_dataset_get(&p, &got, ds, s, f, 1);

@@ -21,7 +21,7 @@ static inline void fz_field(sf_schema *s, const char *name, int dtype, int stora
         f->shape[d] = shape[d];
         size *= shape[d];
     }
-    f->item_size = storage == SF_STORE_VAR ? 0 : size;
+    f->item_size = storage == SF_STORAGE_VARIABLE ? 0 : size;
 }
 
 #define FZ_N_SCHEMAS 4
@@ -33,20 +33,20 @@ static inline void fz_schema(sf_schema *s, unsigned which)
     memset(s, 0, sizeof *s);
     switch (which % FZ_N_SCHEMAS) {
     case 0: /* what pack writes for images + labels */
-        fz_field(s, "img", SF_DT_F32, SF_STORE_FIXED, 3, img);
-        fz_field(s, "label", SF_DT_I64, SF_STORE_INLINE, 0, NULL);
+        fz_field(s, "img", SF_DTYPE_FLOAT32, SF_STORAGE_FIXED, 3, img);
+        fz_field(s, "label", SF_DTYPE_INT64, SF_STORAGE_INLINE, 0, NULL);
         break;
     case 1: /* one variable-length field */
-        fz_field(s, "data", SF_DT_BYTES, SF_STORE_VAR, 1, var);
+        fz_field(s, "data", SF_DTYPE_BYTES, SF_STORAGE_VARIABLE, 1, var);
         break;
     case 2: /* everything mixed: padding between fields, two var slots */
-        fz_field(s, "aux", SF_DT_U8, SF_STORE_FIXED, 1, aux);
-        fz_field(s, "v", SF_DT_I32, SF_STORE_VAR, 1, var);
-        fz_field(s, "label", SF_DT_U16, SF_STORE_INLINE, 0, NULL);
-        fz_field(s, "w", SF_DT_F64, SF_STORE_VAR, 1, var);
+        fz_field(s, "aux", SF_DTYPE_UINT8, SF_STORAGE_FIXED, 1, aux);
+        fz_field(s, "v", SF_DTYPE_INT32, SF_STORAGE_VARIABLE, 1, var);
+        fz_field(s, "label", SF_DTYPE_UINT16, SF_STORAGE_INLINE, 0, NULL);
+        fz_field(s, "w", SF_DTYPE_FLOAT64, SF_STORAGE_VARIABLE, 1, var);
         break;
     default: /* inline only: records have no payload */
-        fz_field(s, "y", SF_DT_U8, SF_STORE_INLINE, 0, NULL);
+        fz_field(s, "y", SF_DTYPE_UINT8, SF_STORAGE_INLINE, 0, NULL);
         break;
     }
     int rc = sf_schema_finish(s);

@@ -103,14 +103,14 @@ typedef struct variant {
 
 static const variant variants[] = {
     {"img+label align 64", 64, 2,
-     {{"img", SF_DT_F32, 3, {3, 8, 8}, 768}, {"label", SF_DT_I64, 0, {0}, 8}}},
+     {{"img", SF_DTYPE_FLOAT32, 3, {3, 8, 8}, 768}, {"label", SF_DTYPE_INT64, 0, {0}, 8}}},
     {"img+label align 4096 (default)", 0, 2,
-     {{"img", SF_DT_F32, 3, {3, 8, 8}, 768}, {"label", SF_DT_I64, 0, {0}, 8}}},
+     {{"img", SF_DTYPE_FLOAT32, 3, {3, 8, 8}, 768}, {"label", SF_DTYPE_INT64, 0, {0}, 8}}},
     {"aux+img+label+zz align 64 (padding in and between records)", 64, 4,
-     {{"aux", SF_DT_U8, 1, {13}, 13},
-      {"img", SF_DT_F32, 3, {3, 8, 8}, 768},
-      {"label", SF_DT_I64, 0, {0}, 8},
-      {"zz", SF_DT_U8, 1, {13}, 13}}},
+     {{"aux", SF_DTYPE_UINT8, 1, {13}, 13},
+      {"img", SF_DTYPE_FLOAT32, 3, {3, 8, 8}, 768},
+      {"label", SF_DTYPE_INT64, 0, {0}, 8},
+      {"zz", SF_DTYPE_UINT8, 1, {13}, 13}}},
 };
 
 typedef struct file_img {
@@ -182,12 +182,12 @@ static void make_dataset(ds_state *d, const variant *v, const char *base)
         for (int f = 0; f < v->n_fields; f++) {
             const field_def *fd = &v->fields[f];
             uint8_t *e = d->expect[s][f];
-            if (fd->dtype == SF_DT_F32) {
+            if (fd->dtype == SF_DTYPE_FLOAT32) {
                 for (uint64_t i = 0; i < fd->size / 4; i++) {
                     float x = (float)((int64_t)(rnd() % 20001) - 10000) / 97.0f;
                     memcpy(e + 4 * i, &x, 4);
                 }
-            } else if (fd->dtype == SF_DT_I64) {
+            } else if (fd->dtype == SF_DTYPE_INT64) {
                 int64_t x = s * 7 - 3;
                 memcpy(e, &x, 8);
             } else {

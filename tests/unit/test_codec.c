@@ -60,22 +60,22 @@ static void schema_of(sf_schema *s, int zx, int ztok)
     s->field_count = 3;
     sf_field *f = s->fields;
     snprintf(f[0].name, sizeof f[0].name, "x");
-    f[0].dtype = SF_DT_F32;
+    f[0].dtype = SF_DTYPE_FLOAT32;
     f[0].ndim = 1;
     f[0].shape[0] = XN;
     f[0].item_size = XN * 4;
-    f[0].storage = SF_STORE_FIXED;
+    f[0].storage = SF_STORAGE_FIXED;
     f[0].codec = zx ? SF_CODEC_ZSTD : SF_CODEC_NONE;
     snprintf(f[1].name, sizeof f[1].name, "tok");
-    f[1].dtype = SF_DT_BYTES;
+    f[1].dtype = SF_DTYPE_BYTES;
     f[1].ndim = 1;
-    f[1].storage = SF_STORE_VAR;
+    f[1].storage = SF_STORAGE_VARIABLE;
     f[1].codec = ztok ? SF_CODEC_ZSTD : SF_CODEC_NONE;
     snprintf(f[2].name, sizeof f[2].name, "label");
-    f[2].dtype = SF_DT_I64;
+    f[2].dtype = SF_DTYPE_INT64;
     f[2].ndim = 0;
     f[2].item_size = 8;
-    f[2].storage = SF_STORE_INLINE;
+    f[2].storage = SF_STORAGE_INLINE;
     cr_assert_eq(sf_schema_finish(s), 0, "%s", sf_last_error());
 }
 
@@ -300,9 +300,9 @@ Test(codec, random_access_and_export_match_the_uncompressed_dataset)
     cr_assert_eq(sf_dataset_open(&dz, z), 0, "%s", sf_last_error());
     sf_field_info fi;
     cr_assert_eq(sf_dataset_field(&fi, dz, 0), 0);
-    cr_assert_eq(fi.codec, SF_FIELD_CODEC_ZSTD);
+    cr_assert_eq(fi.codec, SF_CODEC_ZSTD);
     cr_assert_eq(sf_dataset_field(&fi, dz, 2), 0);
-    cr_assert_eq(fi.codec, SF_FIELD_CODEC_NONE);
+    cr_assert_eq(fi.codec, SF_CODEC_NONE);
     uint8_t buf[1024];
     for (uint64_t i = 0; i < N; i++) {
         for (uint32_t f = 0; f < 3; f++) {

@@ -188,7 +188,7 @@ static void small_dataset(const char *in, const char *out)
         uint8_t img[4] = {1, 2, 3, (uint8_t)i};
         uint64_t shape[1] = {4};
         snprintf(p, sizeof p, "%s/img_%d.npy", in, i);
-        unit_write_npy(p, SF_DT_U8, 1, shape, img, sizeof img);
+        unit_write_npy(p, SF_DTYPE_UINT8, 1, shape, img, sizeof img);
     }
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     cr_assert_eq(sf_pack_npy_dir(NULL, in, out, &po), 0, "%s", sf_last_error());

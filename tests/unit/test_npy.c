@@ -155,10 +155,10 @@ Test(npy_golden, converts_every_numpy_file_to_c_le)
 
 Test(npy_golden, every_dtype_is_covered)
 {
-    int seen[SF_DT_COUNT] = {0};
+    int seen[SF_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < COUNT(npy_goldens); i++)
         seen[npy_goldens[i].dtype] = 1;
-    for (int dt = SF_DT_BOOL; dt < SF_DT_COUNT; dt++)
+    for (int dt = SF_DTYPE_BOOL; dt < SF_DTYPE_COUNT; dt++)
         cr_expect(seen[dt], "no golden for %s", sf_dtype_name(dt));
 }
 
@@ -310,7 +310,7 @@ Test(npy_fortran, transposes_any_rank_and_itemsize)
 {
     static const uint64_t s2[] = {7, 5}, s3[] = {2, 3, 4}, s5[] = {2, 3, 1, 4, 3};
     static const uint64_t s8[] = {2, 1, 3, 2, 1, 2, 3, 2};
-    for (int dt = SF_DT_BOOL; dt < SF_DT_COUNT; dt++) {
+    for (int dt = SF_DTYPE_BOOL; dt < SF_DTYPE_COUNT; dt++) {
         for (int big = 0; big <= 1; big++) {
             check_fortran(dt, big, 2, s2);
             check_fortran(dt, big, 3, s3);
@@ -322,7 +322,7 @@ Test(npy_fortran, transposes_any_rank_and_itemsize)
 
 Test(npy_fortran, single_long_axis_is_native)
 {
-    npy_info info = {.dtype = SF_DT_F32, .fortran_order = 1, .ndim = 3, .shape = {1, 6, 1}, .count = 6,
+    npy_info info = {.dtype = SF_DTYPE_FLOAT32, .fortran_order = 1, .ndim = 3, .shape = {1, 6, 1}, .count = 6,
                      .data_size = 24};
     cr_expect(npy_is_native(&info));
     info.shape[0] = 2;
@@ -332,7 +332,7 @@ Test(npy_fortran, single_long_axis_is_native)
     cr_expect(npy_is_native(&info));
     info.big_endian = 1;
     cr_expect_not(npy_is_native(&info));
-    info.dtype = SF_DT_U8;
+    info.dtype = SF_DTYPE_UINT8;
     info.data_size = 6;
     cr_expect(npy_is_native(&info), "byte order is moot for 1-byte items");
     cr_expect_not(npy_is_native(NULL));
@@ -341,7 +341,7 @@ Test(npy_fortran, single_long_axis_is_native)
 Test(npy_fortran, rejects_inconsistent_info)
 {
     uint8_t a[16] = {0}, b[16];
-    npy_info info = {.dtype = SF_DT_U16, .ndim = 1, .shape = {4}, .count = 4, .data_size = 8};
+    npy_info info = {.dtype = SF_DTYPE_UINT16, .ndim = 1, .shape = {4}, .count = 4, .data_size = 8};
     cr_expect_eq(npy_to_c_le(b, a, &info), 0);
     info.data_size = 16;
     cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
@@ -352,7 +352,7 @@ Test(npy_fortran, rejects_inconsistent_info)
     info.ndim = 9;
     cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
     info.ndim = 1;
-    info.dtype = SF_DT_BYTES;
+    info.dtype = SF_DTYPE_BYTES;
     cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
     cr_expect_eq(npy_to_c_le(b, a, NULL), SF_E_INVALID);
 }
@@ -376,7 +376,7 @@ Test(npy_header, accepts_python_literal_variants)
         npy_info info;
         int rc = parse_dict(&info, ok[i], 24);
         cr_assert_eq(rc, 0, "%s: %s", ok[i], sf_last_error());
-        cr_expect_eq(info.dtype, SF_DT_F32, "%s", ok[i]);
+        cr_expect_eq(info.dtype, SF_DTYPE_FLOAT32, "%s", ok[i]);
         cr_expect_eq(info.big_endian, 0, "%s", ok[i]);
         cr_expect_eq(info.ndim, 2, "%s", ok[i]);
         cr_expect_eq(info.shape[0], 2, "%s", ok[i]);
@@ -402,13 +402,13 @@ Test(npy_header, shapes_and_fortran_flag)
     cr_expect_eq(info.count, 0);
     cr_expect_eq(info.data_size, 0);
     cr_assert_eq(parse_dict(&info, "{'descr': '>i1', 'fortran_order': False, 'shape': (00,)}", 0), 0);
-    cr_expect_eq(info.dtype, SF_DT_I8);
+    cr_expect_eq(info.dtype, SF_DTYPE_INT8);
     cr_expect(npy_is_native(&info), "'>' on a 1-byte type needs no swap");
     cr_assert_eq(parse_dict(&info,
                             "{'descr': '|b1', 'fortran_order': False, 'shape': (1, 2, 1, 2, 1, 2, 1, 2)}", 16),
                  0);
     cr_expect_eq(info.ndim, 8);
-    cr_expect_eq(info.dtype, SF_DT_BOOL);
+    cr_expect_eq(info.dtype, SF_DTYPE_BOOL);
 }
 
 Test(npy_header, every_descr_maps_to_its_dtype)
@@ -418,10 +418,10 @@ Test(npy_header, every_descr_maps_to_its_dtype)
         int dtype;
         int big;
     } cases[] = {
-        {"|b1", SF_DT_BOOL, 0}, {"|u1", SF_DT_U8, 0},   {"|i1", SF_DT_I8, 0},    {"<u2", SF_DT_U16, 0},
-        {">i2", SF_DT_I16, 1},  {"<u4", SF_DT_U32, 0},  {">i4", SF_DT_I32, 1},   {"=u8", SF_DT_U64, 0},
-        {"<i8", SF_DT_I64, 0},  {">f2", SF_DT_F16, 1},  {"<f4", SF_DT_F32, 0},   {">f8", SF_DT_F64, 1},
-        {"<c8", SF_DT_C64, 0},  {">c16", SF_DT_C128, 1}, {"<b1", SF_DT_BOOL, 0},
+        {"|b1", SF_DTYPE_BOOL, 0}, {"|u1", SF_DTYPE_UINT8, 0},   {"|i1", SF_DTYPE_INT8, 0},    {"<u2", SF_DTYPE_UINT16, 0},
+        {">i2", SF_DTYPE_INT16, 1},  {"<u4", SF_DTYPE_UINT32, 0},  {">i4", SF_DTYPE_INT32, 1},   {"=u8", SF_DTYPE_UINT64, 0},
+        {"<i8", SF_DTYPE_INT64, 0},  {">f2", SF_DTYPE_FLOAT16, 1},  {"<f4", SF_DTYPE_FLOAT32, 0},   {">f8", SF_DTYPE_FLOAT64, 1},
+        {"<c8", SF_DTYPE_COMPLEX64, 0},  {">c16", SF_DTYPE_COMPLEX128, 1}, {"<b1", SF_DTYPE_BOOL, 0},
     };
     for (size_t i = 0; i < COUNT(cases); i++) {
         char dict[128];
@@ -756,7 +756,7 @@ Test(npy_write, round_trips_through_parser)
 {
     static const uint64_t shapes[][3] = {{4, 0, 0}, {2, 3, 0}, {3, 1, 2}};
     static const uint32_t ndims[] = {1, 2, 3};
-    for (int dt = SF_DT_BOOL; dt < SF_DT_COUNT; dt++) {
+    for (int dt = SF_DTYPE_BOOL; dt < SF_DTYPE_COUNT; dt++) {
         for (size_t s = 0; s <= COUNT(ndims); s++) {
             uint32_t ndim = s < COUNT(ndims) ? ndims[s] : 0; /* last round: 0-d */
             uint8_t buf[1024] = {0};
@@ -787,12 +787,12 @@ Test(npy_write, rejects_bad_arguments)
 {
     uint8_t buf[512];
     uint64_t shape[NPY_MAX_NDIM + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DT_BYTES, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DT_COUNT, 1, shape), 0);
+    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_BYTES, 1, shape), 0);
+    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_COUNT, 1, shape), 0);
     cr_expect_eq(npy_write_header(buf, sizeof buf, -1, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DT_F32, NPY_MAX_NDIM + 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DT_F32, 1, NULL), 0);
-    cr_expect_eq(npy_write_header(buf, 0, SF_DT_F32, 1, shape), 0);
-    cr_expect_eq(npy_write_header(NULL, 0, SF_DT_F32, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DT_F32, 0, NULL), 128, "0-d needs no shape");
+    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, NPY_MAX_NDIM + 1, shape), 0);
+    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 1, NULL), 0);
+    cr_expect_eq(npy_write_header(buf, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
+    cr_expect_eq(npy_write_header(NULL, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
+    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 0, NULL), 128, "0-d needs no shape");
 }

@@ -89,7 +89,7 @@ Test(pack_inputs, npy_file_swapped_for_a_fifo)
     for (int i = 0; i < 3; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s/npy/label_%d.npy", g_root, i);
-        unit_write_npy(p, SF_DT_I64, 0, NULL, &v, sizeof v);
+        unit_write_npy(p, SF_DTYPE_INT64, 0, NULL, &v, sizeof v);
     }
     read_after_swap("npy", "npy", "npy/label_2.npy");
 }

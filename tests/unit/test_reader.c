@@ -85,10 +85,10 @@ static test_ds make_ds(const char *name, uint64_t n, uint64_t img_bytes, uint32_
         for (uint64_t j = 0; j < img_bytes; j++)
             img[j] = img_byte(k, j);
         snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)k);
-        unit_write_npy(path, SF_DT_U8, 1, &img_bytes, img, img_bytes);
+        unit_write_npy(path, SF_DTYPE_UINT8, 1, &img_bytes, img, img_bytes);
         int64_t label = label_of(k);
         snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)k);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, sizeof label);
     }
     free(img);
     sf_pack_opts po = SF_PACK_OPTS_INIT;
@@ -147,8 +147,8 @@ static void check_batch(const test_ds *d, const uint64_t *keys, const sf_batch *
     const sf_batch_field *lab = sf_batch_field_find(b, "label");
     cr_assert_not_null(img);
     cr_assert_not_null(lab);
-    cr_assert_eq(img->storage, SF_FIELD_FIXED);
-    cr_assert_eq(lab->storage, SF_FIELD_INLINE);
+    cr_assert_eq(img->storage, SF_STORAGE_FIXED);
+    cr_assert_eq(lab->storage, SF_STORAGE_INLINE);
     cr_assert_eq(img->item_size, d->img_bytes);
     cr_assert_eq(img->bytes, b->size * d->img_bytes);
     cr_assert_eq(((uintptr_t)img->data) % 4096, 0, "field arrays are page-aligned");
@@ -813,13 +813,13 @@ static test_ds make_two_field_ds(uint64_t n)
             img[j] = img_byte(k, j);
         uint64_t img_shape = sizeof img, aux_shape = 3;
         snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)k);
-        unit_write_npy(path, SF_DT_U8, 1, &img_shape, img, sizeof img);
+        unit_write_npy(path, SF_DTYPE_UINT8, 1, &img_shape, img, sizeof img);
         int32_t aux[3] = {(int32_t)k, (int32_t)(7 * k), -(int32_t)k};
         snprintf(path, sizeof path, "%s/aux_%llu.npy", in, (unsigned long long)k);
-        unit_write_npy(path, SF_DT_I32, 1, &aux_shape, aux, sizeof aux);
+        unit_write_npy(path, SF_DTYPE_INT32, 1, &aux_shape, aux, sizeof aux);
         int64_t label = label_of(k);
         snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)k);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, sizeof label);
     }
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     po.align = 64;

@@ -47,20 +47,20 @@ static void schema_of(sf_schema *s)
     s->field_count = 3;
     sf_field *f = s->fields;
     snprintf(f[0].name, sizeof f[0].name, "tok");
-    f[0].dtype = SF_DT_U8;
+    f[0].dtype = SF_DTYPE_UINT8;
     f[0].ndim = 1;
-    f[0].storage = SF_STORE_VAR;
+    f[0].storage = SF_STORAGE_VARIABLE;
     snprintf(f[1].name, sizeof f[1].name, "img");
-    f[1].dtype = SF_DT_U8;
+    f[1].dtype = SF_DTYPE_UINT8;
     f[1].ndim = 1;
     f[1].shape[0] = IMG;
     f[1].item_size = IMG;
-    f[1].storage = SF_STORE_FIXED;
+    f[1].storage = SF_STORAGE_FIXED;
     snprintf(f[2].name, sizeof f[2].name, "label");
-    f[2].dtype = SF_DT_I64;
+    f[2].dtype = SF_DTYPE_INT64;
     f[2].ndim = 0;
     f[2].item_size = 8;
-    f[2].storage = SF_STORE_INLINE;
+    f[2].storage = SF_STORAGE_INLINE;
     cr_assert_eq(sf_schema_finish(s), 0, "%s", sf_last_error());
 }
 
@@ -139,7 +139,7 @@ static void check_batch(const sf_batch *b)
     const sf_batch_field *img = sf_batch_field_find(b, "img");
     const sf_batch_field *lab = sf_batch_field_find(b, "label");
     cr_assert(tok && img && lab);
-    cr_assert_eq(tok->storage, SF_FIELD_VAR);
+    cr_assert_eq(tok->storage, SF_STORAGE_VARIABLE);
     cr_assert_not_null(tok->offsets);
     cr_assert_null(img->offsets);
     cr_assert_eq(tok->offsets[0], 0);

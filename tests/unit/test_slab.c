@@ -88,9 +88,9 @@ static void make_fixed_dataset(char *out, size_t cap, const char *name, uint64_t
         int64_t label = (int64_t)i;
         uint64_t shape[1] = {item};
         snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)i);
-        unit_write_npy(path, SF_DT_U8, 1, shape, v, item);
+        unit_write_npy(path, SF_DTYPE_UINT8, 1, shape, v, item);
         snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)i);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, 8);
+        unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, 8);
     }
     free(v);
     sf_pack_opts o = SF_PACK_OPTS_INIT;

@@ -41,9 +41,9 @@ static void setup(void)
             img[j] = (float)(i * 7 + j);
         int64_t label = i;
         snprintf(path, sizeof path, "%s/img_%d.npy", in, i);
-        unit_write_npy(path, SF_DT_F32, 1, shape, img, sizeof img);
+        unit_write_npy(path, SF_DTYPE_FLOAT32, 1, shape, img, sizeof img);
         snprintf(path, sizeof path, "%s/label_%d.npy", in, i);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, sizeof label);
     }
     sf_pack_opts po = SF_PACK_OPTS_INIT;
     po.shard_size = 128 << 10; /* several shards */

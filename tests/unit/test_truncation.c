@@ -204,9 +204,9 @@ static void make_dataset(char *out, size_t cap, const char *name, enum kind k)
         if (k == FIXED) {
             uint64_t shape[1] = {IMG};
             snprintf(path, sizeof path, "%s/img_%llu.npy", in, (unsigned long long)i);
-            unit_write_npy(path, SF_DT_U8, 1, shape, v, len);
+            unit_write_npy(path, SF_DTYPE_UINT8, 1, shape, v, len);
             snprintf(path, sizeof path, "%s/label_%llu.npy", in, (unsigned long long)i);
-            unit_write_npy(path, SF_DT_I64, 0, NULL, &label, 8);
+            unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, 8);
         } else {
             snprintf(path, sizeof path, "%s/f%llu.bin", in, (unsigned long long)i);
             unit_write_file(path, v, len);

@@ -113,9 +113,9 @@ static inline void unit_write_image_samples(const char *dir, int samples)
             img[j] = (float)(i * 1000 + j);
         int64_t label = i * 5;
         cr_assert_lt(snprintf(path, sizeof path, "%s/img_%d.npy", dir, i), (int)sizeof path);
-        unit_write_npy(path, SF_DT_F32, 3, shape, img, sizeof img);
+        unit_write_npy(path, SF_DTYPE_FLOAT32, 3, shape, img, sizeof img);
         cr_assert_lt(snprintf(path, sizeof path, "%s/label_%d.npy", dir, i), (int)sizeof path);
-        unit_write_npy(path, SF_DT_I64, 0, NULL, &label, sizeof label);
+        unit_write_npy(path, SF_DTYPE_INT64, 0, NULL, &label, sizeof label);
     }
 }
 

@@ -15,20 +15,20 @@ import numpy.lib.format as fmt
 
 # numpy type -> enum sf_dtype name (lib/format/dtype.h).
 DTYPES = [
-    ("b1", np.bool_, "SF_DT_BOOL"),
-    ("u1", np.uint8, "SF_DT_U8"),
-    ("i1", np.int8, "SF_DT_I8"),
-    ("u2", np.uint16, "SF_DT_U16"),
-    ("i2", np.int16, "SF_DT_I16"),
-    ("u4", np.uint32, "SF_DT_U32"),
-    ("i4", np.int32, "SF_DT_I32"),
-    ("u8", np.uint64, "SF_DT_U64"),
-    ("i8", np.int64, "SF_DT_I64"),
-    ("f2", np.float16, "SF_DT_F16"),
-    ("f4", np.float32, "SF_DT_F32"),
-    ("f8", np.float64, "SF_DT_F64"),
-    ("c8", np.complex64, "SF_DT_C64"),
-    ("c16", np.complex128, "SF_DT_C128"),
+    ("b1", np.bool_, "SF_DTYPE_BOOL"),
+    ("u1", np.uint8, "SF_DTYPE_UINT8"),
+    ("i1", np.int8, "SF_DTYPE_INT8"),
+    ("u2", np.uint16, "SF_DTYPE_UINT16"),
+    ("i2", np.int16, "SF_DTYPE_INT16"),
+    ("u4", np.uint32, "SF_DTYPE_UINT32"),
+    ("i4", np.int32, "SF_DTYPE_INT32"),
+    ("u8", np.uint64, "SF_DTYPE_UINT64"),
+    ("i8", np.int64, "SF_DTYPE_INT64"),
+    ("f2", np.float16, "SF_DTYPE_FLOAT16"),
+    ("f4", np.float32, "SF_DTYPE_FLOAT32"),
+    ("f8", np.float64, "SF_DTYPE_FLOAT64"),
+    ("c8", np.complex64, "SF_DTYPE_COMPLEX64"),
+    ("c16", np.complex128, "SF_DTYPE_COMPLEX128"),
 ]
 
 
@@ -100,16 +100,16 @@ for code, t, sf in DTYPES:
         a = values(t, (2, 3, 4))
         add("f3d_" + code, sf, np.asfortranarray(a))
         add("f3d_be_" + code, sf, np.asfortranarray(a.astype(a.dtype.newbyteorder(">"))))
-add("f4d_u2", "SF_DT_U16", np.asfortranarray(values(np.uint16, (3, 1, 2, 5))))
+add("f4d_u2", "SF_DTYPE_UINT16", np.asfortranarray(values(np.uint16, (3, 1, 2, 5))))
 
 # 0-d arrays (scalars), empty arrays and the other format versions.
-add("scalar_f8", "SF_DT_F64", np.array(3.5))
-add("scalar_b1", "SF_DT_BOOL", np.array(True))
-add("empty_f4", "SF_DT_F32", np.zeros((0, 3), np.float32))
-add("v2_f4", "SF_DT_F32", values(np.float32, (2, 2)), version=(2, 0))
-add("v3_f4", "SF_DT_F32", values(np.float32, (2, 2)), version=(3, 0))
-add("v3_be_i2", "SF_DT_I16", values(np.int16, (3,)).astype(">i2"), version=(3, 0))
-add("v2_fortran_c8", "SF_DT_C64", np.asfortranarray(values(np.complex64, (2, 3))), version=(2, 0))
+add("scalar_f8", "SF_DTYPE_FLOAT64", np.array(3.5))
+add("scalar_b1", "SF_DTYPE_BOOL", np.array(True))
+add("empty_f4", "SF_DTYPE_FLOAT32", np.zeros((0, 3), np.float32))
+add("v2_f4", "SF_DTYPE_FLOAT32", values(np.float32, (2, 2)), version=(2, 0))
+add("v3_f4", "SF_DTYPE_FLOAT32", values(np.float32, (2, 2)), version=(3, 0))
+add("v3_be_i2", "SF_DTYPE_INT16", values(np.int16, (3,)).astype(">i2"), version=(3, 0))
+add("v2_fortran_c8", "SF_DTYPE_COMPLEX64", np.asfortranarray(values(np.complex64, (2, 3))), version=(2, 0))
 
 # Files shardfeed must refuse, as numpy really writes them.
 refused = [
@@ -126,16 +126,16 @@ refused = [
 
 # Headers npy_write_header must reproduce byte for byte.
 headers = [
-    ("SF_DT_F32", (3, 224, 224)),
-    ("SF_DT_F64", ()),
-    ("SF_DT_U8", (5,)),
-    ("SF_DT_BOOL", (2, 3)),
-    ("SF_DT_I8", (0,)),
-    ("SF_DT_C128", (1, 2, 3, 4, 5, 6, 7, 8)),
-    ("SF_DT_I64", (2 ** 40,)),
+    ("SF_DTYPE_FLOAT32", (3, 224, 224)),
+    ("SF_DTYPE_FLOAT64", ()),
+    ("SF_DTYPE_UINT8", (5,)),
+    ("SF_DTYPE_BOOL", (2, 3)),
+    ("SF_DTYPE_INT8", (0,)),
+    ("SF_DTYPE_COMPLEX128", (1, 2, 3, 4, 5, 6, 7, 8)),
+    ("SF_DTYPE_INT64", (2 ** 40,)),
     # The growth spaces push this one from 128 to 192 bytes.
-    ("SF_DT_U16", (1, 10 ** 12, 10 ** 12, 10 ** 12)),
-    ("SF_DT_C64", (2 ** 64 - 1,) * 8),
+    ("SF_DTYPE_UINT16", (1, 10 ** 12, 10 ** 12, 10 ** 12)),
+    ("SF_DTYPE_COMPLEX64", (2 ** 64 - 1,) * 8),
 ]
 SF_TO_DESCR = {sf: np.dtype(t).str for _, t, sf in DTYPES}
 
