@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include "format.h"
+#include "metadata.h"
 #include "shard_file.h"
 #include "shardfeed/dataset.h"
 
@@ -25,8 +26,7 @@ struct sf_dataset {
     ZSTD_DCtx *dctx;          /* random access's decompression context, when idle */
     char source[33];          /* metadata "source", "" when absent */
     uint32_t class_count;     /* metadata "class_names" */
-    const uint8_t **class_name; /* into manifest.metadata */
-    uint32_t *class_len;
+    sf_class_name *classes;   /* into manifest.metadata */
 };
 
 /* Fills source and the class name table from the (validated) manifest. */

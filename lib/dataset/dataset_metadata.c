@@ -6,42 +6,18 @@
 
 #include "dataset_internal.h"
 #include "error_internal.h"
-#include "le.h"
+#include "metadata.h"
 
 int sf_dataset_load_metadata(sf_dataset *ds)
 {
-    const uint8_t *v;
-    uint32_t len;
-    if (sf_metadata_find(&v, &len, &ds->manifest, "source") && len < sizeof ds->source) {
-        memcpy(ds->source, v, len);
-        ds->source[len] = '\0';
-    }
-    if (!sf_metadata_find(&v, &len, &ds->manifest, "class_names"))
-        return 0;
-    /* The manifest decoder checked the framing: u32 length + name each. */
-    uint32_t n = 0;
-    for (uint64_t pos = 0; pos < len; n++)
-        pos += 4 + (uint64_t)sf_get_le32(v + pos);
-    ds->class_name = calloc(n ? n : 1, sizeof *ds->class_name);
-    ds->class_len = calloc(n ? n : 1, sizeof *ds->class_len);
-    if (!ds->class_name || !ds->class_len)
-        return sf_fail(-ENOMEM, "out of memory for %u class names", n);
-    uint64_t pos = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        ds->class_len[i] = sf_get_le32(v + pos);
-        ds->class_name[i] = v + pos + 4;
-        pos += 4 + (uint64_t)ds->class_len[i];
-    }
-    ds->class_count = n;
-    return 0;
+    sf_metadata_source(ds->source, &ds->manifest);
+    return sf_metadata_class_names(&ds->classes, &ds->class_count, &ds->manifest);
 }
 
 void sf_dataset_free_metadata(sf_dataset *ds)
 {
-    free(ds->class_name);
-    free(ds->class_len);
-    ds->class_name = NULL;
-    ds->class_len = NULL;
+    free(ds->classes);
+    ds->classes = NULL;
     ds->class_count = 0;
 }
 
@@ -61,8 +37,8 @@ int sf_dataset_class_name(const char **name, size_t *len, const sf_dataset *ds, 
         return sf_fail(SF_E_INVALID, "sf_dataset_class_name: NULL argument");
     if (label >= ds->class_count)
         return sf_fail(SF_E_INVALID, "label %u: the dataset has %u classes", label, ds->class_count);
-    *name = (const char *)ds->class_name[label];
-    *len = ds->class_len[label];
+    *name = (const char *)ds->classes[label].name;
+    *len = ds->classes[label].len;
     return 0;
 }
 

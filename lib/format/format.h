@@ -216,9 +216,7 @@ int sf_manifest_decode(sf_manifest *m, const uint8_t *buf, uint64_t len);
 /* Frees what decode allocated. NULL ok. */
 void sf_manifest_clear(sf_manifest *m);
 
-/* Metadata (SPEC.md "Metadata"): the value of `key` in a decoded (so
- * validated) manifest. Returns 1 and sets value/len, or 0 when absent. */
-int sf_metadata_find(const uint8_t **value, uint32_t *len, const sf_manifest *m, const char *key);
+/* Metadata entries: metadata.h. */
 /* "part": u32 K, u32 N, u64 whole dataset_id, whole records, whole shards,
  * the part's first record and first shard within the whole. */
 #define SF_PART_INFO_SIZE 48

@@ -6,6 +6,7 @@
 #include "error_internal.h"
 #include "format.h"
 #include "le.h"
+#include "metadata.h"
 
 const uint8_t sf_manifest_magic[SF_MAGIC_SIZE] = {0x89, 'S', 'F', 'M', 'A', 'N', 'I', '\n'};
 
@@ -99,98 +100,6 @@ static int decode_field(sf_field *f, const uint8_t *p, uint32_t i)
     for (uint32_t d = 0; d < SF_MAX_NDIM; d++)
         f->shape[d] = sf_get_le64(p + 72 + 8 * d);
     f->item_size = sf_get_le64(p + 136);
-    return 0;
-}
-
-/* "class_names": u32 length + name per label, each name a valid one-part
- * key (a folder name: UTF-8, no '/', not "." or ".."). */
-static int check_class_names(const uint8_t *v, uint32_t len)
-{
-    uint64_t pos = 0, n = 0;
-    while (pos < len) {
-        if (len - pos < 4)
-            return sf_fail(SF_E_CORRUPT, "metadata class_names: length cut at byte %llu",
-                           (unsigned long long)pos);
-        uint32_t nlen = sf_get_le32(v + pos);
-        if (nlen > len - pos - 4 || !sf_valid_key((const char *)v + pos + 4, nlen) ||
-            memchr(v + pos + 4, '/', nlen))
-            return sf_fail(SF_E_CORRUPT, "metadata class_names: name %llu is not a valid folder name",
-                           (unsigned long long)n);
-        pos += 4 + (uint64_t)nlen;
-        n++;
-    }
-    return 0;
-}
-
-/* The value rules of the keys SPEC.md defines ("Metadata"). */
-static int check_known(const uint8_t *key, uint32_t klen, const uint8_t *v, uint32_t vlen)
-{
-    if (klen == 6 && memcmp(key, "source", 6) == 0) {
-        if (vlen == 0 || vlen > 32)
-            return sf_fail(SF_E_CORRUPT, "metadata source: %u bytes (1 to 32)", vlen);
-        for (uint32_t i = 0; i < vlen; i++)
-            if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '_'))
-                return sf_fail(SF_E_CORRUPT, "metadata source: not [a-z0-9_]");
-        return 0;
-    }
-    if (klen == 11 && memcmp(key, "class_names", 11) == 0)
-        return check_class_names(v, vlen);
-    if (klen == 4 && memcmp(key, "part", 4) == 0) {
-        if (vlen != SF_PART_INFO_SIZE)
-            return sf_fail(SF_E_CORRUPT, "metadata part: %u bytes, not %u", vlen, SF_PART_INFO_SIZE);
-        uint32_t k = sf_get_le32(v), n = sf_get_le32(v + 4);
-        if (n < 2 || k >= n)
-            return sf_fail(SF_E_CORRUPT, "metadata part: %u of %u", k, n);
-        return 0;
-    }
-    if (klen == 10 && memcmp(key, "part_input", 10) == 0 && vlen != SF_PART_INPUT_SIZE)
-        return sf_fail(SF_E_CORRUPT, "metadata part_input: %u bytes, not %u", vlen, SF_PART_INPUT_SIZE);
-    return 0;
-}
-
-static int check_metadata(const uint8_t *p, uint32_t size)
-{
-    uint64_t pos = 0;
-    while (pos < size) {
-        if (size - pos < 8)
-            return sf_fail(SF_E_CORRUPT, "metadata: entry header cut at byte %llu",
-                           (unsigned long long)pos);
-        uint32_t klen = sf_get_le32(p + pos), vlen = sf_get_le32(p + pos + 4);
-        pos += 8;
-        if (klen == 0 || klen > 255 || (uint64_t)klen + vlen > size - pos)
-            return sf_fail(SF_E_CORRUPT, "metadata: entry at byte %llu runs past the end",
-                           (unsigned long long)(pos - 8));
-        /* A key appears once, so every reader finds the same value. */
-        for (uint64_t q = 0; q < pos - 8;) {
-            uint32_t ql = sf_get_le32(p + q), qv = sf_get_le32(p + q + 4);
-            if (ql == klen && memcmp(p + q + 8, p + pos, klen) == 0)
-                return sf_fail(SF_E_CORRUPT, "metadata: key at byte %llu appears twice",
-                               (unsigned long long)(pos - 8));
-            q += 8 + (uint64_t)ql + qv;
-        }
-        int rc = check_known(p + pos, klen, p + pos + klen, vlen);
-        if (rc)
-            return rc;
-        pos += (uint64_t)klen + vlen;
-    }
-    return 0;
-}
-
-int sf_metadata_find(const uint8_t **value, uint32_t *len, const sf_manifest *m, const char *key)
-{
-    size_t klen = strlen(key);
-    uint64_t pos = 0;
-    while (pos + 8 <= m->metadata_size) {
-        uint32_t kl = sf_get_le32(m->metadata + pos), vl = sf_get_le32(m->metadata + pos + 4);
-        if (kl == klen && memcmp(m->metadata + pos + 8, key, klen) == 0) {
-            *value = m->metadata + pos + 8 + kl;
-            *len = vl;
-            return 1;
-        }
-        pos += 8 + (uint64_t)kl + vl;
-    }
-    *value = NULL;
-    *len = 0;
     return 0;
 }
 
@@ -288,7 +197,7 @@ int sf_manifest_decode(sf_manifest *m, const uint8_t *buf, uint64_t len)
         return sf_fail(SF_E_CORRUPT, "manifest: shards hold %llu records, header says %llu",
                        (unsigned long long)next_first, (unsigned long long)m->record_count);
     }
-    rc = check_metadata(p, m->metadata_size);
+    rc = sf_metadata_check(p, m->metadata_size);
     if (rc) {
         sf_manifest_clear(m);
         return sf_fail_prefix(rc, "manifest");

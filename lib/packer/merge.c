@@ -22,8 +22,7 @@
 typedef struct part {
     const char *dir;
     sf_manifest m;
-    pack_part_info info;
-    int has_input; /* a "part_input" entry (written since format 1.2) */
+    sf_part_info info;
 } part;
 
 static int load_part(part *p)
@@ -31,45 +30,36 @@ static int load_part(part *p)
     int rc = sf_manifest_load(&p->m, p->dir);
     if (rc)
         return sf_fail_prefix(rc == -ENOENT ? SF_E_INPUT : rc, "not a finished dataset part");
-    const uint8_t *v;
-    uint32_t len;
-    if (!sf_metadata_find(&v, &len, &p->m, "part"))
+    if (!sf_metadata_part(&p->info, &p->m))
         return sf_fail(SF_E_INPUT, "%s: not a part of a --part run (its manifest has no 'part' entry)",
                        p->dir);
-    p->info = (pack_part_info){sf_get_le32(v), sf_get_le32(v + 4), sf_get_le64(v + 8),
-                               sf_get_le64(v + 16), sf_get_le64(v + 24), sf_get_le64(v + 32),
-                               sf_get_le64(v + 40), 0, 0};
-    if (sf_metadata_find(&v, &len, &p->m, "part_input")) { /* its size checked by the decoder */
-        p->has_input = 1;
-        p->info.files_hash = sf_get_le64(v);
-        p->info.values_hash = sf_get_le64(v + 8);
-    }
     return 0;
 }
 
-/* A part's metadata key that the whole dataset does not have. */
-static int is_part_key(const uint8_t *key, uint32_t len)
-{
-    return (len == 4 && memcmp(key, "part", 4) == 0) || (len == 10 && memcmp(key, "part_input", 10) == 0);
-}
-
-/* The whole dataset's metadata: the part's, without "part" and "part_input". */
+/* The whole dataset's metadata: the part's, without the keys only a part
+ * has. */
 static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
 {
-    *out = malloc(m->metadata_size ? m->metadata_size : 1);
-    if (!*out)
-        return sf_fail(-ENOMEM, "out of memory");
-    uint32_t n = 0;
-    for (uint64_t pos = 0; pos < m->metadata_size;) {
-        uint32_t kl = sf_get_le32(m->metadata + pos), vl = sf_get_le32(m->metadata + pos + 4);
-        uint64_t len = 8 + (uint64_t)kl + vl;
-        if (!is_part_key(m->metadata + pos + 8, kl)) {
-            memcpy(*out + n, m->metadata + pos, len);
-            n += (uint32_t)len;
-        }
-        pos += len;
+    sf_metadata_builder b = {0};
+    sf_metadata_iter it;
+    const uint8_t *k, *v;
+    uint32_t kl, vl;
+    int rc = 0;
+    sf_metadata_iter_init(&it, m->metadata, m->metadata_size);
+    while (!rc && sf_metadata_next(&it, &k, &kl, &v, &vl)) {
+        char key[256];
+        if (sf_metadata_is_part_key(k, kl))
+            continue;
+        memcpy(key, k, kl); /* checked: 1..255 bytes */
+        key[kl] = '\0';
+        rc = sf_metadata_add(&b, key, v, vl);
     }
-    *size = n;
+    if (rc) {
+        sf_metadata_builder_free(&b);
+        return rc;
+    }
+    *out = b.buf;
+    *size = b.size;
     return 0;
 }
 
@@ -78,7 +68,7 @@ static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
  * The whole dataset_id already covers names, sizes, schema and options. */
 static int check_same_input(const part *a, const part *b, unsigned flags)
 {
-    const part *old = !a->has_input ? a : !b->has_input ? b : NULL;
+    const part *old = !a->info.has_input ? a : !b->info.has_input ? b : NULL;
     if (old)
         return sf_fail(SF_E_INPUT,
                        "%s: part without an input identity (no 'part_input' entry: packed by a shardfeed "

@@ -82,7 +82,7 @@ static double now_s(void)
 
 /* The manifest of the dataset, encoded into *out (*size bytes, malloc'd). */
 static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, const pack_plan *plan,
-                           const pack_shard_result *results, const pack_part_info *part)
+                           const pack_shard_result *results, const sf_part_info *part)
 {
     const pack_shard_plan *last = &plan->shards[plan->shard_count - 1];
     sf_manifest m = {
@@ -122,7 +122,7 @@ static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, c
  * complete and every shard was proven, checks that the manifest there is
  * byte for byte the one this run writes, writing nothing. */
 static int finish_manifest(const char *out, const input_set *in, const pack_plan *plan,
-                           const pack_shard_result *results, const pack_part_info *part, int prove_only,
+                           const pack_shard_result *results, const sf_part_info *part, int prove_only,
                            uint64_t *bytes)
 {
     uint8_t *buf = NULL;
@@ -201,7 +201,7 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
 
 /* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts
  * merged are the very shards a single pack writes. */
-static int take_part(pack_plan *plan, pack_part_info *part, const input_set *in, uint32_t k, uint32_t n)
+static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, uint32_t k, uint32_t n)
 {
     uint64_t shards = plan->shard_count;
     if (k >= n)
@@ -214,7 +214,7 @@ static int take_part(pack_plan *plan, pack_part_info *part, const input_set *in,
                        "use fewer parts or a smaller --shard-size",
                        k, n, (unsigned long long)shards, n);
     const pack_shard_plan *last = &plan->shards[shards - 1];
-    *part = (pack_part_info){
+    *part = (sf_part_info){
         .index = k,
         .count = n,
         .whole_dataset_id = plan->dataset_id,
@@ -222,6 +222,7 @@ static int take_part(pack_plan *plan, pack_part_info *part, const input_set *in,
         .whole_shards = shards,
         .first_record = plan->shards[first].first,
         .first_shard = first,
+        .has_input = 1,
         .files_hash = input_files_hash(in),
     };
     int rc = pack_plan_values_hash(&part->values_hash, plan, in);
@@ -256,7 +257,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     input_set in;
     memset(&in, 0, sizeof in);
     pack_plan plan;
-    pack_part_info part = {0};
+    sf_part_info part = {0};
     memset(&plan, 0, sizeof plan);
     int levels[SF_MAX_FIELDS] = {0};
     uint8_t *reuse = NULL;

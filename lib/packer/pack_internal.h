@@ -10,6 +10,7 @@
 
 #include "format.h"
 #include "input.h"
+#include "metadata.h"
 #include "io.h"
 
 /* For a failure `rc` of pack or merge that ran out of file descriptors
@@ -17,21 +18,11 @@
  * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
 int pack_explain_fd_limit(int rc);
 
-/* Manifest metadata the packer writes: "source" and "class_names", and
- * "part" and "part_input" for one part of a --part run. Returns a malloc'd
- * buffer. */
-typedef struct pack_part_info {
-    uint32_t index, count;      /* K and N; count 0: not a part */
-    uint64_t whole_dataset_id;  /* dataset_id of the whole pack */
-    uint64_t whole_records, whole_shards;
-    uint64_t first_record, first_shard; /* of this part within the whole */
-    /* "part_input": what merge compares across parts to refuse parts
-     * planned from different inputs of the same names and sizes. */
-    uint64_t files_hash;  /* input_files_hash */
-    uint64_t values_hash; /* pack_plan_values_hash of the whole plan */
-} pack_part_info;
-int pack_metadata_encode(uint8_t **out, uint32_t *size, const input_set *in,
-                         const pack_part_info *part);
+/* The manifest metadata pack writes (SPEC.md "Metadata", metadata.h):
+ * "source", "class_names" when the input has classes, and "part" and
+ * "part_input" for one part of a --part run (part NULL or count 0: none).
+ * Returns a malloc'd buffer. */
+int pack_metadata_encode(uint8_t **out, uint32_t *size, const input_set *in, const sf_part_info *part);
 
 /* Where each shard's records go, decided before anything is written. */
 typedef struct pack_shard_plan {
