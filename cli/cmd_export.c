@@ -44,7 +44,7 @@ int cmd_export(int argc, char **argv)
         return EXIT_USAGE;
     }
     uint64_t n = 0;
-    int rc = npy ? sf_export_npy(argv[optind], out, &n) : sf_export(argv[optind], out, &n);
+    int rc = npy ? sf_export_npy(&n, argv[optind], out) : sf_export(&n, argv[optind], out);
     if (rc) {
         int status = cli_fail("export", rc);
         if (n)

@@ -83,7 +83,7 @@ static int parse_part(const char *s, uint32_t *k, uint32_t *n)
         return -1;
     const char *t = end + 1;
     unsigned long b = strtoul(t, &end, 10);
-    if (end == t || *end || b == 0 || b > 1000000 || a >= b)
+    if (end == t || *end || b == 0 || b > SF_PACK_MAX_PARTS || a >= b)
         return -1;
     *k = (uint32_t)a;
     *n = (uint32_t)b;
@@ -149,8 +149,9 @@ int cmd_pack(int argc, char **argv)
         switch (c) {
         case 'o': out = optarg; break;
         case 'j':
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > 1024) {
-                fprintf(stderr, "shardfeed pack: -j takes a number from 1 to 1024, not '%s'\n", optarg);
+            if (cli_parse_uint(optarg, &v) || v == 0 || v > SF_PACK_MAX_JOBS) {
+                fprintf(stderr, "shardfeed pack: -j takes a number from 1 to %u, not '%s'\n", SF_PACK_MAX_JOBS,
+                        optarg);
                 return EXIT_USAGE;
             }
             opts.jobs = (unsigned)v;
@@ -162,8 +163,9 @@ int cmd_pack(int argc, char **argv)
             }
             break;
         case 'a':
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > (1u << 20) || (v & (v - 1))) {
-                fprintf(stderr, "shardfeed pack: --align takes a power of two from 1 to 1048576, not '%s'\n", optarg);
+            if (cli_parse_uint(optarg, &v) || v == 0 || v > SF_PACK_MAX_ALIGN || (v & (v - 1))) {
+                fprintf(stderr, "shardfeed pack: --align takes a power of two from 1 to %u, not '%s'\n",
+                        SF_PACK_MAX_ALIGN, optarg);
                 return EXIT_USAGE;
             }
             opts.align = (uint32_t)v;

@@ -47,8 +47,8 @@ int cmd_verify(int argc, char **argv)
         case 'J': o.json = 1; break;
         case 'D': vo.decompress = 1; break;
         case 'j':
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > 1024) {
-                fprintf(stderr, "shardfeed verify: -j takes a number from 1 to 1024\n");
+            if (cli_parse_uint(optarg, &v) || v == 0 || v > SF_VERIFY_MAX_JOBS) {
+                fprintf(stderr, "shardfeed verify: -j takes a number from 1 to %u\n", SF_VERIFY_MAX_JOBS);
                 return EXIT_USAGE;
             }
             vo.jobs = (unsigned)v;

@@ -60,7 +60,7 @@ SF_API int sf_dataset_class_name(const char **name, size_t *len, const sf_datase
                                  uint32_t label);
 /* Any metadata entry (SPEC.md "Metadata") by key: *value is NULL and *len 0
  * when it is absent. Valid until sf_dataset_close. */
-SF_API int sf_dataset_metadata(const void **value, uint32_t *len, const sf_dataset *ds,
+SF_API int sf_dataset_metadata(const void **value, size_t *len, const sf_dataset *ds,
                                const char *key);
 
 /* The key of a sample (not NUL-terminated). */
@@ -170,14 +170,14 @@ SF_API int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_ve
  * naming both (where out_dir's file system ignores case, names that differ
  * only in ASCII case are the same); a name part longer than the file system
  * takes fails with -ENAMETOOLONG; files are created with O_EXCL. Checks
- * record checksums and bool values. *files_written: the files written
- * whole, also on failure. */
-SF_API int sf_export(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
+ * record checksums and bool values. *files_written (NULL: not wanted): the
+ * files written whole, also on failure. */
+SF_API int sf_export(uint64_t *files_written, const char *dataset_dir, const char *out_dir);
 /* Writes every sample as out_dir/{field}_{key}.npy (a key's folders become
  * folders: key "a/b" gives a/img_b.npy), C-order
  * little-endian arrays that numpy.load reads; variable-length fields as 1-d
  * arrays. */
-SF_API int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_written);
+SF_API int sf_export_npy(uint64_t *files_written, const char *dataset_dir, const char *out_dir);
 
 #ifdef __cplusplus
 }

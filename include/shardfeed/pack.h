@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define SF_PACK_OPTS_VERSION 2
+#define SF_PACK_OPTS_VERSION 1
 #define SF_PACK_DEFAULT_SHARD_SIZE (256ull << 20)
 #define SF_PACK_DEFAULT_ALIGN 4096u
 

@@ -3,7 +3,9 @@
  * Conventions: opaque handles; the output parameter comes first; functions
  * return 0 or a negative code (an sf_error, or -errno); sf_strerror() names
  * a code and sf_last_error() gives the detail; free/close functions accept
- * NULL. Options structs start with a version field and have an _INIT macro.
+ * NULL. Options structs start with a version field and have an _INIT macro;
+ * each takes versions 1 to its newest. Numeric options are bounded by one
+ * table (shardfeed/params.h). The format's vocabulary: shardfeed/types.h.
  */
 #ifndef SHARDFEED_H
 #define SHARDFEED_H
@@ -11,6 +13,7 @@
 #include "shardfeed/dataset.h"
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"
+#include "shardfeed/params.h"
 #include "shardfeed/reader.h"
 #include "shardfeed/types.h"
 #include "shardfeed/version.h"

@@ -109,3 +109,11 @@ const char *sf_errno_text(int e)
     snprintf(buf, sizeof buf, "%s%s", strerror(e), sf_errno_hint(e));
     return buf;
 }
+
+int sf_check_opts_version(const char *type, unsigned version, unsigned newest)
+{
+    if (version >= 1 && version <= newest)
+        return 0;
+    return sf_fail(SF_E_INVALID, "%s.version is %u; this library takes 1..%u (start from the _INIT macro)",
+                   type, version, newest);
+}

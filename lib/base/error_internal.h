@@ -2,6 +2,8 @@
 #ifndef SF_FORMAT_ERROR_INTERNAL_H
 #define SF_FORMAT_ERROR_INTERNAL_H
 
+#include <stdint.h>
+
 #include "shardfeed/error.h"
 
 /* Records a printf-style detail for sf_last_error() and returns `code`, so
@@ -19,6 +21,16 @@ const char *sf_errno_hint(int err);
 /* strerror(err) followed by sf_errno_hint(err): for messages that print
  * an errno as text. A thread-local buffer, valid until the next call. */
 const char *sf_errno_text(int err);
+
+/* The one check of an options struct's version field (every sf_*_opts):
+ * 1..newest is accepted (a struct of an older version has the fields that
+ * version had; the library reads only those), anything else is
+ * SF_E_INVALID naming the struct. */
+int sf_check_opts_version(const char *type, unsigned version, unsigned newest);
+
+/* SF_E_INVALID naming the option when `value` is outside the bounds of
+ * `param` (shardfeed/params.h: the one table of limits). */
+int sf_check_param(int param, int64_t value);
 
 /* Clears the detail. */
 void sf_clear_error(void);

@@ -42,12 +42,14 @@ int sf_dataset_class_name(const char **name, size_t *len, const sf_dataset *ds, 
     return 0;
 }
 
-int sf_dataset_metadata(const void **value, uint32_t *len, const sf_dataset *ds, const char *key)
+int sf_dataset_metadata(const void **value, size_t *len, const sf_dataset *ds, const char *key)
 {
     if (!value || !len || !ds || !key)
         return sf_fail(SF_E_INVALID, "sf_dataset_metadata: NULL argument");
     const uint8_t *v;
-    sf_metadata_find(&v, len, &ds->manifest, key);
+    uint32_t n;
+    sf_metadata_find(&v, &n, &ds->manifest, key);
     *value = v;
+    *len = n;
     return 0;
 }

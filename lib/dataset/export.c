@@ -600,12 +600,12 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
     return rc;
 }
 
-int sf_export(const char *dataset_dir, const char *out_dir, uint64_t *files_written)
+int sf_export(uint64_t *files_written, const char *dataset_dir, const char *out_dir)
 {
     return export_layout(dataset_dir, out_dir, NULL, files_written);
 }
 
-int sf_export_npy(const char *dataset_dir, const char *out_dir, uint64_t *files_written)
+int sf_export_npy(uint64_t *files_written, const char *dataset_dir, const char *out_dir)
 {
     return export_layout(dataset_dir, out_dir, "npy", files_written);
 }

@@ -19,6 +19,7 @@
 #include "le.h"
 #include "shard_file.h"
 #include "shardfeed/dataset.h"
+#include "shardfeed/params.h"
 
 #define VERIFY_BUFFER (256u << 10) /* fits L2: the copy from the page cache is still cached when hashed */
 
@@ -385,9 +386,11 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         opts = &def;
     if (!dir)
         return sf_fail(SF_E_INVALID, "sf_verify: no directory");
-    if (opts->version < 1 || opts->version > SF_VERIFY_OPTS_VERSION)
-        return sf_fail(SF_E_INVALID, "sf_verify_opts.version is %u; this library takes 1..%d (start from SF_VERIFY_OPTS_INIT)",
-                       opts->version, SF_VERIFY_OPTS_VERSION);
+    int vrc = sf_check_opts_version("sf_verify_opts", opts->version, SF_VERIFY_OPTS_VERSION);
+    if (!vrc && opts->jobs)
+        vrc = sf_check_param(SF_PARAM_VERIFY_JOBS, opts->jobs);
+    if (vrc)
+        return vrc;
     unsigned jobs = opts->jobs;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

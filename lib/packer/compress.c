@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include "error_internal.h"
+#include "shardfeed/params.h"
 #include "pack_internal.h"
 
 struct pack_compressor {
@@ -18,11 +19,11 @@ static int parse_item(sf_schema *schema, int *levels, const char *item, size_t l
 {
     const char *eq = memchr(item, '=', len);
     if (!eq)
-        return sf_fail(SF_E_INVALID, "--compress '%.*s': expected FIELD=zstd[:LEVEL]", (int)len, item);
+        return sf_fail(SF_E_INVALID, "compress option '%.*s': expected FIELD=zstd[:LEVEL]", (int)len, item);
     char name[SF_MAX_NAME + 1];
     size_t nlen = (size_t)(eq - item);
     if (nlen == 0 || nlen > SF_MAX_NAME)
-        return sf_fail(SF_E_INVALID, "--compress '%.*s': no such field", (int)len, item);
+        return sf_fail(SF_E_INVALID, "compress option '%.*s': no such field", (int)len, item);
     memcpy(name, item, nlen);
     name[nlen] = '\0';
     int f = sf_schema_find(schema, name);
@@ -32,7 +33,7 @@ static int parse_item(sf_schema *schema, int *levels, const char *item, size_t l
             strcat(fields, i ? ", " : "");
             strcat(fields, schema->fields[i].name);
         }
-        return sf_fail(SF_E_INVALID, "--compress: no field '%s' (fields: %s)", name, fields);
+        return sf_fail(SF_E_INVALID, "compress option: no field '%s' (fields: %s)", name, fields);
     }
     const char *codec = eq + 1;
     size_t clen = len - nlen - 1;
@@ -43,22 +44,22 @@ static int parse_item(sf_schema *schema, int *levels, const char *item, size_t l
             size_t l = clen - 5;
             char *end;
             if (l == 0 || l >= sizeof num)
-                return sf_fail(SF_E_INVALID, "--compress %s: bad level", name);
+                return sf_fail(SF_E_INVALID, "compress option %s: bad level", name);
             memcpy(num, codec + 5, l);
             num[l] = '\0';
             long v = strtol(num, &end, 10);
-            if (*end || v < ZSTD_minCLevel() || v > ZSTD_maxCLevel() || v == 0)
-                return sf_fail(SF_E_INVALID, "--compress %s: level '%s' is not in %d..%d (0 excluded)",
-                               name, num, ZSTD_minCLevel(), ZSTD_maxCLevel());
+            if (*end || v < SF_PACK_MIN_ZSTD_LEVEL || v > SF_PACK_MAX_ZSTD_LEVEL)
+                return sf_fail(SF_E_INVALID, "compress option %s: level '%s' is not in %d..%d", name, num,
+                               SF_PACK_MIN_ZSTD_LEVEL, SF_PACK_MAX_ZSTD_LEVEL);
             level = (int)v;
         }
     } else {
-        return sf_fail(SF_E_INVALID, "--compress %s: unknown codec '%.*s' (zstd is the one there is)",
+        return sf_fail(SF_E_INVALID, "compress option %s: unknown codec '%.*s' (zstd is the one there is)",
                        name, (int)clen, codec);
     }
     if (schema->fields[f].storage == SF_STORAGE_INLINE)
         return sf_fail(SF_E_INVALID,
-                       "--compress %s: the field is stored inline in the index (%llu bytes); "
+                       "compress option %s: the field is stored inline in the index (%llu bytes); "
                        "there is nothing to compress",
                        name, (unsigned long long)schema->fields[f].item_size);
     schema->fields[f].codec = SF_CODEC_ZSTD;
@@ -80,7 +81,7 @@ int pack_compress_parse(sf_schema *schema, int *levels, const char *spec)
         p += len + (end != NULL);
     }
     int rc = sf_schema_finish(schema);
-    return rc ? sf_fail_prefix(rc, "--compress") : 0;
+    return rc ? sf_fail_prefix(rc, "compress option") : 0;
 }
 
 uint64_t pack_compress_bound(uint64_t len)

@@ -31,7 +31,7 @@ static int load_part(part *p)
     if (rc)
         return sf_fail_prefix(rc == -ENOENT ? SF_E_INPUT : rc, "not a finished dataset part");
     if (!sf_metadata_part(&p->info, &p->m))
-        return sf_fail(SF_E_INPUT, "%s: not a part of a --part run (its manifest has no 'part' entry)",
+        return sf_fail(SF_E_INPUT, "%s: not one part of a pack split into parts (its manifest has no 'part' entry)",
                        p->dir);
     return 0;
 }
@@ -84,7 +84,7 @@ static int check_same_input(const part *a, const part *b, unsigned flags)
         return sf_fail(SF_E_INPUT,
                        "%s and %s were packed from input files with different modification times (an "
                        "input changed between the parts, or was copied without keeping times: then "
-                       "--ignore-mtimes merges them)",
+                       "the ignore_mtimes option, SF_MERGE_IGNORE_MTIMES, merges them)",
                        b->dir, a->dir);
     return 0;
 }
@@ -267,7 +267,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
         /* Merged shards are written anew whatever is there: a complete
          * dataset of this id is replaced only when asked to. */
         if (!rc && state == PACK_OUT_COMPLETE)
-            rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (--force replaces it)",
+            rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (the force option, SF_MERGE_FORCE, replaces it)",
                          output_dir);
     }
     uint64_t g = 0, bytes = 0;

@@ -334,7 +334,7 @@ static int survey(DIR *d, const char *out, const pack_plan *plan, uint8_t *reuse
         if (f.kind == KIND_FOREIGN)
             return sf_fail(SF_E_EXISTS,
                            "%s/%s: output directory holds a file shardfeed did not write; refusing to write "
-                           "there (it is never removed, even with --force)",
+                           "there (it is never removed, not even with the force option)",
                            out, de->d_name);
         if (f.kind == KIND_LOCK)
             continue;
@@ -370,7 +370,7 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
     char other[256] = "";
     int rc = survey(d, out, plan, reuse, &have_manifest, other, sizeof other);
     if (!rc && !force && other[0])
-        rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset (%s; --force replaces it)", out,
+        rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset (%s; the force option replaces it)", out,
                      other);
     if (rc || (!force && have_manifest)) {
         /* This dataset's manifest: complete, unless its shards do not hold

@@ -18,6 +18,7 @@
 #include "le.h"
 #include "pack_internal.h"
 #include "shardfeed/pack.h"
+#include "shardfeed/params.h"
 
 typedef struct pool {
     pack_writer_ctx ctx;
@@ -145,7 +146,7 @@ static int finish_manifest(const char *out, const input_set *in, const pack_plan
             rc = sf_fail(-ENOMEM, "out of memory");
         else if (!same)
             rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes "
-                                      "(its manifest differs from this input's; --force replaces it)",
+                                      "(its manifest differs from this input's; the force option replaces it)",
                          out);
     }
     *bytes = size;
@@ -205,13 +206,13 @@ static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, u
 {
     uint64_t shards = plan->shard_count;
     if (k >= n)
-        return sf_fail(SF_E_INVALID, "--part %u/%u: K must be below N (parts are numbered from 0)", k, n);
+        return sf_fail(SF_E_INVALID, "part %u of %u: the part must be below the number of parts (parts are numbered from 0)", k, n);
     uint64_t first = shards * k / n, end = shards * (k + 1) / n;
     /* Every part gets a shard, or none runs: an empty part is no dataset. */
     if (shards < n)
         return sf_fail(SF_E_INVALID,
-                       "--part %u/%u: the whole dataset has only %llu shard(s), too few for %u parts; "
-                       "use fewer parts or a smaller --shard-size",
+                       "part %u of %u: the whole dataset has only %llu shard(s), too few for %u parts; "
+                       "use fewer parts or a smaller shard_size",
                        k, n, (unsigned long long)shards, n);
     const pack_shard_plan *last = &plan->shards[shards - 1];
     *part = (sf_part_info){
@@ -243,8 +244,19 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     static const sf_pack_opts defaults = SF_PACK_OPTS_INIT;
     if (!opts)
         opts = &defaults;
-    if (!input || !output_dir || opts->version != SF_PACK_OPTS_VERSION)
-        return sf_fail(SF_E_INVALID, "sf_pack: missing input or output, or unknown options version");
+    if (!input || !output_dir)
+        return sf_fail(SF_E_INVALID, "sf_pack: no input or no output folder");
+    int vrc = sf_check_opts_version("sf_pack_opts", opts->version, SF_PACK_OPTS_VERSION);
+    if (!vrc && opts->jobs)
+        vrc = sf_check_param(SF_PARAM_PACK_JOBS, opts->jobs);
+    if (!vrc && opts->shard_size)
+        vrc = sf_check_param(SF_PARAM_PACK_SHARD_SIZE, (int64_t)(opts->shard_size > INT64_MAX ? INT64_MAX : opts->shard_size));
+    if (!vrc && opts->align)
+        vrc = sf_check_param(SF_PARAM_PACK_ALIGN, opts->align); /* and a power of two: the plan says */
+    if (!vrc && opts->part_count)
+        vrc = sf_check_param(SF_PARAM_PACK_PARTS, opts->part_count);
+    if (vrc)
+        return vrc;
     double t0 = now_s();
     unsigned jobs = opts->jobs;
     if (jobs == 0) {
@@ -313,7 +325,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         char why[1024];
         snprintf(why, sizeof why, "%s", sf_last_error());
         rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset of the same names and sizes (%s; "
-                                  "--force replaces it)",
+                                  "the force option replaces it)",
                      output_dir, why);
     }
     if (!rc)

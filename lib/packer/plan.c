@@ -113,7 +113,7 @@ int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_
         }
         sp.index_size = sp.count * s->entry_size + keys;
         if (plan->shard_count == SF_MAX_SHARDS)
-            return sf_fail(SF_E_LIMIT, "more than %u shards: raise --shard-size", SF_MAX_SHARDS);
+            return sf_fail(SF_E_LIMIT, "more than %u shards: raise the shard_size option", SF_MAX_SHARDS);
         if (plan->shard_count == cap) {
             cap *= 2;
             pack_shard_plan *n = realloc(plan->shards, cap * sizeof *n);

@@ -179,7 +179,7 @@ class Parts(unittest.TestCase):
         dirs = self.pack_parts(3)
         for args, needle in ((dirs[:2], "2 part(s) given, but the run made 3"),
                              ([dirs[0], dirs[0], dirs[1]], "are both part 0"),
-                             ([dirs[0], dirs[1], self.whole], "not a part of a --part run"),
+                             ([dirs[0], dirs[1], self.whole], "not one part of a pack split into parts"),
                              ([dirs[0], dirs[1], os.path.join(self.tmp, "nope")],
                               "not a finished dataset part")):
             out, p = self.merge(args, check=1)
@@ -233,7 +233,7 @@ class Parts(unittest.TestCase):
         p1 = self.pack_parts(2, tag="n")[1]
         out, p = self.merge([p0, p1], check=1)
         self.assertIn("modification times", p.stderr)
-        self.assertIn("--ignore-mtimes", p.stderr)
+        self.assertIn("ignore_mtimes", p.stderr)
         run("merge", p0, p1, "-o", out, "--ignore-mtimes", check=0)
         self.assertEqual(files(out), files(self.whole))
 

@@ -666,7 +666,7 @@ static void path_escape(void)
         mkdir_p(exp_dir); /* "../x" from here would land in export/, "../../x" in p-N/ */
         int before = count_entries(parent);
         uint64_t written = 99;
-        rc = sf_export_npy(dir, exp_dir, &written);
+        rc = sf_export_npy(&written, dir, exp_dir);
         CHECK(rc != 0, "key '%s': export succeeded", shown);
         CHECK(count_entries(exp_dir) == 0, "key '%s': export wrote into its directory", shown);
         char up[2300];
@@ -701,7 +701,7 @@ static void path_escape(void)
             sf_dataset_close(ds);
         int before = count_entries(parent);
         snprintf(exp_dir, sizeof exp_dir, "%s/pf-%zu/export", base, i);
-        rc = sf_export_npy(dir, exp_dir, NULL);
+        rc = sf_export_npy(NULL, dir, exp_dir);
         CHECK(rc != 0, "field name '%s': export succeeded", bad_names[i]);
         CHECK(count_entries(parent) == before && count_entries(exp_dir) <= 0,
               "field name '%s': export wrote something", bad_names[i]);
@@ -720,7 +720,7 @@ static void path_escape(void)
         snprintf(link, sizeof link, "%s/img_k000.npy", exp_dir);
         if (symlink(target, link) != 0)
             die("symlink");
-        int rc = sf_export_npy(good, exp_dir, NULL);
+        int rc = sf_export_npy(NULL, good, exp_dir);
         size_t len;
         uint8_t *t = read_file(target, &len);
         CHECK(rc != 0 && len == 8 && memcmp(t, "precious", 8) == 0,

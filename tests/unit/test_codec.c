@@ -330,8 +330,8 @@ Test(codec, random_access_and_export_match_the_uncompressed_dataset)
     snprintf(ep, sizeof ep, "%s/export-plain", g_root);
     snprintf(ez, sizeof ez, "%s/export-z", g_root);
     uint64_t np = 0, nz = 0;
-    cr_assert_eq(sf_export_npy(plain, ep, &np), 0, "%s", sf_last_error());
-    cr_assert_eq(sf_export_npy(z, ez, &nz), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_export_npy(&np, plain, ep), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_export_npy(&nz, z, ez), 0, "%s", sf_last_error());
     cr_assert_eq(np, nz);
     cr_assert_eq(nz, 3 * N);
     static const char *fields[] = {"x", "tok", "label"};

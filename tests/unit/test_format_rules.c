@@ -232,7 +232,7 @@ Test(rules, out_of_file_descriptors_says_which_limit)
     /* One spare: the dataset opens (its shard holds it), the output folder does not. */
     leave_spare_fds(1);
     uint64_t n = 99;
-    rc = sf_export_npy(ds, out, &n);
+    rc = sf_export_npy(&n, ds, out);
     cr_assert_eq(rc, -EMFILE, "%d %s", rc, sf_last_error());
     cr_assert(strstr(sf_last_error(), "ulimit -n"), "%s", sf_last_error());
     cr_assert_eq(n, 0);

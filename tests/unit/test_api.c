@@ -1,0 +1,107 @@
+/* The public API's conventions, checked across the library: one way to
+ * check an options struct's version, one table of option bounds that the
+ * library enforces (shardfeed/params.h), the vocabulary's names. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shardfeed/shardfeed.h"
+
+Test(api, every_options_struct_takes_versions_1_to_newest_and_refuses_others)
+{
+    sf_pack_opts po = SF_PACK_OPTS_INIT;
+    sf_verify_opts vo = SF_VERIFY_OPTS_INIT;
+    sf_reader_opts ro = SF_READER_OPTS_INIT;
+    const unsigned bad[] = {0, 99};
+    for (size_t i = 0; i < 2; i++) {
+        po.version = vo.version = ro.version = bad[i];
+        cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "/nonexistent-out", &po), SF_E_INVALID);
+        cr_assert(strstr(sf_last_error(), "sf_pack_opts.version"), "%s", sf_last_error());
+        cr_assert_eq(sf_verify_ex(NULL, "/nonexistent", &vo, NULL, NULL), SF_E_INVALID);
+        cr_assert(strstr(sf_last_error(), "sf_verify_opts.version"), "%s", sf_last_error());
+        sf_reader *r = NULL;
+        cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+        cr_assert(strstr(sf_last_error(), "sf_reader_opts.version"), "%s", sf_last_error());
+    }
+}
+
+Test(api, every_param_has_a_name_and_a_range)
+{
+    for (int p = 0; p < SF_PARAM_COUNT; p++) {
+        sf_bounds b;
+        cr_assert_eq(sf_param_bounds(&b, (sf_param)p), 0);
+        cr_assert_leq(b.min, b.max, "param %d", p);
+        cr_assert_not_null(sf_param_name((sf_param)p));
+    }
+    sf_bounds b;
+    cr_assert_eq(sf_param_bounds(&b, SF_PARAM_COUNT), SF_E_INVALID);
+    cr_assert_eq(sf_param_bounds(&b, (sf_param)-1), SF_E_INVALID);
+    cr_assert_null(sf_param_name(SF_PARAM_COUNT));
+    cr_assert_eq(sf_param_bounds(&b, SF_PARAM_PACK_ZSTD_LEVEL), 0);
+    cr_assert_eq(b.min, SF_PACK_MIN_ZSTD_LEVEL);
+    cr_assert_eq(b.max, SF_PACK_MAX_ZSTD_LEVEL);
+}
+
+/* What the table says is what the library enforces: one past the bound is
+ * refused naming the option, the bound itself passes the check (and then
+ * fails later, on the missing input). */
+Test(api, the_library_enforces_the_bounds_it_publishes)
+{
+    sf_bounds b;
+    sf_pack_opts po = SF_PACK_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_PACK_JOBS);
+    po.jobs = (unsigned)b.max + 1;
+    cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "/tmp/sf-api-out-never", &po), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "jobs"), "%s", sf_last_error());
+    po.jobs = (unsigned)b.max;
+    cr_assert_neq(sf_pack(NULL, "/nonexistent-in", "/tmp/sf-api-out-never", &po), SF_E_INVALID);
+
+    po = (sf_pack_opts)SF_PACK_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_PACK_ALIGN);
+    po.align = (uint32_t)b.max * 2;
+    cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "/tmp/sf-api-out-never", &po), SF_E_INVALID);
+
+    po = (sf_pack_opts)SF_PACK_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_PACK_PARTS);
+    po.part_count = (uint32_t)b.max + 1;
+    cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "/tmp/sf-api-out-never", &po), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "part_count"), "%s", sf_last_error());
+
+    sf_verify_opts vo = SF_VERIFY_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_VERIFY_JOBS);
+    vo.jobs = (unsigned)b.max + 1;
+    cr_assert_eq(sf_verify_ex(NULL, "/nonexistent", &vo, NULL, NULL), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "jobs"), "%s", sf_last_error());
+
+    sf_reader_opts ro = SF_READER_OPTS_INIT;
+    sf_reader *r = NULL;
+    sf_param_bounds(&b, SF_PARAM_READER_BATCH_SIZE);
+    ro.batch_size = (uint32_t)b.max + 1;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "batch_size"), "%s", sf_last_error());
+    ro = (sf_reader_opts)SF_READER_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_READER_PREFETCH);
+    ro.prefetch = (uint32_t)b.max + 1;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    ro = (sf_reader_opts)SF_READER_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_READER_IO_THREADS);
+    ro.io_threads = (uint32_t)b.max + 1;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    ro = (sf_reader_opts)SF_READER_OPTS_INIT;
+    sf_param_bounds(&b, SF_PARAM_READER_QUEUE_DEPTH);
+    ro.queue_depth = (uint32_t)b.max + 1;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+}
+
+Test(api, vocabulary_names)
+{
+    cr_assert_str_eq(sf_dtype_name(SF_DTYPE_FLOAT32), "float32");
+    cr_assert_eq(sf_dtype_size(SF_DTYPE_COMPLEX128), 16);
+    cr_assert_str_eq(sf_dtype_npy_descr(SF_DTYPE_UINT16), "<u2");
+    cr_assert_null(sf_dtype_name(SF_DTYPE_COUNT));
+    cr_assert_eq(sf_dtype_size(-1), 0);
+    cr_assert_str_eq(sf_storage_name(SF_STORAGE_VARIABLE), "variable");
+    cr_assert_null(sf_storage_name(SF_STORAGE_COUNT));
+    cr_assert_str_eq(sf_codec_name(SF_CODEC_ZSTD), "zstd");
+    cr_assert_null(sf_codec_name(SF_CODEC_COUNT));
+}
