@@ -1,25 +1,53 @@
 #!/usr/bin/env bash
-# Installs the Debian packages shardfeed builds, tests and demos with.
-# Run as root (CI is root); prints what it would need otherwise.
+# Installs the Debian packages a job needs, by group:
+#   build   compiler, CMake and the libraries shardfeed links
+#   python  the Python module's build (headers, DLPack) and numpy
+#   demo    the quick start's data and training demo (torch, Fashion-MNIST)
+#   test    what the test suite uses besides (Criterion, torchvision, MPI, ...)
+#   ci      the sanitizer, valgrind and fuzzing stages of .ci/run
+#   bench   the peers tools/bench/run measures (fio, h5py, lmdb, matplotlib)
+# Usage: tools/install-deps.sh GROUP...   (no group: every group)
+# Run as root (CI is root); otherwise it prints the apt-get command to run.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config
-      liburing-dev libzstd-dev libxxhash-dev libarchive-dev libcriterion-dev
-      python3 python3-numpy python3-dev libdlpack-dev python3-torch
-      dataset-fashion-mnist bc valgrind fio python3-h5py python3-lmdb python3-matplotlib
-      clang-14 libclang-rt-14-dev
-      openmpi-bin python3-torchvision)
+declare -A group=(
+    [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev"
+    [python]="python3 python3-dev libdlpack-dev python3-numpy"
+    [demo]="python3-torch dataset-fashion-mnist"
+    [test]="libcriterion-dev python3-torch python3-torchvision dataset-fashion-mnist openmpi-bin bc"
+    [ci]="clang-14 libclang-rt-14-dev valgrind"
+    [bench]="fio python3-h5py python3-lmdb python3-matplotlib"
+)
+groups=("$@")
+[ ${#groups[@]} -eq 0 ] && groups=(build python demo test ci bench)
+pkgs=()
+for g in "${groups[@]}"; do
+    [ -n "${group[$g]:-}" ] || { echo "install-deps: no group '$g' (build python demo test ci bench)" >&2; exit 2; }
+    read -r -a more <<<"${group[$g]}"
+    pkgs+=("${more[@]}")
+done
 missing=()
-for p in "${pkgs[@]}"; do
+for p in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
+[ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${missing[*]}" >&2
     echo "install them with: sudo apt-get install -y ${missing[*]}" >&2
     exit 1
 fi
 echo "installing: ${missing[*]}"
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# apt waits up to two minutes for a lock another apt or dpkg holds (an
+# unattended upgrade, say), then says so in one line instead of a wall of text.
+apt_get() {
+    local err
+    if ! err=$(DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 "$@" 2>&1 >/dev/null); then
+        if grep -q "Could not get lock" <<<"$err"; then
+            echo "install-deps: apt is busy: another process holds its lock ($(grep -o 'held by process [0-9]* ([^)]*)' <<<"$err" | head -1)); wait for it to finish, then run this again" >&2
+        else
+            echo "$err" >&2
+        fi
+        return 1
+    fi
+}
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${missing[@]}"
