@@ -1,9 +1,12 @@
 """shardfeed.Loader: values, order, epochs, resume, ranks, output kinds, memory lifetime.
 See sfpytest.py for how to run it by hand."""
 import gc
+import inspect
 import json
 import os
 import pickle
+import pydoc
+import re
 import subprocess
 import sys
 import threading
@@ -443,16 +446,17 @@ class Device(unittest.TestCase):
             device = torch.device
             cuda = FakeCuda
 
+        from shardfeed._device import resolve_device
         saved = os.environ.get("LOCAL_RANK")
         try:
             os.environ["LOCAL_RANK"] = "3"
-            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda:3")
-            self.assertEqual(str(shardfeed._resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
+            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda:3")
+            self.assertEqual(str(resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
             del os.environ["LOCAL_RANK"]
-            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda")
-            self.assertIsNone(shardfeed._resolve_device("cpu", FakeTorch))
+            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda")
+            self.assertIsNone(resolve_device("cpu", FakeTorch))
             with self.assertRaisesRegex(shardfeed.Error, "only 4 CUDA"):
-                shardfeed._resolve_device("cuda:4", FakeTorch)
+                resolve_device("cuda:4", FakeTorch)
         finally:
             os.environ.pop("LOCAL_RANK", None)
             if saved is not None:
@@ -460,6 +464,29 @@ class Device(unittest.TestCase):
 
     def test_cpu_device_is_the_default(self):
         self.assertEqual(loader().device, "cpu")
+
+
+class Reference(unittest.TestCase):
+    """help(shardfeed.Loader) describes each parameter, and help(shardfeed) includes it."""
+
+    def described(self, text):
+        """The parameter names of the "- name[, name...]:" entries of `text`."""
+        names = set()
+        for entry in re.findall(r"^\s*\|?\s*- ([a-z_]+(?:, [a-z_]+)*):", text, re.M):
+            names.update(entry.split(", "))
+        return names
+
+    def test_every_loader_parameter_is_described(self):
+        params = set(inspect.signature(shardfeed.Loader).parameters) - {"path"}
+        doc = inspect.getdoc(shardfeed.Loader)
+        self.assertEqual(params - self.described(doc), set())
+        self.assertIn("`path`", doc)
+
+    def test_help_of_the_package_includes_the_loader_parameters(self):
+        text = pydoc.render_doc(shardfeed, renderer=pydoc.plaintext)
+        params = set(inspect.signature(shardfeed.Loader).parameters) - {"path"}
+        self.assertEqual(params - self.described(text), set())
+        self.assertIn("Inspecting a dataset", text)
 
 
 if __name__ == "__main__":
