@@ -357,6 +357,42 @@ class Lifetime(unittest.TestCase):
         gc.collect()
         self.assertTrue(reader.freed)
 
+    def test_close_during_a_call_frees_the_reader_when_the_call_returns(self):
+        # trace_write into a FIFO waits (GIL released) until the FIFO is read: a
+        # close() meanwhile must leave the reader to the call, and the call's end free it.
+        ld = loader(batch_size=1)
+        reader = ld._reader
+        ld.trace_start()
+        self.assertEqual(len(epoch_ids(ld)), N)
+        fifo = os.path.join(scratch("fifo-"), "trace.json")
+        os.mkfifo(fifo)
+        errors = []
+
+        def write():
+            try:
+                ld.trace_write(fifo)
+            except Exception as e:  # reported by the main thread
+                errors.append(e)
+
+        t = threading.Thread(target=write)
+        t.start()
+        while t.is_alive():  # until the call runs: then the reader refuses other calls
+            try:
+                reader.state()
+            except RuntimeError:
+                break
+            t.join(0.001)
+        self.assertTrue(t.is_alive(), errors)
+        ld.close()
+        self.assertFalse(reader.freed)
+        with open(fifo, "rb") as f:
+            trace = json.loads(f.read())
+        t.join()
+        self.assertEqual(errors, [])
+        self.assertIn("traceEvents", trace)
+        self.assertTrue(reader.freed)
+        remove(os.path.dirname(fifo))
+
     def check_too_many_held(self, output):
         ld = loader(prefetch=3, output=output)
         it = iter(ld)
