@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, epoch_ids, load_source, pack,  # noqa: E402
-                      remove, scratch, shardfeed, torch, write_synthetic)
+                      remove, scratch, shardfeed, torch, write_samples)
 
 N = 203          # not a multiple of any batch size used
 B = 16
@@ -27,7 +27,7 @@ def setUpModule():
     global TMP, SRC, DS
     TMP = scratch("loader-")
     SRC = os.path.join(TMP, "npy")
-    write_synthetic(SRC, N, extra={"flag": lambda i: np.array([i % 3 == 0, i % 2 == 0])})
+    write_samples(SRC, N, extra={"flag": lambda i: np.array([i % 3 == 0, i % 2 == 0])})
     DS = pack(SRC, os.path.join(TMP, "ds"), "--align", "64", "--shard-size", "40KiB")
 
 
