@@ -14,6 +14,7 @@
  * holds it (a stand-in for a model step), so a consumer-bound run can be
  * made on purpose; --trace FILE writes a Chrome/Perfetto trace of every
  * batch's stages (sf_reader_trace_start/write). */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench.h"
 #include "cli.h"
 
 #define BENCH_USAGE                                                                                \
@@ -52,21 +54,6 @@ static void sleep_us(uint64_t us)
     }
 }
 
-/* One line on what the verdict means, for the text output. */
-static const char *verdict_hint(const char *v)
-{
-    if (strcmp(v, "consumer-bound") == 0)
-        return "batches were ready when the consumer asked: its own work per batch sets the pace";
-    if (strcmp(v, "io-bound") == 0)
-        return "the consumer waited for batches; the I/O threads spent most of their time reading";
-    if (strcmp(v, "checksum-bound") == 0)
-        return "the consumer waited for batches; the I/O threads spent most of their time hashing "
-               "records (--no-verify trades that for integrity; more --threads spread it)";
-    if (strcmp(v, "copy-bound") == 0)
-        return "the consumer waited for device copies more than for batches";
-    return "no batch was delivered";
-}
-
 static int parse_choice(const char *s, const char *const *names, int count)
 {
     for (int i = 0; i < count; i++)
@@ -75,10 +62,100 @@ static int parse_choice(const char *s, const char *const *names, int count)
     return -1;
 }
 
-int cmd_bench(int argc, char **argv)
+const char *const BENCH_SHUFFLES[3] = {"none", "global", "block"};
+const char *const BENCH_ENGINES[4] = {"auto", "uring", "pread", "mmap"};
+
+enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_ENGINE, O_DIRECT, O_NOVERIFY, O_PREFETCH,
+       O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE, O_SLEEP, O_TRACE };
+
+static const char *parse_device(sf_reader_opts *o, const char *arg)
 {
-    enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_ENGINE, O_DIRECT, O_NOVERIFY, O_PREFETCH,
-           O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE, O_SLEEP, O_TRACE };
+    uint64_t v;
+    if (strcmp(arg, "cpu") == 0) {
+        o->device = SF_DEVICE_CPU;
+    } else if (strcmp(arg, "host-copy") == 0) {
+        o->device = SF_DEVICE_HOST_COPY;
+    } else if (strcmp(arg, "cuda") == 0) {
+        o->device = SF_DEVICE_CUDA;
+    } else if (strncmp(arg, "cuda:", 5) == 0 && !cli_parse_uint(arg + 5, &v) && v < 1024) {
+        o->device = SF_DEVICE_CUDA;
+        o->device_index = (int)v;
+    } else {
+        return "--device takes cpu, cuda, cuda:N or host-copy";
+    }
+    return NULL;
+}
+
+/* A number from 1 to max into *out; else `bad`. */
+static const char *parse_count(uint32_t *out, const char *arg, uint64_t max, const char *bad)
+{
+    uint64_t v;
+    if (cli_parse_uint(arg, &v) || v == 0 || v > max)
+        return bad;
+    *out = (uint32_t)v;
+    return NULL;
+}
+
+/* Applies option `c` (with `arg`) to `a`: NULL, or what is wrong with it. */
+static const char *bench_option(bench_args *a, int c, const char *arg)
+{
+    sf_reader_opts *o = &a->o;
+    switch (c) {
+    case O_BATCH:
+        return parse_count(&o->batch_size, arg, 1u << 24, "--batch-size takes a number from 1 to 16777216");
+    case O_EPOCHS:
+        return cli_parse_uint(arg, &a->epochs) || a->epochs == 0 ? "--epochs takes a positive number" : NULL;
+    case O_SHUFFLE:
+        o->shuffle = parse_choice(arg, BENCH_SHUFFLES, 3);
+        return o->shuffle < 0 ? "--shuffle takes none, global or block" : NULL;
+    case O_SEED:
+        return cli_parse_uint(arg, &o->seed) ? "--seed takes a non-negative number" : NULL;
+    case O_ENGINE:
+        o->engine = parse_choice(arg, BENCH_ENGINES, 4);
+        return o->engine < 0 ? "--engine takes auto, uring, pread or mmap" : NULL;
+    case O_DIRECT: o->direct = SF_DIRECT_ON; return NULL;
+    case O_NOVERIFY: o->verify = SF_VERIFY_OFF; return NULL;
+    case O_SKIP: o->on_corrupt = SF_ON_CORRUPT_SKIP; return NULL;
+    case O_PREFETCH:
+        return parse_count(&o->prefetch, arg, 1024, "--prefetch takes a number from 1 to 1024");
+    case O_THREADS:
+        return parse_count(&o->io_threads, arg, 256, "--threads takes a number from 1 to 256");
+    case O_QD:
+        return parse_count(&o->queue_depth, arg, 4096, "--queue-depth takes a number from 1 to 4096");
+    case O_JSON: a->json = 1; return NULL;
+    case O_SLEEP:
+        return cli_parse_uint(arg, &a->sleep_us) || a->sleep_us > 60000000
+                   ? "--consumer-sleep-us takes a number of microseconds up to 60000000"
+                   : NULL;
+    case O_TRACE:
+        a->trace = arg;
+        return *arg ? NULL : "--trace takes a file name";
+    case O_DEVICE:
+        return parse_device(o, arg);
+    }
+    assert(!"bench_option: an option getopt_long does not return");
+    return NULL;
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f, BENCH_USAGE "Reads every batch of every epoch through the reader (checksums on\n"
+                           "unless --no-verify) and reports samples/s, GB/s, CPU seconds and peak\n"
+                           "RSS, how the time split between waiting, I/O, checksums and device\n"
+                           "copies, and a verdict: io-bound, checksum-bound, copy-bound or\n"
+                           "consumer-bound (the rule: see README, \"Finding the bottleneck\").\n"
+                           "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
+                           "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
+                           "                         stages (ui.perfetto.dev; at most 65536 batches)\n");
+}
+
+/* bench_parse's result when the command line asks for a run. */
+#define BENCH_PARSED (-1)
+
+/* The command line into *a: BENCH_PARSED, or the exit status after --help
+ * or a usage error (which it prints). */
+static int bench_parse(bench_args *a, int argc, char **argv)
+{
     static const struct option longopts[] = {
         {"batch-size", required_argument, NULL, O_BATCH}, {"epochs", required_argument, NULL, O_EPOCHS},
         {"shuffle", required_argument, NULL, O_SHUFFLE},  {"seed", required_argument, NULL, O_SEED},
@@ -89,95 +166,15 @@ int cmd_bench(int argc, char **argv)
         {"device", required_argument, NULL, O_DEVICE},
         {"consumer-sleep-us", required_argument, NULL, O_SLEEP}, {"trace", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},                 {NULL, 0, NULL, 0}};
-    static const char *const shuffles[] = {"none", "global", "block"};
-    static const char *const engines[] = {"auto", "uring", "pread", "mmap"};
-    sf_reader_opts o = SF_READER_OPTS_INIT;
-    uint64_t epochs = 1, v, sleep = 0;
-    const char *trace = NULL;
-    int json = 0, c;
-    o.batch_size = SF_READER_DEFAULT_BATCH;
+    *a = (bench_args){.o = SF_READER_OPTS_INIT, .epochs = 1};
+    a->o.batch_size = SF_READER_DEFAULT_BATCH;
+    int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        const char *bad = NULL;
-        switch (c) {
-        case O_BATCH:
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > (1u << 24))
-                bad = "--batch-size takes a number from 1 to 16777216";
-            else
-                o.batch_size = (uint32_t)v;
-            break;
-        case O_EPOCHS:
-            if (cli_parse_uint(optarg, &epochs) || epochs == 0)
-                bad = "--epochs takes a positive number";
-            break;
-        case O_SHUFFLE:
-            if ((o.shuffle = parse_choice(optarg, shuffles, 3)) < 0)
-                bad = "--shuffle takes none, global or block";
-            break;
-        case O_SEED:
-            if (cli_parse_uint(optarg, &o.seed))
-                bad = "--seed takes a non-negative number";
-            break;
-        case O_ENGINE:
-            if ((o.engine = parse_choice(optarg, engines, 4)) < 0)
-                bad = "--engine takes auto, uring, pread or mmap";
-            break;
-        case O_DIRECT: o.direct = SF_DIRECT_ON; break;
-        case O_NOVERIFY: o.verify = SF_VERIFY_OFF; break;
-        case O_SKIP: o.on_corrupt = SF_ON_CORRUPT_SKIP; break;
-        case O_PREFETCH:
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > 1024)
-                bad = "--prefetch takes a number from 1 to 1024";
-            else
-                o.prefetch = (uint32_t)v;
-            break;
-        case O_THREADS:
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > 256)
-                bad = "--threads takes a number from 1 to 256";
-            else
-                o.io_threads = (uint32_t)v;
-            break;
-        case O_QD:
-            if (cli_parse_uint(optarg, &v) || v == 0 || v > 4096)
-                bad = "--queue-depth takes a number from 1 to 4096";
-            else
-                o.queue_depth = (uint32_t)v;
-            break;
-        case O_JSON: json = 1; break;
-        case O_SLEEP:
-            if (cli_parse_uint(optarg, &sleep) || sleep > 60000000)
-                bad = "--consumer-sleep-us takes a number of microseconds up to 60000000";
-            break;
-        case O_TRACE:
-            if (!*optarg)
-                bad = "--trace takes a file name";
-            trace = optarg;
-            break;
-        case O_DEVICE:
-            if (strcmp(optarg, "cpu") == 0) {
-                o.device = SF_DEVICE_CPU;
-            } else if (strcmp(optarg, "host-copy") == 0) {
-                o.device = SF_DEVICE_HOST_COPY;
-            } else if (strcmp(optarg, "cuda") == 0) {
-                o.device = SF_DEVICE_CUDA;
-            } else if (strncmp(optarg, "cuda:", 5) == 0 && !cli_parse_uint(optarg + 5, &v) && v < 1024) {
-                o.device = SF_DEVICE_CUDA;
-                o.device_index = (int)v;
-            } else {
-                bad = "--device takes cpu, cuda, cuda:N or host-copy";
-            }
-            break;
-        default:
-            fprintf(c == 'h' ? stdout : stderr,
-                    BENCH_USAGE "Reads every batch of every epoch through the reader (checksums on\n"
-                                "unless --no-verify) and reports samples/s, GB/s, CPU seconds and peak\n"
-                                "RSS, how the time split between waiting, I/O, checksums and device\n"
-                                "copies, and a verdict: io-bound, checksum-bound, copy-bound or\n"
-                                "consumer-bound (the rule: see README, \"Finding the bottleneck\").\n"
-                                "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
-                                "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
-                                "                         stages (ui.perfetto.dev; at most 65536 batches)\n");
+        if (c == 'h' || c == '?') {
+            bench_usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? EXIT_OK : EXIT_USAGE;
         }
+        const char *bad = bench_option(a, c, optarg);
         if (bad) {
             fprintf(stderr, "shardfeed bench: %s\n", bad);
             return EXIT_USAGE;
@@ -187,140 +184,93 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, BENCH_USAGE);
         return EXIT_USAGE;
     }
-    const char *dir = argv[optind];
-    double t_open = now_s(), cpu0 = cpu_s();
-    sf_reader *r = NULL;
-    int rc = sf_reader_open(&r, dir, &o);
-    if (rc)
-        return cli_fail("bench", rc);
-    if (trace) {
-        /* every batch, and the read-ahead past the last one */
-        uint64_t want = epochs * sf_reader_num_batches(r) + (o.prefetch ? o.prefetch : SF_READER_DEFAULT_PREFETCH);
-        if ((rc = sf_reader_trace_start(r, want))) {
-            cli_error("bench", rc);
-            sf_reader_close(r);
-            return EXIT_USAGE;
-        }
-    }
-    double t0 = now_s(), open_s = t0 - t_open;
-    uint64_t samples = 0, batches = 0, bytes = 0; /* delivered payload bytes */
-    for (uint64_t e = 0; e < epochs && !rc; e++) {
+    a->dir = argv[optind];
+    return BENCH_PARSED;
+}
+
+/* Every batch of every epoch, as a consumer would take them: 0 or the
+ * error that stopped it. */
+static int bench_loop(bench_result *res, sf_reader *r, const bench_args *a)
+{
+    int rc = 0;
+    for (uint64_t e = 0; e < a->epochs && !rc; e++) {
         sf_reader_set_epoch(r, e);
         const sf_batch *b;
         while ((rc = sf_reader_next(&b, r)) == 0 && b) {
-            samples += b->size;
-            batches++;
+            res->samples += b->size;
+            res->batches++;
             for (uint32_t f = 0; f < b->num_fields; f++)
                 if (b->fields[f].storage != SF_STORAGE_INLINE)
-                    bytes += b->fields[f].bytes;
+                    res->bytes += b->fields[f].bytes;
             /* A device consumer uses the batch once its copy is done. */
             if (b->device != SF_DEVICE_CPU && (rc = sf_batch_wait(r, b)) != 0) {
                 sf_reader_release(r, b);
                 break;
             }
-            if (sleep)
-                sleep_us(sleep); /* the model step */
+            if (a->sleep_us)
+                sleep_us(a->sleep_us); /* the model step */
             sf_reader_release(r, b);
         }
     }
-    double seconds = now_s() - t0;
-    if (rc) {
-        int status = cli_fail("bench", rc);
-        sf_reader_close(r);
-        return status;
-    }
-    if (trace && (rc = sf_reader_trace_write(r, trace))) {
+    return rc;
+}
+
+/* Trace of every batch, and of the read-ahead past the last one. */
+static int bench_trace_start(sf_reader *r, const bench_args *a)
+{
+    uint64_t want = a->epochs * sf_reader_num_batches(r) +
+                    (a->o.prefetch ? a->o.prefetch : SF_READER_DEFAULT_PREFETCH);
+    return sf_reader_trace_start(r, want);
+}
+
+/* Opens the reader into *rp, reads, and measures into *res: EXIT_OK, or the
+ * exit status of the error it printed. The caller closes *rp
+ * (after printing: the stats' strings are the reader's). The clocks start
+ * before the open (open_s, cpu_s) and around the loop (seconds). */
+static int bench_run(bench_result *res, sf_reader **rp, const bench_args *a)
+{
+    *res = (bench_result){0};
+    double t_open = now_s(), cpu0 = cpu_s();
+    int rc = sf_reader_open(rp, a->dir, &a->o);
+    if (rc)
+        return cli_fail("bench", rc);
+    sf_reader *r = *rp;
+    if (a->trace && (rc = bench_trace_start(r, a))) {
         cli_error("bench", rc);
-        sf_reader_close(r);
         return EXIT_USAGE;
     }
-    sf_reader_statistics st;
-    sf_reader_stats(&st, r);
-    sf_reader_bottleneck vd;
-    sf_reader_verdict(&vd, &st);
-    double cpu = cpu_s() - cpu0;
+    double t0 = now_s();
+    res->open_s = t0 - t_open;
+    rc = bench_loop(res, r, a);
+    res->seconds = now_s() - t0;
+    if (rc)
+        return cli_fail("bench", rc);
+    if (a->trace && (rc = sf_reader_trace_write(r, a->trace))) {
+        cli_error("bench", rc);
+        return EXIT_USAGE;
+    }
+    sf_reader_stats(&res->st, r);
+    sf_reader_verdict(&res->vd, &res->st);
+    res->cpu_s = cpu_s() - cpu0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double sps = seconds > 0 ? (double)samples / seconds : 0;
-    double gbps = seconds > 0 ? (double)bytes / seconds / 1e9 : 0;
-    if (json) {
-        printf("{\"dataset\":");
-        cli_json_string(stdout, dir);
-        printf(",\"samples_per_s\":%.1f,\"gb_per_s\":%.3f,\"cpu_s\":%.3f,\"peak_rss_kb\":%ld,"
-               "\"seconds\":%.6f,\"open_seconds\":%.6f,\"samples\":%llu,\"batches\":%llu,"
-               "\"bytes\":%llu,\"bytes_read\":%llu,\"wait_s\":%.6f,\"io_thread_s\":%.6f,\"checksum_thread_s\":%.6f,"
-               "\"corrupt_substitutions\":%llu,",
-               sps, gbps, cpu, ru.ru_maxrss, seconds, open_s, (unsigned long long)samples,
-               (unsigned long long)batches, (unsigned long long)bytes,
-               (unsigned long long)st.bytes_read, st.wait_seconds,
-               st.io_seconds, st.checksum_seconds, (unsigned long long)st.corrupt_substitutions);
-        printf("\"elapsed_s\":%.6f,\"device_enqueue_s\":%.6f,\"device_wait_s\":%.6f,"
-               "\"verdict\":\"%s\",\"fractions\":{\"consumer_wait\":%.4f,\"device_wait\":%.4f,"
-               "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f},",
-               st.elapsed_seconds, st.device_enqueue_seconds, st.device_wait_seconds, vd.verdict,
-               vd.consumer_wait, vd.device_wait, vd.io_busy, vd.io_share, vd.checksum_share,
-               vd.copy_share);
-        if (trace) {
-            printf("\"trace\":{\"path\":");
-            cli_json_string(stdout, trace);
-            printf(",\"records\":%llu,\"dropped\":%llu},", (unsigned long long)st.trace_events,
-                   (unsigned long long)st.trace_dropped);
-        } else {
-            printf("\"trace\":null,");
-        }
-        printf("\"options\":{\"batch_size\":%u,\"epochs\":%llu,\"shuffle\":\"%s\",\"seed\":%llu,"
-               "\"engine\":\"%s\",\"engine_requested\":\"%s\",\"direct\":%s,\"verify\":%s,"
-               "\"on_corrupt\":\"%s\",\"prefetch\":%u,\"io_threads\":%u,\"queue_depth\":%u,"
-               "\"registered_bytes\":%llu,\"slab_bytes\":%llu,\"device\":\"%s\",\"device_bytes\":%llu,"
-               "\"consumer_sleep_us\":%llu}}\n",
-               o.batch_size, (unsigned long long)epochs, shuffles[o.shuffle],
-               (unsigned long long)o.seed, st.engine, engines[o.engine], st.direct ? "true" : "false",
-               o.verify == SF_VERIFY_ON ? "true" : "false",
-               o.on_corrupt == SF_ON_CORRUPT_SKIP ? "skip" : "error", st.prefetch, st.io_threads,
-               st.queue_depth, (unsigned long long)st.registered_bytes,
-               (unsigned long long)st.slab_bytes, st.device, (unsigned long long)st.device_bytes,
-               (unsigned long long)sleep);
-    } else {
-        char b1[32], b2[32];
-        printf("%s: %llu samples in %llu batches, %llu epoch(s), %.3f s (open %.3f s)\n", dir,
-               (unsigned long long)samples, (unsigned long long)batches, (unsigned long long)epochs,
-               seconds, open_s);
-        printf("  %.0f samples/s, %.3f GB/s (%s delivered), CPU %.2f s (%.0f%% of one core), peak RSS %ld KiB\n",
-               sps, gbps, cli_bytes(b1, sizeof b1, (double)bytes), cpu,
-               seconds > 0 ? 100 * cpu / seconds : 0, ru.ru_maxrss);
-        printf("  engine %s%s, %u I/O threads, queue depth %u, prefetch %u, slab %s%s\n", st.engine,
-               st.direct ? " O_DIRECT" : "", st.io_threads, st.queue_depth, st.prefetch,
-               cli_bytes(b2, sizeof b2, (double)st.slab_bytes),
-               st.registered_bytes == st.slab_bytes ? ", registered"
-               : st.registered_bytes ? ", partly registered" : "");
-        printf("  consumer waited %.3f s; I/O threads: %.3f s reading, %.3f s checksumming%s\n",
-               st.wait_seconds, st.io_seconds, st.checksum_seconds,
-               o.verify == SF_VERIFY_ON ? "" : " (verify off)");
-        if (st.corrupt_substitutions)
-            printf("  %llu corrupt sample(s) substituted\n", (unsigned long long)st.corrupt_substitutions);
-        if (o.device != SF_DEVICE_CPU)
-            printf("  delivered to %s: %s of device memory, allocated once; copies: %.3f s enqueuing "
-                   "(I/O threads), consumer waited %.3f s for them\n",
-                   st.device, cli_bytes(b2, sizeof b2, (double)st.device_bytes),
-                   st.device_enqueue_seconds, st.device_wait_seconds);
-        if (sleep)
-            printf("  consumer slept %llu us per batch (--consumer-sleep-us)\n", (unsigned long long)sleep);
-        printf("  verdict: %s: %s\n", vd.verdict, verdict_hint(vd.verdict));
-        printf("    consumer waited %.1f%% of the time for batches and %.1f%% for copies (consumer-bound "
-               "below %.0f%% together); I/O threads busy %.1f%%: reading %.1f%%, hashing %.1f%%, "
-               "enqueuing copies %.1f%%\n",
-               100 * vd.consumer_wait, 100 * vd.device_wait, 100 * SF_VERDICT_STALL_MAX, 100 * vd.io_busy,
-               100 * vd.io_share, 100 * vd.checksum_share, 100 * vd.copy_share);
-        if ((strcmp(vd.verdict, "io-bound") == 0 || strcmp(vd.verdict, "checksum-bound") == 0) &&
-            vd.io_busy < 0.5)
-            printf("    (the I/O threads idled half the time while the consumer waited: more --prefetch "
-                   "or --threads may help more than faster storage)\n");
-        if (trace)
-            printf("  trace: %s (%llu records%s%llu dropped: a trace holds at most %u batches and %u "
-                   "spans); open it in https://ui.perfetto.dev\n",
-                   trace, (unsigned long long)st.trace_events, st.trace_dropped ? "; " : ", ",
-                   (unsigned long long)st.trace_dropped, SF_TRACE_MAX_BATCHES, SF_TRACE_MAX_SPANS);
-    }
-    sf_reader_close(r);
+    res->peak_rss_kb = ru.ru_maxrss;
     return EXIT_OK;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a;
+    int status = bench_parse(&a, argc, argv);
+    if (status != BENCH_PARSED)
+        return status;
+    bench_result res;
+    sf_reader *r = NULL;
+    status = bench_run(&res, &r, &a);
+    if (status == EXIT_OK && a.json)
+        bench_print_json(&a, &res);
+    else if (status == EXIT_OK)
+        bench_print_text(&a, &res);
+    sf_reader_close(r);
+    return status;
 }

@@ -3,29 +3,20 @@
  * refers to the dataset's memory. */
 #include "py_internal.h"
 
-/* Closes the sf_dataset once close() was asked for and no get() of another
- * thread still runs on it. */
-static void dataset_maybe_free(sf_py_dataset *d)
+static sf_dataset *dataset_handle(const sf_py_dataset *d)
 {
-    if (d->ds && d->closing && d->busy == 0) {
-        sf_dataset_close(d->ds);
-        d->ds = NULL;
-    }
+    return d->owner.handle;
 }
 
-static void dataset_call_done(sf_py_dataset *d)
+static void dataset_free_handle(void *handle, void *ctx)
 {
-    d->busy--;
-    dataset_maybe_free(d);
+    (void)ctx;
+    sf_dataset_close(handle);
 }
 
 static int dataset_usable(sf_py_dataset *d)
 {
-    if (!d->ds || d->closing) {
-        PyErr_SetString(PyExc_ValueError, "shardfeed: the dataset is closed");
-        return 0;
-    }
-    return 1;
+    return sf_py_owner_usable(&d->owner, "dataset");
 }
 
 static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -50,15 +41,13 @@ static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(self);
         return sf_py_raise(rc);
     }
-    self->ds = ds;
+    sf_py_owner_init(&self->owner, ds, dataset_free_handle, NULL);
     return (PyObject *)self;
 }
 
 static void dataset_dealloc(sf_py_dataset *self)
 {
-    self->closing = 1;
-    self->busy = 0; /* a running get() holds a reference: none runs here */
-    dataset_maybe_free(self);
+    sf_py_owner_dealloc(&self->owner);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -67,7 +56,7 @@ static PyObject *dataset_num_samples(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    return PyLong_FromUnsignedLongLong(sf_dataset_num_samples(self->ds));
+    return PyLong_FromUnsignedLongLong(sf_dataset_num_samples(dataset_handle(self)));
 }
 
 static PyObject *dataset_align(sf_py_dataset *self, PyObject *unused)
@@ -75,7 +64,7 @@ static PyObject *dataset_align(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    return PyLong_FromUnsignedLong(sf_dataset_align(self->ds));
+    return PyLong_FromUnsignedLong(sf_dataset_align(dataset_handle(self)));
 }
 
 /* fields() -> list of (name, dtype code, dtype name, npy descr, shape,
@@ -85,13 +74,13 @@ static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    uint32_t n = sf_dataset_num_fields(self->ds);
+    uint32_t n = sf_dataset_num_fields(dataset_handle(self));
     PyObject *out = PyList_New(n);
     if (!out)
         return NULL;
     for (uint32_t k = 0; k < n; k++) {
         sf_field_info fi;
-        int rc = sf_dataset_field(&fi, self->ds, k);
+        int rc = sf_dataset_field(&fi, dataset_handle(self), k);
         if (rc < 0) {
             Py_DECREF(out);
             return sf_py_raise(rc);
@@ -121,13 +110,13 @@ static PyObject *dataset_shards(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    uint64_t n = sf_dataset_num_shards(self->ds);
+    uint64_t n = sf_dataset_num_shards(dataset_handle(self));
     PyObject *out = PyList_New((Py_ssize_t)n);
     if (!out)
         return NULL;
     for (uint64_t k = 0; k < n; k++) {
         sf_shard_info si;
-        int rc = sf_dataset_shard(&si, self->ds, k);
+        int rc = sf_dataset_shard(&si, dataset_handle(self), k);
         if (rc < 0) {
             Py_DECREF(out);
             return sf_py_raise(rc);
@@ -149,7 +138,7 @@ static int sample_arg(sf_py_dataset *self, PyObject *arg, uint64_t *out)
     long long i = PyLong_AsLongLong(arg);
     if (i == -1 && PyErr_Occurred())
         return -1;
-    uint64_t n = sf_dataset_num_samples(self->ds);
+    uint64_t n = sf_dataset_num_samples(dataset_handle(self));
     if (i < 0)
         i += (long long)n;
     if (i < 0 || (uint64_t)i >= n) {
@@ -170,7 +159,7 @@ static PyObject *dataset_key(sf_py_dataset *self, PyObject *arg)
         return NULL;
     const char *key;
     size_t len;
-    int rc = sf_dataset_key(&key, &len, self->ds, i);
+    int rc = sf_dataset_key(&key, &len, dataset_handle(self), i);
     if (rc < 0)
         return sf_py_raise(rc);
     return PyUnicode_DecodeUTF8(key, (Py_ssize_t)len, "strict");
@@ -181,14 +170,14 @@ static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    uint64_t n = sf_dataset_num_samples(self->ds);
+    uint64_t n = sf_dataset_num_samples(dataset_handle(self));
     PyObject *out = PyList_New((Py_ssize_t)n);
     if (!out)
         return NULL;
     for (uint64_t i = 0; i < n; i++) {
         const char *key;
         size_t len;
-        int rc = sf_dataset_key(&key, &len, self->ds, i);
+        int rc = sf_dataset_key(&key, &len, dataset_handle(self), i);
         PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeUTF8(key, (Py_ssize_t)len, "strict");
         if (!s) {
             Py_DECREF(out);
@@ -207,7 +196,7 @@ static PyObject *dataset_keys(sf_py_dataset *self, PyObject *unused)
 static PyObject *read_value(sf_py_dataset *self, uint64_t i, unsigned field, int check, int as_bytes)
 {
     uint64_t size = 0, got = 0;
-    sf_dataset *ds = self->ds;
+    sf_dataset *ds = dataset_handle(self);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sf_dataset_value_size(&size, ds, i, field); /* compressed: checked, at most 2^30 */
@@ -248,11 +237,11 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
     if (sample_arg(self, sample, &i) < 0)
         return NULL;
     sf_field_info fi;
-    int rc = sf_dataset_field(&fi, self->ds, field);
+    int rc = sf_dataset_field(&fi, dataset_handle(self), field);
     if (rc < 0)
         return sf_py_raise(rc);
     int as_bytes = fi.storage == SF_STORAGE_VARIABLE && fi.dtype == SF_DTYPE_BYTES;
-    self->busy++; /* a close() from another thread meanwhile waits for this call */
+    sf_py_owner_acquire(&self->owner); /* a close() from another thread meanwhile waits for this call */
     PyObject *buf = read_value(self, i, field, check, as_bytes);
     PyObject *ret = NULL;
     if (buf && as_bytes) {
@@ -264,22 +253,21 @@ static PyObject *dataset_get(sf_py_dataset *self, PyObject *args)
                                          : sf_py_array_new(buf, data, fi.dtype, (int)fi.ndim, fi.shape, 0);
     }
     Py_XDECREF(buf);
-    dataset_call_done(self);
+    sf_py_owner_release(&self->owner);
     return ret;
 }
 
 static PyObject *dataset_close(sf_py_dataset *self, PyObject *unused)
 {
     (void)unused;
-    self->closing = 1;
-    dataset_maybe_free(self);
+    sf_py_owner_close(&self->owner);
     Py_RETURN_NONE;
 }
 
 static PyObject *dataset_get_closed(sf_py_dataset *self, void *unused)
 {
     (void)unused;
-    return PyBool_FromLong(self->closing || !self->ds);
+    return PyBool_FromLong(sf_py_owner_closed(&self->owner));
 }
 
 static PyObject *dataset_class_names(sf_py_dataset *self, PyObject *unused)
@@ -287,12 +275,12 @@ static PyObject *dataset_class_names(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    uint32_t n = sf_dataset_num_classes(self->ds);
+    uint32_t n = sf_dataset_num_classes(dataset_handle(self));
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (uint32_t i = 0; out && i < n; i++) {
         const char *name;
         size_t len;
-        int rc = sf_dataset_class_name(&name, &len, self->ds, i);
+        int rc = sf_dataset_class_name(&name, &len, dataset_handle(self), i);
         PyObject *s = rc < 0 ? sf_py_raise(rc) : PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "strict");
         if (!s) {
             Py_DECREF(out);
@@ -308,7 +296,7 @@ static PyObject *dataset_source(sf_py_dataset *self, PyObject *unused)
     (void)unused;
     if (!dataset_usable(self))
         return NULL;
-    return PyUnicode_FromString(sf_dataset_source(self->ds));
+    return PyUnicode_FromString(sf_dataset_source(dataset_handle(self)));
 }
 
 static PyMethodDef dataset_methods[] = {

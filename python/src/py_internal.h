@@ -3,7 +3,8 @@
  * Objects and who keeps what alive:
  *
  *   Reader  owns an sf_reader. close() only marks it closing; the sf_reader
- *           is freed when no Batch of it is alive any more.
+ *           is freed when no Batch of it is alive and no call of another
+ *           thread runs on it any more (an sf_py_owner, below).
  *   Batch   one sf_batch held by the caller; holds a strong reference to its
  *           Reader. Its dealloc calls sf_reader_release (thread-safe).
  *   Array   a view of memory owned by `owner` (a Batch, or the bytearray
@@ -16,7 +17,7 @@
  *   Dataset owns an sf_dataset. get() copies each value into memory the
  *           returned Array owns, so no Array refers to the dataset; the
  *           sf_dataset is freed at close() once no get() of another thread
- *           runs on it.
+ *           runs on it (an sf_py_owner).
  *
  * Only the public headers of the library are used. */
 #ifndef SF_PY_INTERNAL_H
@@ -63,6 +64,42 @@ extern PyTypeObject sf_py_dataset_type;
  * errno code (None otherwise). Returns NULL. */
 PyObject *sf_py_raise(int rc);
 
+/* ---- Owner: when a wrapped library handle is freed ----
+ *
+ * A Reader or Dataset owns a library handle that outlives close() while
+ * something still uses it: a batch of the Reader still alive, or a call of
+ * another thread running with the GIL released. Each such use is a hold.
+ *
+ *   OPEN    --sf_py_owner_close, holds > 0-->   CLOSING
+ *   OPEN    --sf_py_owner_close, holds == 0-->  FREED
+ *   CLOSING --sf_py_owner_release of the last hold--> FREED
+ *
+ * FREED: free_handle(handle, ctx) has run, once, and handle is NULL.
+ * Holds are taken (sf_py_owner_acquire) only while OPEN (check with
+ * sf_py_owner_usable first) and always given back (sf_py_owner_release). */
+typedef void (*sf_py_free_fn)(void *handle, void *ctx);
+
+typedef struct sf_py_owner {
+    void *handle; /* the library object; NULL once freed */
+    sf_py_free_fn free_handle;
+    void *ctx;        /* passed to free_handle */
+    int closing;      /* close was asked for */
+    Py_ssize_t holds; /* batches alive + calls running with the GIL released */
+} sf_py_owner;
+
+void sf_py_owner_init(sf_py_owner *o, void *handle, sf_py_free_fn free_handle, void *ctx);
+/* 1 when OPEN; else 0 with ValueError "shardfeed: the WHAT is closed". */
+int sf_py_owner_usable(const sf_py_owner *o, const char *what);
+/* 1 when CLOSING or FREED. */
+int sf_py_owner_closed(const sf_py_owner *o);
+void sf_py_owner_acquire(sf_py_owner *o);
+/* Gives a hold back; frees the handle when it was the last one of a CLOSING owner. */
+void sf_py_owner_release(sf_py_owner *o);
+/* close(): frees the handle now when nothing holds it, else at the last release. */
+void sf_py_owner_close(sf_py_owner *o);
+/* The wrapping object dies: no hold can be left (each one references it). */
+void sf_py_owner_dealloc(sf_py_owner *o);
+
 /* ---- Array ---- */
 typedef struct sf_py_array {
     PyObject_HEAD
@@ -88,11 +125,9 @@ int sf_py_dtype_known(int dtype);
 /* ---- Reader / Batch ---- */
 typedef struct sf_py_reader {
     PyObject_HEAD
-    sf_reader *r;
-    pid_t pid;       /* process that opened it: a forked child must not touch it */
-    int closing;     /* close() was called */
-    int busy;        /* a call runs with the GIL released */
-    Py_ssize_t live; /* Batch objects alive */
+    sf_py_owner owner; /* the sf_reader; a hold per Batch alive and per running call */
+    pid_t pid;         /* process that opened it: a forked child must not touch it */
+    int busy;          /* a call runs with the GIL released (one thread at a time) */
 } sf_py_reader;
 
 typedef struct sf_py_batch {
@@ -104,9 +139,7 @@ typedef struct sf_py_batch {
 /* ---- Dataset ---- */
 typedef struct sf_py_dataset {
     PyObject_HEAD
-    sf_dataset *ds;
-    int closing;
-    Py_ssize_t busy; /* get() calls running with the GIL released */
+    sf_py_owner owner; /* the sf_dataset; a hold per get() running with the GIL released */
 } sf_py_dataset;
 
 #endif

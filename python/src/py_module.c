@@ -1,5 +1,6 @@
 /* _shardfeed: the C part of the shardfeed Python package. The Python layer
- * (shardfeed/__init__.py) builds Loader and Dataset on these types. */
+ * (shardfeed/_loader.py, shardfeed/_dataset.py) builds Loader and Dataset on
+ * these types. */
 #include "py_internal.h"
 
 #include <errno.h>

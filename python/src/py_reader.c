@@ -4,28 +4,28 @@
 
 #include <unistd.h>
 
-/* Frees the sf_reader once it is closing, no batch of it is alive and no
- * call is running on it. */
-static void reader_maybe_free(sf_py_reader *self)
+static sf_reader *reader_handle(const sf_py_reader *self)
 {
-    if (self->r && self->closing && self->live == 0 && !self->busy) {
-        sf_reader *r = self->r;
-        self->r = NULL;
-        if (self->pid == getpid()) {
-            Py_BEGIN_ALLOW_THREADS
-            sf_reader_close(r);
-            Py_END_ALLOW_THREADS
-        }
-        /* In a forked child the reader's threads do not exist: leak it. */
+    return self->owner.handle;
+}
+
+/* The owner's free_handle: closes the sf_reader (joining its threads, so
+ * without the GIL). In a forked child the reader's threads do not exist:
+ * it is leaked. */
+static void reader_free_handle(void *handle, void *ctx)
+{
+    const sf_py_reader *self = ctx;
+    if (self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        sf_reader_close(handle);
+        Py_END_ALLOW_THREADS
     }
 }
 
 static int reader_usable(sf_py_reader *self)
 {
-    if (!self->r || self->closing) {
-        PyErr_SetString(PyExc_ValueError, "shardfeed: the reader is closed");
+    if (!sf_py_owner_usable(&self->owner, "reader"))
         return 0;
-    }
     if (self->pid != getpid()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "shardfeed: this reader was opened in another process (before a fork); "
@@ -39,6 +39,20 @@ static int reader_usable(sf_py_reader *self)
         return 0;
     }
     return 1;
+}
+
+/* A call about to release the GIL: one at a time, and the sf_reader stays
+ * while it runs, whatever close() another thread calls meanwhile. */
+static void reader_call_begin(sf_py_reader *self)
+{
+    self->busy = 1;
+    sf_py_owner_acquire(&self->owner);
+}
+
+static void reader_call_end(sf_py_reader *self)
+{
+    self->busy = 0;
+    sf_py_owner_release(&self->owner);
 }
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -93,16 +107,13 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(self);
         return sf_py_raise(rc);
     }
-    self->r = r;
+    sf_py_owner_init(&self->owner, r, reader_free_handle, self);
     return (PyObject *)self;
 }
 
 static void reader_dealloc(sf_py_reader *self)
 {
-    /* Batches hold references: none is alive here. */
-    self->closing = 1;
-    self->busy = 0;
-    reader_maybe_free(self);
+    sf_py_owner_dealloc(&self->owner); /* batches hold references: none is alive here */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -117,21 +128,25 @@ static PyObject *reader_next(sf_py_reader *self, PyObject *unused)
     batch->reader = NULL;
     batch->b = NULL;
     const sf_batch *b = NULL;
+    sf_reader *r = reader_handle(self);
     int rc;
-    self->busy = 1;
+    reader_call_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    rc = sf_reader_next(&b, self->r);
+    rc = sf_reader_next(&b, r);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (rc < 0 || !b) {
         Py_DECREF(batch);
         PyObject *ret = rc < 0 ? sf_py_raise(rc) : Py_NewRef(Py_None);
-        reader_maybe_free(self); /* close() from another thread meanwhile */
+        reader_call_end(self); /* after sf_py_raise, as in trace_write; frees the reader
+                                  after a close() from another thread meanwhile */
         return ret;
     }
+    /* The batch's hold first: the call's may be the last one of a reader
+     * another thread closed meanwhile. */
+    sf_py_owner_acquire(&self->owner);
     batch->reader = (sf_py_reader *)Py_NewRef((PyObject *)self);
     batch->b = b;
-    self->live++;
+    reader_call_end(self);
     return (PyObject *)batch;
 }
 
@@ -142,7 +157,7 @@ static PyObject *reader_set_epoch(sf_py_reader *self, PyObject *arg)
         return NULL;
     if (!reader_usable(self))
         return NULL;
-    int rc = sf_reader_set_epoch(self->r, e);
+    int rc = sf_reader_set_epoch(reader_handle(self), e);
     if (rc < 0)
         return sf_py_raise(rc);
     Py_RETURN_NONE;
@@ -156,7 +171,7 @@ static PyObject *reader_restore(sf_py_reader *self, PyObject *args)
     if (!reader_usable(self))
         return NULL;
     sf_resume_state s = {e, b};
-    int rc = sf_reader_restore(self->r, &s);
+    int rc = sf_reader_restore(reader_handle(self), &s);
     if (rc < 0)
         return sf_py_raise(rc);
     Py_RETURN_NONE;
@@ -168,7 +183,7 @@ static PyObject *reader_state(sf_py_reader *self, PyObject *unused)
     if (!reader_usable(self))
         return NULL;
     sf_resume_state s;
-    int rc = sf_reader_state(&s, self->r);
+    int rc = sf_reader_state(&s, reader_handle(self));
     if (rc < 0)
         return sf_py_raise(rc);
     return Py_BuildValue("(KK)", (unsigned long long)s.epoch, (unsigned long long)s.next_batch);
@@ -177,26 +192,26 @@ static PyObject *reader_state(sf_py_reader *self, PyObject *unused)
 static PyObject *reader_num_batches(sf_py_reader *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->r)
+    if (!reader_handle(self))
         return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
-    return PyLong_FromUnsignedLongLong(sf_reader_num_batches(self->r));
+    return PyLong_FromUnsignedLongLong(sf_reader_num_batches(reader_handle(self)));
 }
 
 static PyObject *reader_samples_per_epoch(sf_py_reader *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->r)
+    if (!reader_handle(self))
         return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
-    return PyLong_FromUnsignedLongLong(sf_reader_samples_per_epoch(self->r));
+    return PyLong_FromUnsignedLongLong(sf_reader_samples_per_epoch(reader_handle(self)));
 }
 
 static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->r)
+    if (!reader_handle(self))
         return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
     sf_reader_statistics s;
-    int rc = sf_reader_stats(&s, self->r);
+    int rc = sf_reader_stats(&s, reader_handle(self));
     if (rc < 0)
         return sf_py_raise(rc);
     sf_reader_bottleneck v;
@@ -242,7 +257,7 @@ static PyObject *reader_trace_start(sf_py_reader *self, PyObject *args, PyObject
         return NULL;
     if (!reader_usable(self))
         return NULL;
-    int rc = sf_reader_trace_start(self->r, max_batches);
+    int rc = sf_reader_trace_start(reader_handle(self), max_batches);
     if (rc < 0)
         return sf_py_raise(rc);
     Py_RETURN_NONE;
@@ -259,41 +274,40 @@ static PyObject *reader_trace_write(sf_py_reader *self, PyObject *arg)
     }
     int rc;
     const char *p = PyBytes_AS_STRING(path);
-    self->busy = 1;
+    sf_reader *r = reader_handle(self);
+    reader_call_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    rc = sf_reader_trace_write(self->r, p);
+    rc = sf_reader_trace_write(r, p);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     Py_DECREF(path);
-    if (rc < 0)
-        return sf_py_raise(rc);
-    Py_RETURN_NONE;
+    PyObject *ret = rc < 0 ? sf_py_raise(rc) : Py_NewRef(Py_None);
+    reader_call_end(self); /* after sf_py_raise: freeing the reader may overwrite sf_last_error() */
+    return ret;
 }
 
 static PyObject *reader_close(sf_py_reader *self, PyObject *unused)
 {
     (void)unused;
-    self->closing = 1;
-    reader_maybe_free(self);
+    sf_py_owner_close(&self->owner);
     Py_RETURN_NONE;
 }
 
 static PyObject *reader_get_live(sf_py_reader *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromSsize_t(self->live);
+    return PyLong_FromSsize_t(self->owner.holds - self->busy); /* a running call holds one too */
 }
 
 static PyObject *reader_get_closed(sf_py_reader *self, void *unused)
 {
     (void)unused;
-    return PyBool_FromLong(self->closing || !self->r);
+    return PyBool_FromLong(sf_py_owner_closed(&self->owner));
 }
 
 static PyObject *reader_get_freed(sf_py_reader *self, void *unused)
 {
     (void)unused;
-    return PyBool_FromLong(!self->r);
+    return PyBool_FromLong(!reader_handle(self));
 }
 
 static PyMethodDef reader_methods[] = {
@@ -346,10 +360,9 @@ static void batch_dealloc(sf_py_batch *self)
     PyObject_Free(self);
     if (!reader)
         return;
-    if (reader->r && reader->pid == getpid())
-        sf_reader_release(reader->r, b); /* thread-safe; cannot fail for a held batch */
-    reader->live--;
-    reader_maybe_free(reader);
+    if (reader->pid == getpid())
+        sf_reader_release(reader_handle(reader), b); /* thread-safe; cannot fail for a held batch */
+    sf_py_owner_release(&reader->owner);
     Py_DECREF(reader);
 }
 

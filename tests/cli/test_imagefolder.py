@@ -7,19 +7,14 @@ Run by ctest (SHARDFEED, SF_TEST_TMP in the environment) or by hand:
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import ScratchTest, run  # noqa: E402
 import sfspec  # noqa: E402
-
-SHARDFEED = os.environ.get("SHARDFEED", "build/shardfeed")
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
 
 try:
     from PIL import Image
@@ -33,13 +28,6 @@ except ImportError:  # python3-torchvision
 # Names with spaces, non-ASCII letters, a hidden folder (torchvision takes it as a
 # class too) and an upper-case extension.
 CLASSES = ["cat", "dog house", "Größe", "été", "日本", ".hidden"]
-
-
-def run(*args, check=None, env=None):
-    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True, env=env)
-    if check is not None and p.returncode != check:
-        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 def make_tree(root, classes=CLASSES, per_dir=2, seed=0):
@@ -72,16 +60,11 @@ def tree_files(root):
 
 
 @unittest.skipIf(Image is None, "python3-pil is not installed")
-class ImageFolder(unittest.TestCase):
+class ImageFolder(ScratchTest):
     def setUp(self):
-        if TMP_ROOT:
-            os.makedirs(TMP_ROOT, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        super().setUp()
         self.root = os.path.join(self.tmp, "tree")
         self.out = os.path.join(self.tmp, "ds")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def pack(self, *extra, check=0, root=None):
         return run("pack", root or self.root, "-o", self.out, "-j2", *extra, check=check)

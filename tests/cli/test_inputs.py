@@ -10,30 +10,18 @@ Run by ctest with SHARDFEED and SF_TEST_TMP in the environment; or by hand:
 """
 import io
 import os
-import shutil
-import subprocess
 import sys
 import tarfile
-import tempfile
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import ScratchTest, run  # noqa: E402
 import sfspec  # noqa: E402
-
-SHARDFEED = os.path.abspath(os.environ.get("SHARDFEED", "build/shardfeed"))
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
 
 BYTES, I64, F64 = 0, 9, 12
 VAR, INLINE = 1, 2
-
-
-def run(*args, check=None, cwd=None):
-    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True, cwd=cwd)
-    if check is not None and p.returncode != check:
-        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 def add_member(t, name, data=None, kind=tarfile.REGTYPE, linkname=""):
@@ -55,16 +43,11 @@ def make_tar(path, members, mode="w"):
                 add_member(t, name, data)
 
 
-class Base(unittest.TestCase):
+class Base(ScratchTest):
     def setUp(self):
-        if TMP_ROOT:
-            os.makedirs(TMP_ROOT, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        super().setUp()
         self.out = os.path.join(self.tmp, "ds")
         self.rng = np.random.default_rng(7)
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def blob(self, n=None):
         n = int(self.rng.integers(0, 3000)) if n is None else n

@@ -10,47 +10,24 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import SHARDFEED, ScratchTest, run, write_samples  # noqa: E402
 import sfspec  # noqa: E402
-
-SHARDFEED = os.environ.get("SHARDFEED", "build/shardfeed")
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
-
-
-def run(*args, check=None):
-    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True)
-    if check is not None and p.returncode != check:
-        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-def write_samples(d, n, img_shape=(3, 8, 8), img_dtype=np.float32, seed=0, start=0):
-    os.makedirs(d, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for i in range(start, start + n):
-        np.save(os.path.join(d, f"img_{i}.npy"), rng.standard_normal(img_shape).astype(img_dtype))
-        np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i * 7))
 
 
 def dataset_files(d):
     return sorted(f for f in os.listdir(d))
 
 
-class Base(unittest.TestCase):
+class Base(ScratchTest):
     def setUp(self):
-        if TMP_ROOT:
-            os.makedirs(TMP_ROOT, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        super().setUp()
         self.inp = os.path.join(self.tmp, "in")
         self.out = os.path.join(self.tmp, "ds")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def assert_exported_equal(self, inp, ds):
         exp = os.path.join(self.tmp, "export")
@@ -114,7 +91,7 @@ class RoundTrip(Base):
         self.assertEqual(keys, ["1", "2", "007", "10", "a9", "a10"])
 
     def test_labels_inline_and_images_aligned(self):
-        write_samples(self.inp, 5, img_shape=(3, 16, 16))
+        write_samples(self.inp, 5, shape=(3, 16, 16))
         run("pack", self.inp, "-o", self.out, "--align", "512", check=0)
         m = sfspec.read_manifest(self.out)
         by_name = {f["name"]: f for f in m["fields"]}
@@ -169,7 +146,7 @@ class Progress(Base):
 
 class Determinism(Base):
     def test_j1_j2_and_reruns_byte_identical(self):
-        write_samples(self.inp, 40, img_shape=(3, 32, 32))
+        write_samples(self.inp, 40, shape=(3, 32, 32))
         outs = []
         for jobs in ["1", "2", "2"]:
             d = os.path.join(self.tmp, f"ds{len(outs)}")
@@ -183,7 +160,7 @@ class Determinism(Base):
             self.assertEqual((mismatch, errors), ([], []))
 
     def test_shard_size_suffixes(self):
-        write_samples(self.inp, 20, img_shape=(3, 32, 32))
+        write_samples(self.inp, 20, shape=(3, 32, 32))
         run("pack", self.inp, "-o", self.out, "--shard-size", "0.05MiB", check=0)
         # 3 records of 12 KiB, the 4 KiB header block and the index fit in 0.05 MiB
         self.assertEqual(len(sfspec.read_manifest(self.out)["shards"]), 7)
@@ -287,8 +264,8 @@ class OutputDirectory(Base):
         """Inputs A and B: the same names and sizes (so the same dataset_id),
         other values; with their reference packs."""
         self.a, self.b = self.inp, os.path.join(self.tmp, "in_b")
-        write_samples(self.a, 30, img_shape=(3, 32, 32), seed=1)
-        write_samples(self.b, 30, img_shape=(3, 32, 32), seed=2)
+        write_samples(self.a, 30, shape=(3, 32, 32), seed=1)
+        write_samples(self.b, 30, shape=(3, 32, 32), seed=2)
         self.ref_a, self.ref_b = os.path.join(self.tmp, "ref_a"), os.path.join(self.tmp, "ref_b")
         run("pack", self.a, "-o", self.ref_a, "--shard-size", "64KiB", check=0)
         run("pack", self.b, "-o", self.ref_b, "--shard-size", "64KiB", check=0)
@@ -410,7 +387,7 @@ class OutputDirectory(Base):
         run("verify", self.out, check=0)
 
     def test_rerun_after_interruption_completes_identically(self):
-        write_samples(self.inp, 30, img_shape=(3, 32, 32))
+        write_samples(self.inp, 30, shape=(3, 32, 32))
         ref = os.path.join(self.tmp, "ref")
         run("pack", self.inp, "-o", ref, "--shard-size", "64KiB", check=0)
         shutil.copytree(ref, self.out)
@@ -483,13 +460,6 @@ class Lock(Base):
 
 
 class Limits(Base):
-    def run_limited(self, nofile, *args):
-        import resource
-
-        def limit():
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-        return subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True, preexec_fn=limit)
-
     def test_out_of_file_descriptors_says_which_limit(self):
         write_samples(self.inp, 5)
         seen = 0
@@ -497,7 +467,7 @@ class Limits(Base):
         # another open (the lock, the input folder, the output folder...).
         for nofile in range(4, 8):
             shutil.rmtree(self.out, ignore_errors=True)
-            p = self.run_limited(nofile, "pack", self.inp, "-o", self.out, "-j", "1")
+            p = run("pack", self.inp, "-o", self.out, "-j", "1", nofile=nofile)
             if p.returncode != 0:
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn("ulimit -n", p.stderr)
@@ -510,8 +480,7 @@ class PipesAndDevices(Base):
         os.makedirs(self.inp)
         fifo = os.path.join(self.inp, "list.csv")
         os.mkfifo(fifo)
-        p = subprocess.run([SHARDFEED, "pack", fifo, "-o", self.out], capture_output=True, text=True,
-                           timeout=60)
+        p = run("pack", fifo, "-o", self.out, timeout=60)
         self.assertEqual(p.returncode, 1)
         self.assertIn(f"{fifo}: a FIFO, not a regular file", p.stderr)
 
@@ -519,7 +488,7 @@ class PipesAndDevices(Base):
 class Corruption(Base):
     def setUp(self):
         super().setUp()
-        write_samples(self.inp, 6, img_shape=(3, 16, 16))
+        write_samples(self.inp, 6, shape=(3, 16, 16))
         run("pack", self.inp, "-o", self.out, "--shard-size", "12KiB", check=0)
 
     def flip_and_verify(self, name, offset):

@@ -11,33 +11,29 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import SHARDFEED, ScratchTest, run, write_samples  # noqa: E402
 import sfspec  # noqa: E402
 
-SHARDFEED = os.environ.get("SHARDFEED", "build/shardfeed")
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
 MPIRUN = shutil.which("mpirun")
+# What launchers set and pack takes as its part: none may leak in from whatever runs the tests.
 LAUNCHER_VARS = ["SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                  "PMI_RANK", "PMI_SIZE"]
+# Samples like Fashion-MNIST's: 28x28 uint8 images, labels 0..9.
+MNIST_LIKE = dict(shape=(28, 28), dtype=np.uint8, label=lambda i: i % 10)
+
+
+def setUpModule():
+    for var in LAUNCHER_VARS:
+        os.environ.pop(var, None)
 
 
 def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(extra)
-    return env
-
-
-def run(*args, check=None, env=None):
-    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True,
-                       env=env or clean_env())
-    if check is not None and p.returncode != check:
-        raise AssertionError(f"{args}: exit {p.returncode}, expected {check}\n{p.stdout}\n{p.stderr}")
-    return p
+    return dict(os.environ, **extra)
 
 
 def files(d):
@@ -46,14 +42,6 @@ def files(d):
         with open(os.path.join(d, name), "rb") as f:
             out[name] = f.read()
     return out
-
-
-def write_npy(d, n, seed=0):
-    os.makedirs(d)
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        np.save(os.path.join(d, f"img_{i}.npy"), rng.integers(0, 255, (28, 28), dtype=np.uint8))
-        np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i % 10))
 
 
 def write_imagefolder(root, n_per_class=40):
@@ -65,18 +53,13 @@ def write_imagefolder(root, n_per_class=40):
                 f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 3000))))
 
 
-class Parts(unittest.TestCase):
+class Parts(ScratchTest):
     SHARD = "24KiB"
 
     def setUp(self):
-        if TMP_ROOT:
-            os.makedirs(TMP_ROOT, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        super().setUp()
         self.inp = os.path.join(self.tmp, "in")
         self.whole = os.path.join(self.tmp, "whole")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def pack_whole(self, *extra):
         run("pack", self.inp, "-o", self.whole, "--shard-size", self.SHARD, "--align", "64", *extra,
@@ -102,7 +85,7 @@ class Parts(unittest.TestCase):
         return out, p
 
     def test_npy_parts_merge_to_a_single_pack(self):
-        write_npy(self.inp, 300)
+        write_samples(self.inp, 300, **MNIST_LIKE)
         self.pack_whole()
         for n in (2, 3, 5):
             dirs = self.pack_parts(n, tag=f"n{n}-")
@@ -125,7 +108,7 @@ class Parts(unittest.TestCase):
         self.assertEqual(files(out), files(self.whole))
 
     def test_part_samples_are_slices_in_order(self):
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         whole = [k for k, _ in sfspec.read_records(self.whole)]
         keys = []
@@ -134,7 +117,7 @@ class Parts(unittest.TestCase):
         self.assertEqual(keys, whole)
 
     def test_parts_from_launcher_environment(self):
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         for rank_var, size_var in (("SLURM_PROCID", "SLURM_NTASKS"),
                                    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -158,7 +141,7 @@ class Parts(unittest.TestCase):
 
     @unittest.skipIf(MPIRUN is None, "mpirun (openmpi-bin) is not installed")
     def test_under_mpirun(self):
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         parts = os.path.join(self.tmp, "mpi")
         cmd = [MPIRUN, "-n", "2", "--oversubscribe"]
@@ -166,7 +149,7 @@ class Parts(unittest.TestCase):
             cmd.append("--allow-run-as-root")
         cmd += [SHARDFEED, "pack", self.inp, "-o", os.path.join(parts, "%k"), "--shard-size",
                 self.SHARD, "--align", "64"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env())
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("part 0 of 2", p.stdout)
         self.assertIn("part 1 of 2", p.stdout)
@@ -174,7 +157,7 @@ class Parts(unittest.TestCase):
         self.assertEqual(files(out), files(self.whole))
 
     def test_bad_merges_are_refused(self):
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         dirs = self.pack_parts(3)
         for args, needle in ((dirs[:2], "2 part(s) given, but the run made 3"),
@@ -201,12 +184,12 @@ class Parts(unittest.TestCase):
     def test_parts_of_different_inputs_with_equal_names_and_sizes_are_refused(self):
         """Part 0 of input A and part 1 of input B, B being A with other
         values (so the same dataset_id): refused, naming both parts."""
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         a = self.pack_parts(2, tag="a")
         inp_a = self.inp
         self.inp = os.path.join(self.tmp, "in_b")
-        write_npy(self.inp, 200, seed=1)
+        write_samples(self.inp, 200, seed=1, **MNIST_LIKE)
         b = self.pack_parts(2, tag="b")
         for mixed in ([a[0], b[1]], [b[0], a[1]]):
             out, p = self.merge(mixed, check=1)
@@ -224,7 +207,7 @@ class Parts(unittest.TestCase):
     def test_parts_of_an_input_whose_times_changed_need_ignore_mtimes(self):
         """An input copied to another machine without its times: the same
         contents, other modification times."""
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         p0 = self.pack_parts(2, tag="m")[0]
         name = os.path.join(self.inp, "img_199.npy")
@@ -244,7 +227,7 @@ class Parts(unittest.TestCase):
         xxh = ctypes.CDLL("libxxhash.so.0")
         xxh.XXH3_64bits.restype = ctypes.c_uint64
         xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         dirs = self.pack_parts(2)
         path = os.path.join(dirs[1], "manifest.sfm")
         with open(path, "rb") as f:
@@ -264,7 +247,7 @@ class Parts(unittest.TestCase):
         self.assertIn(f"{dirs[1]}: part without an input identity", p.stderr)
 
     def test_a_part_carries_its_input_identity(self):
-        write_npy(self.inp, 200)
+        write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         for d in self.pack_parts(2):
             meta = sfspec.read_manifest(d)["metadata"]
@@ -273,7 +256,7 @@ class Parts(unittest.TestCase):
         self.assertNotIn("part_input", sfspec.read_manifest(self.whole)["metadata"])
 
     def test_bad_part_options(self):
-        write_npy(self.inp, 20)
+        write_samples(self.inp, 20, **MNIST_LIKE)
         for arg in ("2/2", "1/0", "x/2", "1-2"):
             p = run("pack", self.inp, "-o", os.path.join(self.tmp, "o"), "--part", arg, check=1)
             self.assertIn("--part takes K/N", p.stderr)

@@ -14,19 +14,18 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
+import sys
 import unittest
 
-SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import SOURCE_DIR as SRC, ScratchTest  # noqa: E402
+
 MARKER = ".shardfeed-quickstart"
 
 
-class Quickstart(unittest.TestCase):
+class Quickstart(ScratchTest):
     def setUp(self):
-        if TMP_ROOT:
-            os.makedirs(TMP_ROOT, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(dir=TMP_ROOT)
+        super().setUp()
         self.tree = os.path.join(self.tmp, "tree")
         self.calls = os.path.join(self.tmp, "calls")
         bin_dir = os.path.join(self.tmp, "bin")
@@ -39,9 +38,6 @@ class Quickstart(unittest.TestCase):
                 f.write(stub)
             os.chmod(path, stat.S_IRWXU)
         self.env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def quickstart(self, work):
         return subprocess.run(["bash", os.path.join(self.tree, "tools", "quickstart.sh"), work],

@@ -7,17 +7,16 @@ SHARDFEED (the CLI), SF_SOURCE_DIR, SF_TEST_TMP in the environment. By hand:
       /usr/bin/python3 tests/python/test_loader.py -v
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.environ.get("SF_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
-SHARDFEED = os.environ.get("SHARDFEED", os.path.join(SOURCE_DIR, "build", "shardfeed"))
-TMP_ROOT = os.environ.get("SF_TEST_TMP")
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+# Running the CLI, scratch folders and .npy samples: the CLI tests' helpers.
+from clitest import SOURCE_DIR, remove, run, scratch, write_samples  # noqa: E402,F401
+
 PYTHON = os.environ.get("SF_TEST_PYTHON", sys.executable)
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -31,39 +30,9 @@ except ImportError:
     HAVE_TORCH = False
 
 
-def scratch(prefix):
-    """A fresh directory under SF_TEST_TMP (or the system temp dir)."""
-    if TMP_ROOT:
-        os.makedirs(TMP_ROOT, exist_ok=True)
-    return tempfile.mkdtemp(prefix=prefix, dir=TMP_ROOT)
-
-
-def remove(path):
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def cli(*args):
-    p = subprocess.run([SHARDFEED, *map(str, args)], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise AssertionError(f"shardfeed {' '.join(map(str, args))}: exit {p.returncode}\n"
-                             f"{p.stdout}\n{p.stderr}")
-    return p.stdout
-
-
-def write_synthetic(d, n, shape=(3, 8, 8), dtype=np.float32, seed=0, extra=None):
-    """img_{i}.npy (random `shape` `dtype`) + label_{i}.npy (int64 i*7 % 1000) for i < n.
-    `extra`: {field: function(i) -> array} for more fields."""
-    os.makedirs(d, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        if np.issubdtype(np.dtype(dtype), np.floating):
-            img = rng.standard_normal(shape).astype(dtype)
-        else:
-            img = rng.integers(0, 255, size=shape).astype(dtype)
-        np.save(os.path.join(d, f"img_{i}.npy"), img)
-        np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i * 7 % 1000))
-        for name, fn in (extra or {}).items():
-            np.save(os.path.join(d, f"{name}_{i}.npy"), fn(i))
+    """shardfeed ARGS, which must exit 0: its stdout."""
+    return run(*args, check=0).stdout
 
 
 def pack(src, out, *opts):

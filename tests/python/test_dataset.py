@@ -8,7 +8,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sfpytest import (HAVE_TORCH, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
-                      torch, write_synthetic)
+                      torch, write_samples)
 
 N = 57
 TMP = SRC = DS = None
@@ -18,7 +18,7 @@ def setUpModule():
     global TMP, SRC, DS
     TMP = scratch("dataset-")
     SRC = os.path.join(TMP, "npy")
-    write_synthetic(SRC, N, shape=(2, 5), dtype=np.float64,
+    write_samples(SRC, N, shape=(2, 5), dtype=np.float64,
                     extra={"mask": lambda i: np.arange(12, dtype=np.uint8).reshape(3, 4) * i % 7 == 0,
                            "half": lambda i: np.full((3,), i, dtype=np.float16),
                            "small": lambda i: np.int16(-i),

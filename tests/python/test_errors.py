@@ -9,7 +9,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import as_numpy, load_source, pack, remove, scratch, shardfeed, write_synthetic  # noqa: E402
+from sfpytest import as_numpy, load_source, pack, remove, scratch, shardfeed, write_samples  # noqa: E402
 
 N = 120
 B = 8
@@ -21,7 +21,7 @@ def setUpModule():
     global TMP, SRC, DS, BAD_DS, BAD_SHARD
     TMP = scratch("errors-")
     SRC = os.path.join(TMP, "npy")
-    write_synthetic(SRC, N, seed=4)
+    write_samples(SRC, N, seed=4)
     DS = pack(SRC, os.path.join(TMP, "ds"), "--align", "64", "--shard-size", "20KiB")
     BAD_DS = os.path.join(TMP, "bad")
     shutil.copytree(DS, BAD_DS)

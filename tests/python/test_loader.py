@@ -1,9 +1,12 @@
 """shardfeed.Loader: values, order, epochs, resume, ranks, output kinds, memory lifetime.
 See sfpytest.py for how to run it by hand."""
 import gc
+import inspect
 import json
 import os
 import pickle
+import pydoc
+import re
 import subprocess
 import sys
 import threading
@@ -13,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, epoch_ids, load_source, pack,  # noqa: E402
-                      remove, scratch, shardfeed, torch, write_synthetic)
+                      remove, scratch, shardfeed, torch, write_samples)
 
 N = 203          # not a multiple of any batch size used
 B = 16
@@ -24,7 +27,7 @@ def setUpModule():
     global TMP, SRC, DS
     TMP = scratch("loader-")
     SRC = os.path.join(TMP, "npy")
-    write_synthetic(SRC, N, extra={"flag": lambda i: np.array([i % 3 == 0, i % 2 == 0])})
+    write_samples(SRC, N, extra={"flag": lambda i: np.array([i % 3 == 0, i % 2 == 0])})
     DS = pack(SRC, os.path.join(TMP, "ds"), "--align", "64", "--shard-size", "40KiB")
 
 
@@ -354,6 +357,42 @@ class Lifetime(unittest.TestCase):
         gc.collect()
         self.assertTrue(reader.freed)
 
+    def test_close_during_a_call_frees_the_reader_when_the_call_returns(self):
+        # trace_write into a FIFO waits (GIL released) until the FIFO is read: a
+        # close() meanwhile must leave the reader to the call, and the call's end free it.
+        ld = loader(batch_size=1)
+        reader = ld._reader
+        ld.trace_start()
+        self.assertEqual(len(epoch_ids(ld)), N)
+        fifo = os.path.join(scratch("fifo-"), "trace.json")
+        os.mkfifo(fifo)
+        errors = []
+
+        def write():
+            try:
+                ld.trace_write(fifo)
+            except Exception as e:  # reported by the main thread
+                errors.append(e)
+
+        t = threading.Thread(target=write)
+        t.start()
+        while t.is_alive():  # until the call runs: then the reader refuses other calls
+            try:
+                reader.state()
+            except RuntimeError:
+                break
+            t.join(0.001)
+        self.assertTrue(t.is_alive(), errors)
+        ld.close()
+        self.assertFalse(reader.freed)
+        with open(fifo, "rb") as f:
+            trace = json.loads(f.read())
+        t.join()
+        self.assertEqual(errors, [])
+        self.assertIn("traceEvents", trace)
+        self.assertTrue(reader.freed)
+        remove(os.path.dirname(fifo))
+
     def check_too_many_held(self, output):
         ld = loader(prefetch=3, output=output)
         it = iter(ld)
@@ -443,16 +482,17 @@ class Device(unittest.TestCase):
             device = torch.device
             cuda = FakeCuda
 
+        from shardfeed._device import resolve_device
         saved = os.environ.get("LOCAL_RANK")
         try:
             os.environ["LOCAL_RANK"] = "3"
-            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda:3")
-            self.assertEqual(str(shardfeed._resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
+            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda:3")
+            self.assertEqual(str(resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
             del os.environ["LOCAL_RANK"]
-            self.assertEqual(str(shardfeed._resolve_device("cuda", FakeTorch)), "cuda")
-            self.assertIsNone(shardfeed._resolve_device("cpu", FakeTorch))
+            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda")
+            self.assertIsNone(resolve_device("cpu", FakeTorch))
             with self.assertRaisesRegex(shardfeed.Error, "only 4 CUDA"):
-                shardfeed._resolve_device("cuda:4", FakeTorch)
+                resolve_device("cuda:4", FakeTorch)
         finally:
             os.environ.pop("LOCAL_RANK", None)
             if saved is not None:
@@ -460,6 +500,29 @@ class Device(unittest.TestCase):
 
     def test_cpu_device_is_the_default(self):
         self.assertEqual(loader().device, "cpu")
+
+
+class Reference(unittest.TestCase):
+    """help(shardfeed.Loader) describes each parameter, and help(shardfeed) includes it."""
+
+    def described(self, text):
+        """The parameter names of the "- name[, name...]:" entries of `text`."""
+        names = set()
+        for entry in re.findall(r"^\s*\|?\s*- ([a-z_]+(?:, [a-z_]+)*):", text, re.M):
+            names.update(entry.split(", "))
+        return names
+
+    def test_every_loader_parameter_is_described(self):
+        params = set(inspect.signature(shardfeed.Loader).parameters) - {"path"}
+        doc = inspect.getdoc(shardfeed.Loader)
+        self.assertEqual(params - self.described(doc), set())
+        self.assertIn("`path`", doc)
+
+    def test_help_of_the_package_includes_the_loader_parameters(self):
+        text = pydoc.render_doc(shardfeed, renderer=pydoc.plaintext)
+        params = set(inspect.signature(shardfeed.Loader).parameters) - {"path"}
+        self.assertEqual(params - self.described(text), set())
+        self.assertIn("Inspecting a dataset", text)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import as_numpy, cli, pack, remove, scratch, shardfeed, write_synthetic  # noqa: E402
+from sfpytest import as_numpy, cli, pack, remove, scratch, shardfeed, write_samples  # noqa: E402
 
 TMP = None
 
@@ -75,7 +75,7 @@ class PackCompress(unittest.TestCase):
     def test_npy(self):
         src = os.path.join(TMP, "npy")
         # Smooth images compress; random ones would not.
-        write_synthetic(src, 60, shape=(4, 16, 16), dtype=np.uint8,
+        write_samples(src, 60, shape=(4, 16, 16), dtype=np.uint8,
                         extra={"mask": lambda i: np.full((16, 16), i % 3, np.uint8)})
         plain = pack(src, os.path.join(TMP, "npy-plain"), "--align", "64")
         zstd = pack(src, os.path.join(TMP, "npy-zstd"), "--align", "64", "--compress", "mask=zstd:9",
@@ -89,7 +89,7 @@ class PackCompress(unittest.TestCase):
 
     def test_parts_of_a_compressed_pack_merge_to_it(self):
         src = os.path.join(TMP, "npy-parts")
-        write_synthetic(src, 150, shape=(8, 8), dtype=np.uint8)
+        write_samples(src, 150, shape=(8, 8), dtype=np.uint8)
         opts = ("--align", "64", "--shard-size", "8KiB", "--compress", "img=zstd")
         whole = pack(src, os.path.join(TMP, "parts-whole"), *opts)
         parts = [pack(src, os.path.join(TMP, f"parts-{k}"), "--part", f"{k}/3", *opts) for k in range(3)]

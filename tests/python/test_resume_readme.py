@@ -11,7 +11,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import HAVE_TORCH, SOURCE_DIR, pack, remove, scratch, torch  # noqa: E402
+from sfpytest import HAVE_TORCH, SOURCE_DIR, pack, remove, scratch, torch, write_samples  # noqa: E402
 
 N = 600  # 3 batches of 256 per epoch (the last one padded)
 
@@ -36,10 +36,8 @@ class ReadmeResume(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = scratch("resume-readme-")
         src = os.path.join(cls.tmp, "npy")
-        os.makedirs(src)
-        for i in range(N):  # label i: each step's labels say which samples it got
-            np.save(os.path.join(src, f"img_{i}.npy"), np.full((28, 28), i % 251, np.uint8))
-            np.save(os.path.join(src, f"label_{i}.npy"), np.int64(i))
+        # label i: each step's labels say which samples it got
+        write_samples(src, N, (28, 28), np.uint8, label=lambda i: i)
         pack(src, os.path.join(cls.tmp, "dataset"), "--align", "64")
         cls.code = compile(readme_loop(), "README.md", "exec")
 

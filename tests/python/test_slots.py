@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import cli, pack, remove, scratch, shardfeed, write_synthetic  # noqa: E402
+from sfpytest import cli, pack, remove, scratch, shardfeed, write_samples  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGESIZE")
 TMP = None
@@ -66,7 +66,7 @@ class SlabSize(unittest.TestCase):
 
     def test_batch_larger_than_the_dataset(self):
         src = os.path.join(TMP, "npy")
-        write_synthetic(src, 50, shape=(1024,), dtype=np.float32)  # 4 KiB per image
+        write_samples(src, 50, shape=(1024,), dtype=np.float32)  # 4 KiB per image
         ds = pack(src, os.path.join(TMP, "npy-ds"), "--align", "64")
         # img [50, 1024] float32 and label [50] int64: sized for the 50 samples there are,
         # not for 5000.
@@ -84,7 +84,7 @@ class SlabSize(unittest.TestCase):
 class HeldBatches(unittest.TestCase):
     def test_the_error_names_the_batches_still_held(self):
         src = os.path.join(TMP, "held-npy")
-        write_synthetic(src, 100, shape=(4,))
+        write_samples(src, 100, shape=(4,))
         ds = pack(src, os.path.join(TMP, "held-ds"), "--align", "64")
         ld = shardfeed.Loader(ds, 8, prefetch=3, output="numpy")
         ld.set_epoch(2)

@@ -1,0 +1,128 @@
+"""From the extension's batches to what a Loader yields: a Batch of torch tensors (zero-copy
+through DLPack), numpy arrays, or the raw DLPack-capable Array objects; variable-length fields
+as lists or (data, offsets) pairs."""
+from . import _shardfeed as _C
+
+
+def import_torch():
+    """The torch module, or None when it cannot be imported."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def resolve_output(output, device):
+    """(output, torch): "auto" made "torch" or "numpy", and the torch module when delivery to
+    torch or to a device needs it (else None)."""
+    torch = import_torch() if output in ("auto", "torch") or str(device) != "cpu" else None
+    if output == "torch" and torch is None:
+        raise ValueError("shardfeed: output='torch' but torch is not importable")
+    if output == "auto":
+        output = "torch" if torch is not None else "numpy"
+    return output, torch
+
+
+class Batch(dict):
+    """One batch: a dict from field name to tensor (or array), plus
+    ids / source_ids (int64, a copy), epoch, index, size and substituted."""
+
+    __slots__ = ("ids", "source_ids", "epoch", "index", "substituted")
+
+    @property
+    def size(self):
+        return len(self.ids)
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}: {_describe(v)}" for k, v in self.items())
+        return f"<shardfeed.Batch epoch {self.epoch} index {self.index} size {self.size}: {fields}>"
+
+
+def _describe(v):
+    shape = getattr(v, "shape", None)
+    dtype = getattr(v, "dtype", None)
+    if shape is not None:
+        return f"{tuple(shape)} {dtype}"
+    return type(v).__name__
+
+
+class Converter:
+    """Turns a C batch into a Batch of torch tensors, numpy arrays or raw
+    DLPack objects."""
+
+    def __init__(self, output, varlen, torch):
+        self.output = output
+        self.varlen = varlen
+        self.torch = torch
+        self.np = None
+        if output in ("numpy", "torch"):
+            import numpy
+            self.np = numpy
+        self.np_from_dlpack = getattr(self.np, "from_dlpack", None) if self.np else None
+        # dtype codes torch cannot import (unsigned 16/32/64-bit before torch 2.3):
+        # those fields come out as numpy arrays.
+        self.torch_fallback = set()
+        if torch is not None:
+            for code, name in ((_C.DT_UINT16, "uint16"), (_C.DT_UINT32, "uint32"),
+                               (_C.DT_UINT64, "uint64")):
+                if not hasattr(torch, name):
+                    self.torch_fallback.add(code)
+            c_from = getattr(torch._C, "_from_dlpack", None)
+            if c_from is not None:
+                self.torch_from = lambda a: c_from(a.__dlpack__())
+            else:
+                self.torch_from = torch.from_dlpack
+
+    def ids(self, raw):
+        np = self.np
+        if np is None:
+            import numpy as np
+            self.np = np
+        a = np.frombuffer(raw, dtype="<i8")
+        if self.output == "torch":
+            return self.torch.from_numpy(a)
+        return a
+
+    def array(self, a, dtype):
+        out = self.output
+        if out == "dlpack":
+            return a
+        if out == "torch" and dtype not in self.torch_fallback:
+            try:
+                t = self.torch_from(a)
+            except (RuntimeError, TypeError, BufferError):
+                self.torch_fallback.add(dtype)
+            else:
+                return t.view(self.torch.bool) if dtype == _C.DT_BOOL else t
+        np = self.np
+        if self.np_from_dlpack is not None:
+            x = self.np_from_dlpack(a)
+            return x.view(np.bool_) if dtype == _C.DT_BOOL else x
+        return np.asarray(a)
+
+    def var(self, pair, dtype):
+        data, offsets = pair
+        if self.varlen == "pair" or self.output == "dlpack":
+            return (self.array(data, dtype), self.array(offsets, _C.DT_INT64))
+        offs = memoryview(offsets).tolist()
+        if dtype == _C.DT_BYTES:
+            raw = bytes(memoryview(data))
+            return [raw[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)]
+        d = self.array(data, dtype)
+        esz = data.itemsize
+        return [d[offs[i] // esz:offs[i + 1] // esz] for i in range(len(offs) - 1)]
+
+    def __call__(self, b):
+        out = Batch()
+        for name, storage, dtype, value in b.fields():
+            if storage == _C.STORAGE_VARIABLE:
+                out[name] = self.var(value, dtype)
+            else:
+                out[name] = self.array(value, dtype)
+        out.ids = self.ids(b.ids())
+        out.source_ids = out.ids if not b.substituted else self.ids(b.source_ids())
+        out.epoch = b.epoch
+        out.index = b.index
+        out.substituted = b.substituted
+        return out

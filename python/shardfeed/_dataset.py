@@ -1,0 +1,110 @@
+"""shardfeed.open and Dataset: inspecting a dataset (fields, shards, keys, class names) and
+random access to its samples (copies)."""
+import os
+from collections import namedtuple
+
+from . import _shardfeed as _C
+
+Field = namedtuple("Field", "name dtype shape storage descr item_size codec", defaults=("none",))
+Field.__doc__ = """A field of the schema: name; dtype (NumPy's name: "float32", "bytes" for
+opaque variable-length data); shape (per sample; (0,) for variable length); storage
+("fixed", "variable" or "inline"); descr (NumPy descr, "<f4"); item_size (bytes per value,
+0 for variable length); codec ("none" or "zstd": how values are stored; they are always
+handed out decompressed)."""
+Shard = namedtuple("Shard", "name first_sample num_samples file_size")
+
+
+class Dataset:
+    """An opened dataset: len(ds), ds.fields, ds.shards, ds.class_names, ds.key(i),
+    ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are copies that belong to
+    the caller: writable numpy arrays (torch.from_numpy(ds[i]["img"]).add_(1) changes
+    that copy only), decompressed for compressed fields; bytes for variable-length fields
+    of dtype bytes. With verify (default) each record's checksum is checked when it is
+    read; a damaged or truncated shard raises shardfeed.Error naming it."""
+
+    def __init__(self, path, verify=True):
+        self.path = os.fspath(path)
+        self.verify = bool(verify)
+        self._ds = _C.Dataset(self.path)
+        self.fields = [Field(name, dtype_name, shape, storage, descr, item_size, codec)
+                       for name, _code, dtype_name, descr, shape, storage, item_size, codec
+                       in self._ds.fields()]
+        self._key_index = None
+
+    def __len__(self):
+        return self._ds.num_samples()
+
+    @property
+    def shards(self):
+        return [Shard(*s) for s in self._ds.shards()]
+
+    @property
+    def align(self):
+        return self._ds.align()
+
+    @property
+    def class_names(self):
+        """Class names from the manifest's metadata ("class_names"): label i is
+        class_names[i], as torchvision's ImageFolder.classes; [] when it has none."""
+        return self._ds.class_names()
+
+    @property
+    def source(self):
+        """The input format the dataset was packed from: "npy", "imagefolder", "list",
+        "tar" ("" when the manifest does not say)."""
+        return self._ds.source()
+
+    def key(self, i):
+        return self._ds.key(i)
+
+    def keys(self):
+        return self._ds.keys()
+
+    def index(self, key):
+        """The sample id of `key` (e.g. "17" for img_17.npy)."""
+        if self._key_index is None:
+            self._key_index = {k: i for i, k in enumerate(self._ds.keys())}
+        try:
+            return self._key_index[str(key)]
+        except KeyError:
+            raise KeyError(f"shardfeed: no sample with key {key!r} in {self.path}") from None
+
+    def get(self, i, verify=None):
+        import numpy as np
+        check = self.verify if verify is None else bool(verify)
+        out = {}
+        for k, f in enumerate(self.fields):
+            v = self._ds.get(i, k, check)
+            out[f.name] = v if isinstance(v, bytes) else np.asarray(v)
+        return out
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.get(j) for j in range(*i.indices(len(self)))]
+        return self.get(i)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self.get(i)
+
+    def close(self):
+        self._ds.close()
+
+    @property
+    def closed(self):
+        return self._ds.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        fields = ", ".join(f"{f.name}: {f.dtype}{list(f.shape)} {f.storage}" for f in self.fields)
+        return f"<shardfeed.Dataset {self.path!r}: {len(self)} samples, {fields}>"
+
+
+def open(path, verify=True):  # noqa: A001  (shardfeed.open, like tarfile.open)
+    """Opens the dataset in `path` for inspection and random access (see Dataset)."""
+    return Dataset(path, verify=verify)

@@ -1,0 +1,85 @@
+"""Checking the Loader's arguments: choices, integer ranges, and rank / world size from the
+environment. Every message starts with "shardfeed: " and names the argument (or the
+environment variable) that was wrong."""
+import os
+
+from . import _shardfeed as _C
+
+# Each choice's name (what the Loader keeps and state_dict() reports) and its C code.
+SHUFFLE = {"none": _C.SHUFFLE_NONE, "global": _C.SHUFFLE_GLOBAL, "block": _C.SHUFFLE_BLOCK}
+UNEVEN = {"pad": _C.UNEVEN_PAD, "drop": _C.UNEVEN_DROP}
+ENGINE = {"auto": _C.ENGINE_AUTO, "uring": _C.ENGINE_URING, "pread": _C.ENGINE_PREAD,
+          "mmap": _C.ENGINE_MMAP}
+DIRECT = {"auto": _C.DIRECT_AUTO, "on": _C.DIRECT_ON, "off": _C.DIRECT_OFF}
+ON_CORRUPT = {"error": _C.ON_CORRUPT_ERROR, "skip": _C.ON_CORRUPT_SKIP}
+OUTPUTS = ("auto", "torch", "numpy", "dlpack")
+VARLEN = ("list", "pair")
+
+U32 = 2 ** 32
+U64 = 2 ** 64
+
+
+def choice(name, value, table):
+    """`value` (any case) as one of the keys of `table`."""
+    if isinstance(value, str) and value.lower() in table:
+        return value.lower()
+    raise ValueError(f"shardfeed: {name}={value!r}: expected one of {', '.join(map(repr, table))}")
+
+
+def exact_choice(name, value, names):
+    """`value`, which must be one of `names` as written."""
+    if value not in names:
+        raise ValueError(f"shardfeed: {name}={value!r}: expected one of {names}")
+    return value
+
+
+def shuffle_name(shuffle):
+    """True and False mean "global" and "none"."""
+    if shuffle is True or shuffle is False:
+        return "global" if shuffle else "none"
+    return shuffle
+
+
+def uint(name, value, lo, hi):
+    """`value`, an int (not a bool) in [lo, hi)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"shardfeed: {name} must be an int, not {type(value).__name__}")
+    if not lo <= value < hi:
+        raise ValueError(f"shardfeed: {name}={value} is out of range [{lo}, {hi})")
+    return value
+
+
+def seed64(value):
+    """Any int (not a bool), taken modulo 2**64 as the C reader's seed is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"shardfeed: seed must be an int, not {type(value).__name__}")
+    return value % U64
+
+
+def env_int(var):
+    """The integer in environment variable `var`; None when it is unset or blank."""
+    raw = os.environ.get(var)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"shardfeed: environment variable {var}={raw!r} is not an integer") from None
+
+
+def dist_defaults(rank, world_size):
+    """rank and world_size: explicit values win, then RANK / WORLD_SIZE, then 0 and 1."""
+    src_r, src_w = "rank", "world_size"
+    if world_size is None:
+        world_size, src_w = env_int("WORLD_SIZE"), "WORLD_SIZE (environment)"
+        if world_size is None:
+            world_size, src_w = 1, "world_size (default)"
+    if rank is None:
+        rank, src_r = env_int("RANK"), "RANK (environment)"
+        if rank is None:
+            rank, src_r = 0, "rank (default)"
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1 or world_size >= U32:
+        raise ValueError(f"shardfeed: {src_w} = {world_size!r}: must be an int >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"shardfeed: {src_r} = {rank!r} is not in [0, {src_w} = {world_size})")
+    return rank, world_size
