@@ -339,7 +339,7 @@ static int write_npy(exporter *x, const char *rel, const sf_field *f, const void
     /* A variable-length field exports as a 1-d array of its elements. */
     const uint64_t *shape = f->storage == SF_STORAGE_VARIABLE ? var_shape : f->shape;
     int dtype = f->dtype == SF_DTYPE_BYTES ? SF_DTYPE_UINT8 : f->dtype;
-    size_t hlen = npy_write_header(header, sizeof header, dtype, f->ndim, shape);
+    size_t hlen = input_npy_write_header(header, sizeof header, dtype, f->ndim, shape);
     if (hlen == 0)
         return sf_fail(SF_E_UNSUPPORTED, "%s/%s: cannot describe field '%s' as .npy", x->out_dir, rel,
                        f->name);
@@ -426,14 +426,14 @@ static void csv_text(FILE *f, const char *t, uint64_t size)
 static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
 {
     fputc(',', f);
-    char t[SF_NUMBER_TEXT_MAX];
+    char t[INPUT_NUMBER_TEXT_MAX];
     if (fd->storage == SF_STORAGE_VARIABLE || fd->ndim != 0) {
         csv_text(f, v, size);
     } else if (fd->dtype == SF_DTYPE_FLOAT64) {
         double d;
         uint64_t bits = sf_get_le64(v);
         memcpy(&d, &bits, 8);
-        fwrite(t, 1, sf_format_f64(t, d), f);
+        fwrite(t, 1, input_f64_to_text(t, d), f);
     } else if (fd->dtype == SF_DTYPE_FLOAT32) {
         float x;
         uint32_t bits = sf_get_le32(v);
@@ -449,7 +449,7 @@ static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
         if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
             u |= ~0ull << (8 * size); /* sign-extend */
         if (is_signed)
-            fwrite(t, 1, sf_format_i64(t, (int64_t)u), f);
+            fwrite(t, 1, input_i64_to_text(t, (int64_t)u), f);
         else
             fprintf(f, "%" PRIu64, u);
     }

@@ -251,12 +251,12 @@ static const char *skip_blanks(const char *s)
  * "1e3", "0x1A", "NaN", "" and anything beyond int64 are not. */
 static int parse_int(const char *s, int64_t *v)
 {
-    return sf_parse_i64_text(s, strlen(s), v);
+    return input_i64_from_text(s, strlen(s), v);
 }
 
 static int parse_float(const char *s, double *v)
 {
-    return sf_parse_f64_text(s, strlen(s), v);
+    return input_f64_from_text(s, strlen(s), v);
 }
 
 /* Whether a cell is meant as a number in some spelling (what strtod reads,

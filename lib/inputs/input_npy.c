@@ -30,7 +30,7 @@ typedef struct npy_entry {
 static int entry_cmp(const void *pa, const void *pb)
 {
     const npy_entry *a = pa, *b = pb;
-    int c = sf_natcmp(a->key, b->key);
+    int c = input_natcmp(a->key, b->key);
     return c ? c : strcmp(a->field, b->field);
 }
 
@@ -224,7 +224,7 @@ static int group_samples(input_set *in, npy_priv *p, npy_entry *e, size_t n,
 }
 
 /* The schema field implied by one .npy file. */
-static void field_from_npy(sf_field *f, const char *name, const npy_info *info)
+static void field_from_npy(sf_field *f, const char *name, const input_npy_info *info)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->name, sizeof f->name, "%s", name);
@@ -273,15 +273,15 @@ static int npy_read(void *cursor, const input_set *in, uint64_t sample, uint32_t
 {
     npy_cursor *c = cursor;
     const npy_priv *p = in->priv;
-    npy_file nf;
-    int rc = npy_file_open(&nf, p->dir, p->names[sample * p->field_count + field]);
+    input_npy_file nf;
+    int rc = input_npy_file_open(&nf, p->dir, p->names[sample * p->field_count + field]);
     if (rc)
         return rc;
-    if ((rc = npy_file_check(&nf, &in->schema.fields[field], p->names[field])))
+    if ((rc = input_npy_file_check(&nf, &in->schema.fields[field], p->names[field])))
         rc = sf_fail_prefix(rc, "input changed while packing");
     else
-        rc = npy_file_read(&nf, dst, &c->scratch, &c->scratch_cap);
-    npy_file_close(&nf);
+        rc = input_npy_file_read(&nf, dst, &c->scratch, &c->scratch_cap);
+    input_npy_file_close(&nf);
     return rc;
 }
 
@@ -312,18 +312,18 @@ int input_discover_npy(input_set *in, const char *dir)
     uint32_t nf = p->field_count;
     for (uint64_t s = 0; s < in->sample_count; s++) {
         for (uint32_t f = 0; f < nf; f++) {
-            npy_file nf_;
-            rc = npy_file_open(&nf_, dir, p->names[s * nf + f]);
+            input_npy_file nf_;
+            rc = input_npy_file_open(&nf_, dir, p->names[s * nf + f]);
             if (rc)
                 return rc;
-            npy_file_close(&nf_);
+            input_npy_file_close(&nf_);
             if (s == 0) {
                 /* The field is what this file holds: a field it cannot be
                  * (an empty dimension, too large) is this file's error. */
                 field_from_npy(&in->schema.fields[f], names[f], &nf_.info);
                 if ((rc = sf_field_check(&in->schema.fields[f])))
                     return sf_fail_prefix(rc, nf_.path);
-            } else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], p->names[f]))) {
+            } else if ((rc = input_npy_file_check(&nf_, &in->schema.fields[f], p->names[f]))) {
                 return rc;
             }
             in->sizes[s * nf + f] = nf_.info.data_size;

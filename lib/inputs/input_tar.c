@@ -353,7 +353,7 @@ static int scan_tar(scan *sc, uint32_t t)
 
 static int cmp_nat(const void *a, const void *b)
 {
-    return sf_natcmp(*(char *const *)a, *(char *const *)b);
+    return input_natcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int add_tar(tar_priv *p, char *path, size_t *cap)

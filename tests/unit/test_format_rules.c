@@ -63,12 +63,12 @@ Test(rules, key_messages_say_what_is_wrong)
 static void int_text(const char *t, int ok, int64_t want)
 {
     int64_t v = 0;
-    cr_assert_eq(sf_parse_i64_text(t, strlen(t), &v), ok, "'%s'", t);
+    cr_assert_eq(input_i64_from_text(t, strlen(t), &v), ok, "'%s'", t);
     if (!ok)
         return;
     cr_assert_eq(v, want, "'%s'", t);
-    char back[SF_NUMBER_TEXT_MAX];
-    cr_assert_eq(sf_format_i64(back, v), strlen(t));
+    char back[INPUT_NUMBER_TEXT_MAX];
+    cr_assert_eq(input_i64_to_text(back, v), strlen(t));
     cr_assert_str_eq(back, t);
 }
 
@@ -86,12 +86,12 @@ Test(rules, int64_text_is_one_spelling)
 
 static void float_text(double v, const char *want)
 {
-    char t[SF_NUMBER_TEXT_MAX];
-    size_t n = sf_format_f64(t, v);
+    char t[INPUT_NUMBER_TEXT_MAX];
+    size_t n = input_f64_to_text(t, v);
     cr_assert_eq(n, strlen(t));
     cr_assert_str_eq(t, want);
     double back;
-    cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+    cr_assert_eq(input_f64_from_text(t, n, &back), 1, "'%s'", t);
     cr_assert(isnan(v) ? isnan(back) : memcmp(&back, &v, 8) == 0, "'%s'", t);
 }
 
@@ -118,7 +118,7 @@ Test(rules, float64_text_is_the_shortest_that_reads_back)
                          "-nan", " 1.0", "1.0 ", "0.10000000000000001", "1E+16", "1e16", "nan(1)"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         double v;
-        cr_assert_eq(sf_parse_f64_text(bad[i], strlen(bad[i]), &v), 0, "'%s' accepted", bad[i]);
+        cr_assert_eq(input_f64_from_text(bad[i], strlen(bad[i]), &v), 0, "'%s' accepted", bad[i]);
     }
     /* Any double: its text reads back to the same bits. */
     uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -128,10 +128,10 @@ Test(rules, float64_text_is_the_shortest_that_reads_back)
         memcpy(&v, &x, 8);
         if (isnan(v))
             continue;
-        char t[SF_NUMBER_TEXT_MAX];
-        size_t n = sf_format_f64(t, v);
+        char t[INPUT_NUMBER_TEXT_MAX];
+        size_t n = input_f64_to_text(t, v);
         double back;
-        cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+        cr_assert_eq(input_f64_from_text(t, n, &back), 1, "'%s'", t);
         cr_assert_eq(memcmp(&back, &v, 8), 0, "'%s'", t);
     }
 }
