@@ -30,7 +30,7 @@
 #include "le.h"
 #include "number_text.h"
 #include "shard_file.h"
-#include "keyset.h"
+#include "key_table.h"
 #include "input.h"
 
 enum { F_DATA, F_LABEL };
@@ -379,21 +379,25 @@ static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
     return rc;
 }
 
-static int check_unique_keys(const input_set *in, const list_priv *p)
+static void key_of_sample(void *ctx, uint64_t s, const uint8_t **key, size_t *len)
 {
-    pack_keyset set = {0};
-    int rc = 0;
+    const input_set *in = ctx;
+    *key = (const uint8_t *)in->keys[s];
+    *len = strlen(in->keys[s]);
+}
+
+static int check_unique_keys(input_set *in, const list_priv *p)
+{
+    sf_key_table t;
+    int rc = sf_key_table_init(&t, in->sample_count, key_of_sample, in);
     for (uint64_t r = 0; r < in->sample_count && !rc; r++) {
         uint64_t first;
-        int added = pack_keyset_add(&set, in->keys[r], r, &first);
-        if (added == 1)
+        if (sf_key_table_add(&t, r, (const uint8_t *)in->keys[r], strlen(in->keys[r]), &first) == 1)
             rc = sf_fail(SF_E_INPUT, "%s:%llu: key '%s' repeats line %llu", in->path,
                          (unsigned long long)p->line[r], in->keys[r],
                          (unsigned long long)p->line[first]);
-        else if (added < 0)
-            rc = added;
     }
-    pack_keyset_free(&set);
+    sf_key_table_free(&t);
     return rc;
 }
 

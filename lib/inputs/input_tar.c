@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "error_internal.h"
-#include "keyset.h"
+#include "key_table.h"
 #include "natsort.h"
 #include "input.h"
 
@@ -157,7 +157,7 @@ typedef struct scan {
     char **keys;     /* [sample] */
     uint64_t *sizes; /* [sample * nf + field] */
     size_t n, cap;
-    pack_keyset seen; /* key -> sample */
+    sf_key_table seen; /* the keys of samples [0, n] (n: the one gathered) */
     /* The schema, fixed by the first sample. */
     uint32_t nf;
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];
@@ -265,16 +265,27 @@ static int finish_sample(scan *sc)
     return 0;
 }
 
+/* The key of sample s < sc->n (the gathered sample's key is filed first). */
+static void key_of_scanned(void *ctx, uint64_t s, const uint8_t **key, size_t *len)
+{
+    const scan *sc = ctx;
+    *key = (const uint8_t *)sc->keys[s];
+    *len = strlen(sc->keys[s]);
+}
+
 /* Starts a sample at member `at` of tar `t`; its key must be new. */
 static int start_sample(scan *sc, uint32_t t, member_pos at, const char *key, const char *name)
 {
     int rc = finish_sample(sc);
     if (rc)
         return rc;
+    if (sc->n >= SF_MAX_RECORDS) /* a dataset's limit, and the key table's */
+        return sf_fail(SF_E_LIMIT, "%s: member '%s': more than %llu samples", sc->p->tars[t], name,
+                       (unsigned long long)SF_MAX_RECORDS);
     if (!(sc->key = strdup(key)))
         return sf_fail(-ENOMEM, "out of memory");
     uint64_t first;
-    rc = pack_keyset_add(&sc->seen, sc->key, sc->n, &first);
+    rc = sf_key_table_add(&sc->seen, sc->n, (const uint8_t *)key, strlen(key), &first);
     if (rc == 1) {
         rc = sf_fail(SF_E_INPUT,
                      "%s: member '%s': key '%s' appears again, after other samples (first in %s); a "
@@ -446,7 +457,7 @@ static void scan_free(scan *sc)
     free(sc->keys);
     free(sc->sizes);
     free(sc->key);
-    pack_keyset_free(&sc->seen);
+    sf_key_table_free(&sc->seen);
 }
 
 /* ---- reading ---- */
@@ -663,6 +674,8 @@ int input_discover_tar(input_set *in, const char *path)
     if (!rc && !(p->plain = calloc(p->ntars, 1)))
         rc = sf_fail(-ENOMEM, "out of memory");
     scan sc = {.in = in, .p = p};
+    if (!rc)
+        rc = sf_key_table_init(&sc.seen, 0, key_of_scanned, &sc);
     for (uint32_t t = 0; t < p->ntars && !rc; t++)
         rc = scan_tar(&sc, t);
     if (!rc && sc.n == 0)

@@ -165,6 +165,45 @@ Test(rules, key_table_finds_each_repeat_and_its_first)
     sf_key_table_free(&t);
 }
 
+/* Keys "k0", "k1", ... as one buffer of fixed-width slots: the table
+ * reads them back by id when it grows. */
+#define GROW_KEYS 5000
+static char g_grow_keys[GROW_KEYS][8];
+
+static void grow_key_at(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    (void)ctx;
+    cr_assert_lt(id, GROW_KEYS);
+    *key = (const uint8_t *)g_grow_keys[id];
+    *len = strlen(g_grow_keys[id]);
+}
+
+/* Tar inputs do not know their sample count while they scan: a table made
+ * for no keys grows as they come and still finds every repeat. */
+Test(rules, key_table_grows_past_its_size)
+{
+    sf_key_table t;
+    cr_assert_eq(sf_key_table_init(&t, 0, grow_key_at, NULL), 0);
+    uint64_t first_mask = t.mask, first;
+    for (uint64_t id = 0; id < GROW_KEYS; id++) {
+        snprintf(g_grow_keys[id], sizeof g_grow_keys[id], "k%llu", (unsigned long long)id);
+        int r = sf_key_table_add(&t, id, (const uint8_t *)g_grow_keys[id], strlen(g_grow_keys[id]), &first);
+        cr_assert_eq(r, 0, "k%llu: %d", (unsigned long long)id, r);
+    }
+    cr_assert_gt(t.mask, first_mask, "the table did not grow");
+    cr_assert_leq(3 * t.count, 2 * (t.mask + 1), "more than 2/3 full");
+    /* Every key again: each is found, with its own id, and not added. */
+    for (uint64_t id = 0; id < GROW_KEYS; id++) {
+        char again[8];
+        snprintf(again, sizeof again, "k%llu", (unsigned long long)id);
+        cr_assert_eq(sf_key_table_add(&t, GROW_KEYS, (const uint8_t *)again, strlen(again), &first), 1, "%s",
+                     again);
+        cr_assert_eq(first, id, "%s: first %llu", again, (unsigned long long)first);
+    }
+    cr_assert_eq(t.count, GROW_KEYS);
+    sf_key_table_free(&t);
+}
+
 Test(rules, bool_bytes)
 {
     uint8_t v[40];
