@@ -1,21 +1,37 @@
 /* The inputs layer: the formats pack reads (npy, imagefolder, list, tar) and
- * export writes back. Discovery lists an input and orders its samples; a
- * cursor reads one value at a time. Uses format/ and base/ only. */
+ * export writes back. Each format is one file, input_NAME.c, that defines
+ * one input_format, and one name in INPUT_FORMAT_LIST below: nothing else
+ * names a format. Discovery lists an input and orders its samples; a cursor
+ * reads one value at a time. Uses format/ and base/ only. */
 #ifndef SF_INPUTS_INPUT_H
 #define SF_INPUTS_INPUT_H
 
 #include <stdint.h>
-#include <sys/stat.h>
 
 #include "format.h"
 
 struct input_set;
 
-/* What an input format provides besides discovery: reading one value of
- * one sample. Each worker thread opens its own cursor; a shard's samples
- * are read in order, which lets streaming formats (tar) read forward. */
+/* An input format. The formats share helpers (input_util.h, natsort.h,
+ * number_text.h) but never call back into the table. */
 typedef struct input_format {
-    const char *name; /* "npy", "imagefolder", "list", "tar": the manifest's "source" */
+    const char *name; /* "npy", "imagefolder", "list", "tar": --input-format and the manifest's "source" */
+    /* Detection (--input-format auto), which asks the formats in the order
+     * of INPUT_FORMAT_LIST, the first one that says yes winning. A format
+     * with a dir_hint takes a folder: it says yes when detect(name, is_dir)
+     * is 1 for any entry of the folder. One with a file_hint takes a file:
+     * yes when detect is 1 for the file's own path. The hints say what the
+     * format looks for, in messages: ".npy files", "a .csv, .tsv or .txt
+     * list". */
+    const char *dir_hint, *file_hint;
+    int (*detect)(const char *name, int is_dir);
+    /* Lists the input at `path`, orders its samples, derives and finishes
+     * the schema and fills keys and sizes (input_alloc); errors name the
+     * input. Called on an input_set that input_open prepared; what it
+     * leaves in in->priv is freed by `free`, also after a failure. */
+    int (*discover)(struct input_set *in, const char *path);
+    /* Each worker thread opens its own cursor; a shard's samples are read
+     * in order, which lets streaming formats (tar) read forward. */
     int (*cursor_open)(const struct input_set *in, void **cursor);
     /* Writes exactly in->sizes[sample * field_count + field] bytes to dst.
      * Errors name the input file. */
@@ -24,6 +40,14 @@ typedef struct input_format {
     void (*cursor_close)(void *cursor);
     void (*free)(struct input_set *in); /* frees in->priv */
 } input_format;
+
+/* The formats, in the order detection asks them. Adding one: a file
+ * input_NAME.c defining `const input_format input_format_NAME`, and X(NAME)
+ * here. */
+#define INPUT_FORMAT_LIST(X) X(npy) X(tar) X(imagefolder) X(list)
+#define INPUT_FORMAT_DECLARE(name) extern const input_format input_format_##name;
+INPUT_FORMAT_LIST(INPUT_FORMAT_DECLARE)
+#undef INPUT_FORMAT_DECLARE
 
 /* Every sample found by discovery, in dataset order. */
 typedef struct input_set {
@@ -46,35 +70,14 @@ typedef struct input_set {
     uint64_t files_sum, file_count;
 } input_set;
 
-/* Discovery per format. Each lists its input, orders the samples, derives
- * and finishes the schema and fills sizes; errors name the input. */
-int input_discover_npy(input_set *in, const char *dir);
-int input_discover_imagefolder(input_set *in, const char *root);
-int input_discover_list(input_set *in, const char *list_file);
-int input_discover_tar(input_set *in, const char *path);
-/* Picks the format of `path` ("auto") or uses the one named. */
+/* The format called `name`; NULL when there is none. */
+const input_format *input_format_find(const char *name);
+/* Discovers the input at `path` as the format named `format`, or as the one
+ * detection picks when `format` is NULL or "auto". On failure `in` still
+ * needs input_free. */
 int input_open(input_set *in, const char *path, const char *format);
 void input_free(input_set *in);
-/* "a/b", malloc'd; NULL when out of memory. */
-char *input_path_join(const char *a, const char *b);
-/* 1 when s ends with suffix, ignoring ASCII case. */
-int input_ends_with(const char *s, const char *suffix);
-/* 1 for the tar file names pack reads (.tar, .tar.gz, .tgz, .tar.zst, ...). */
-int input_is_tar_name(const char *name);
-/* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
-int input_alloc(input_set *in, uint64_t n);
-/* Adds an input file to in->files_sum: `name` as every machine sees it
- * (relative to the input), its size and its modification time in ns
- * (input_mtime_ns), all from the stat discovery does anyway. */
-void input_note_file(input_set *in, const char *name, uint64_t size, uint64_t mtime_ns);
-uint64_t input_mtime_ns(const struct stat *st);
 /* The identity of the input's files: a hash of files_sum and file_count. */
 uint64_t input_files_hash(const input_set *in);
 
-/* Opens an input file (a .npy, an image, a list or a row's file, a tar)
- * for reading. The open itself is non-blocking, so a FIFO or a device put
- * where a file was cannot hang the pack; anything but a regular file is
- * refused, naming it. Returns the fd, with *st filled, or a negative code
- * with "PATH: reason" in sf_last_error(). */
-int input_open_file(const char *path, struct stat *st);
 #endif

@@ -31,7 +31,7 @@
 #include "number_text.h"
 #include "shard_file.h"
 #include "key_table.h"
-#include "input.h"
+#include "input_util.h"
 
 enum { F_DATA, F_LABEL };
 
@@ -333,16 +333,7 @@ static const char *key_part(const char *path)
 
 static char *full_path(const list_priv *p, const char *path)
 {
-    if (path[0] == '/')
-        return strdup(path);
-    size_t a = strlen(p->dir), b = strlen(path);
-    char *s = malloc(a + b + 2);
-    if (s) {
-        memcpy(s, p->dir, a);
-        s[a] = '/';
-        memcpy(s + a + 1, path, b + 1);
-    }
-    return s;
+    return path[0] == '/' ? strdup(path) : input_path_join(p->dir, path);
 }
 
 /* Key, size and (through the file's stat) existence of row `r`'s data. */
@@ -495,18 +486,6 @@ static void list_free(input_set *in)
     in->priv = NULL;
 }
 
-static int list_cursor_open(const input_set *in, void **cursor)
-{
-    (void)in;
-    *cursor = NULL;
-    return 0;
-}
-
-static void list_cursor_close(void *cursor)
-{
-    (void)cursor;
-}
-
 static int read_data(const input_set *in, const list_priv *p, uint64_t s, uint8_t *dst)
 {
     uint64_t size = in->sizes[s * p->ncols + F_DATA];
@@ -551,8 +530,6 @@ static int list_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, 
     return sf_fail(SF_E_STATE, "%s: unknown column kind", in->path);
 }
 
-static const input_format list_ops = {"list", list_cursor_open, list_read, list_cursor_close, list_free};
-
 static void parser_free(parser *ps)
 {
     free((char *)ps->buf);
@@ -561,9 +538,8 @@ static void parser_free(parser *ps)
     free(ps->lines);
 }
 
-int input_discover_list(input_set *in, const char *path)
+static int list_discover(input_set *in, const char *path)
 {
-    in->ops = &list_ops;
     list_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
@@ -611,3 +587,20 @@ int input_discover_list(input_set *in, const char *path)
     parser_free(&ps);
     return rc;
 }
+
+static int list_detect(const char *name, int is_dir)
+{
+    return !is_dir && (input_ends_with(name, ".csv") || input_ends_with(name, ".tsv") ||
+                       input_ends_with(name, ".txt"));
+}
+
+const input_format input_format_list = {
+    .name = "list",
+    .file_hint = "a .csv, .tsv or .txt list",
+    .detect = list_detect,
+    .discover = list_discover,
+    .cursor_open = input_no_cursor_open,
+    .read = list_read,
+    .cursor_close = input_no_cursor_close,
+    .free = list_free,
+};

@@ -12,7 +12,7 @@
 #include "shard_file.h"
 #include "natsort.h"
 #include "npy_file.h"
-#include "input.h"
+#include "input_util.h"
 
 /* The format's own tables (input_set.priv). */
 typedef struct npy_priv {
@@ -285,14 +285,11 @@ static int npy_read(void *cursor, const input_set *in, uint64_t sample, uint32_t
     return rc;
 }
 
-static const input_format npy_ops = {"npy", npy_cursor_open, npy_read, npy_cursor_close, npy_free};
-
-int input_discover_npy(input_set *in, const char *dir)
+static int npy_discover(input_set *in, const char *dir)
 {
     npy_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
-    in->ops = &npy_ops;
     in->priv = p;
     p->dir = in->path;
     npy_entry *e = NULL;
@@ -334,3 +331,20 @@ int input_discover_npy(input_set *in, const char *dir)
     }
     return 0;
 }
+
+/* A folder holding a .npy file. */
+static int npy_detect(const char *name, int is_dir)
+{
+    return !is_dir && input_ends_with(name, ".npy");
+}
+
+const input_format input_format_npy = {
+    .name = "npy",
+    .dir_hint = ".npy files",
+    .detect = npy_detect,
+    .discover = npy_discover,
+    .cursor_open = npy_cursor_open,
+    .read = npy_read,
+    .cursor_close = npy_cursor_close,
+    .free = npy_free,
+};

@@ -16,9 +16,7 @@
  * offset when the tar is not compressed, and otherwise by reading it from
  * the start (compressed data cannot be entered in the middle). */
 #include "shardfeed_config.h"
-#if SF_HAVE_ARCHIVE
-#include <archive.h>
-#include <archive_entry.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,9 +28,32 @@
 #include <unistd.h>
 
 #include "error_internal.h"
+#include "input_util.h"
+
+/* ---- names ---- */
+
+/* The tar file names pack reads. */
+static int is_tar_name(const char *name)
+{
+    static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2"};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+        if (input_ends_with(name, ext[i]))
+            return 1;
+    return 0;
+}
+
+/* A tar file, or a folder holding one. */
+static int tar_detect(const char *name, int is_dir)
+{
+    return !is_dir && is_tar_name(name);
+}
+
+#if SF_HAVE_ARCHIVE
+#include <archive.h>
+#include <archive_entry.h>
+
 #include "key_table.h"
 #include "natsort.h"
-#include "input.h"
 
 #define TAR_BLOCK (64u << 10) /* libarchive's read size */
 
@@ -50,8 +71,6 @@ typedef struct member_pos {
     uint64_t ord;
     int64_t off;
 } member_pos;
-
-/* ---- names ---- */
 
 /* Splits a member name into its key (copied into `key`) and field (a
  * pointer into `name`). A leading "./" (from `tar -C dir .`) is dropped. */
@@ -402,7 +421,7 @@ static int list_tars(input_set *in, tar_priv *p, const char *dir)
             continue;
         if (fstatat(dirfd(d), n, &st, 0) != 0)
             rc = sf_fail(SF_E_INPUT, "%s/%s: %s", dir, n, strerror(errno));
-        else if (S_ISREG(st.st_mode) && input_is_tar_name(n))
+        else if (S_ISREG(st.st_mode) && is_tar_name(n))
             rc = add_tar(p, input_path_join(dir, n), &cap);
         else if (in->skipped++ == 0)
             snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", dir, n);
@@ -653,11 +672,8 @@ static void tar_free(input_set *in)
     in->priv = NULL;
 }
 
-static const input_format tar_ops = {"tar", tar_cursor_open, tar_read, tar_cursor_close, tar_free};
-
-int input_discover_tar(input_set *in, const char *path)
+static int tar_discover(input_set *in, const char *path)
 {
-    in->ops = &tar_ops;
     tar_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
@@ -686,15 +702,34 @@ int input_discover_tar(input_set *in, const char *path)
     return rc;
 }
 
-#else /* built without libarchive */
+#else /* built without libarchive: tar inputs are detected, and refused */
 
-#include "error_internal.h"
-#include "input.h"
-
-int input_discover_tar(input_set *in, const char *path)
+static int tar_discover(input_set *in, const char *path)
 {
     (void)in;
     return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support (libarchive was not found)",
                    path);
 }
+
+/* Never called: discovery fails first. */
+#define tar_cursor_open input_no_cursor_open
+#define tar_cursor_close input_no_cursor_close
+#define tar_free NULL
+static int tar_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, uint8_t *dst)
+{
+    (void)cursor, (void)s, (void)f, (void)dst;
+    return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support", in->path);
+}
 #endif
+
+const input_format input_format_tar = {
+    .name = "tar",
+    .dir_hint = "tar files",
+    .file_hint = "a .tar, .tar.gz, .tgz, .tar.zst, .tar.xz or .tar.bz2 file",
+    .detect = tar_detect,
+    .discover = tar_discover,
+    .cursor_open = tar_cursor_open,
+    .read = tar_read,
+    .cursor_close = tar_cursor_close,
+    .free = tar_free,
+};

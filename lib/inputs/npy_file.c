@@ -9,7 +9,7 @@
 #include "error_internal.h"
 #include "shard_file.h"
 #include "npy_file.h"
-#include "input.h"
+#include "input_util.h"
 
 int input_npy_file_open(input_npy_file *f, const char *dir, const char *name)
 {
