@@ -1,16 +1,68 @@
 /* The inputs layer: the formats pack reads (npy, imagefolder, list, tar) and
  * export writes back. Each format is one file, input_NAME.c, that defines
- * one input_format, and one name in INPUT_FORMAT_LIST below: nothing else
- * names a format. Discovery lists an input and orders its samples; a cursor
- * reads one value at a time. Uses format/ and base/ only. */
+ * one input_format, and one name in INPUT_FORMAT_LIST below; pack and
+ * export find formats through that table (export's fallback layout is
+ * npy's). Discovery lists an input and orders its samples; a cursor reads
+ * one value at a time. Uses format/ and base/ only. */
 #ifndef SF_INPUTS_INPUT_H
 #define SF_INPUTS_INPUT_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "format.h"
 
 struct input_set;
+
+/* ---- export: a dataset written back in a format's layout ----
+ * lib/dataset/export.c is the driver and does everything that keeps data
+ * safe: the output folder's rules, planning every name and refusing
+ * collisions before anything is written, creating each file, fetching each
+ * value (checked, under the fault guard), counting files. A format only
+ * names the files and lays out their bytes. */
+
+/* Longest path export names, relative to its folder, NUL included:
+ * "{key}.{field}", "{field}_{key}.npy". */
+#define INPUT_EXPORT_NAME_MAX (SF_MAX_KEY + SF_MAX_NAME + 8)
+/* Room for the bytes a file starts with (a .npy header). */
+#define INPUT_EXPORT_HEAD_MAX 4096
+
+typedef struct input_layout {
+    const sf_schema *schema;
+    int data_field; /* the field whose values are whole files (imagefolder, list); -1: none */
+} input_layout;
+
+/* The value of field `field` of the sample being written, valid until the
+ * next call: what export fetched from the dataset. */
+typedef int (*input_value_fn)(void *ctx, uint32_t field, const void **value, uint64_t *size);
+
+typedef struct input_export {
+    /* Fills in a layout for l->schema (data_field is -1 on entry): 0, or 1
+     * when this format cannot lay that schema out (imagefolder and list
+     * need a variable-length bytes field), and export writes .npy files
+     * instead. NULL: any schema. */
+    int (*layout)(input_layout *l);
+    /* The path, relative to the output folder, of the file that `field` of
+     * the sample keyed key[0, klen) is written to, into buf; returns its
+     * length, or 0 when the field writes no file of its own. Keys and field
+     * names are valid (SPEC.md "Schema"), so no name leaves the folder. */
+    size_t (*file_name)(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key, size_t klen,
+                        uint32_t field);
+    /* The bytes a file of `field` starts with, before its value of `size`
+     * bytes (a .npy header), into buf (INPUT_EXPORT_HEAD_MAX bytes); *len
+     * is 0 for none. Fails naming the field. NULL: files hold the value
+     * alone. */
+    int (*file_head)(uint8_t *buf, size_t *len, const sf_field *field, uint64_t size);
+    /* A file written after every sample's own files (so it exists only for
+     * a complete export), one row per sample: list.csv. NULL: none. */
+    const char *list_name;
+    int (*list_header)(FILE *f, const input_layout *l);
+    /* One sample's row: its key, then the values (through `value`) of the
+     * fields that write no file of their own. */
+    int (*list_row)(FILE *f, const input_layout *l, const char *key, size_t klen, input_value_fn value,
+                    void *ctx);
+} input_export;
 
 /* An input format. The formats share helpers (input_util.h, natsort.h,
  * number_text.h) but never call back into the table. */
@@ -38,7 +90,8 @@ typedef struct input_format {
     int (*read)(void *cursor, const struct input_set *in, uint64_t sample, uint32_t field,
                 uint8_t *dst);
     void (*cursor_close)(void *cursor);
-    void (*free)(struct input_set *in); /* frees in->priv */
+    void (*free)(struct input_set *in); /* frees in->priv; NULL: nothing to free */
+    input_export export; /* writing a dataset back in this format's layout */
 } input_format;
 
 /* The formats, in the order detection asks them. Adding one: a file
@@ -51,7 +104,7 @@ INPUT_FORMAT_LIST(INPUT_FORMAT_DECLARE)
 
 /* Every sample found by discovery, in dataset order. */
 typedef struct input_set {
-    const input_format *ops;
+    const input_format *ops; /* its format */
     void *priv;             /* the format's own tables */
     char *path;             /* the input as given, for messages */
     uint64_t sample_count;
@@ -73,8 +126,9 @@ typedef struct input_set {
 /* The format called `name`; NULL when there is none. */
 const input_format *input_format_find(const char *name);
 /* Discovers the input at `path` as the format named `format`, or as the one
- * detection picks when `format` is NULL or "auto". On failure `in` still
- * needs input_free. */
+ * detection picks when `format` is NULL or "auto". in->ops is the format
+ * (NULL when none was found), also when discovery fails; `in` always needs
+ * input_free. */
 int input_open(input_set *in, const char *path, const char *format);
 void input_free(input_set *in);
 /* The identity of the input's files: a hash of files_sum and file_count. */

@@ -6,7 +6,8 @@
  * class, folders (followed through symlinks) sorted by path, then the
  * files of each folder sorted by name, keeping files whose name ends with
  * one of torchvision's image extensions (case-insensitive). Bytewise
- * order of UTF-8 names is Python's code point order. */
+ * order of UTF-8 names is Python's code point order. Export writes each
+ * image back to ROOT/<key> (the key is the path), byte for byte the tree. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -437,4 +438,6 @@ const input_format input_format_imagefolder = {
     .read = if_read,
     .cursor_close = input_no_cursor_close,
     .free = if_free,
+    /* ROOT/<class>/<file>, byte for byte the packed tree: the key is the path. */
+    .export = {.layout = input_data_file_layout, .file_name = input_data_file_name},
 };

@@ -6,9 +6,9 @@
  * every cell is an integer, float64 when every cell is a number, else the
  * cell's text as variable-length bytes; a number is written exactly as
  * export writes it back (parse_int). The first row is a header when its
- * label cell is not empty and no number in any spelling; a header names the further columns (the
- * first two fields are always "data" and "label"); without one they are
- * col2, col3, ... The key of a sample is its path as written, without a
+ * label cell is not empty and no number in any spelling; a header names
+ * the further columns (the first two fields are always "data" and
+ * "label"); without one they are col2, col3, ... The key of a sample is its path as written, without a
  * leading "./" or '/'.
  *
  * Cells follow RFC 4180 in both CSV and TSV: a cell that starts with '"'
@@ -16,9 +16,14 @@
  * delimiters and newlines. CRLF line ends, a UTF-8 byte order mark and
  * empty lines are accepted. The list is read and parsed once; every cell's
  * text stays in one arena, and each column keeps one 8-byte value per row
- * (the number itself, or the text's offset in the arena). */
+ * (the number itself, or the text's offset in the arena).
+ *
+ * Export writes each file back to DIR/<key>, then DIR/list.csv: a header
+ * row, then key and every other field's value per sample, numbers as
+ * number_text.h writes them, so that the list packs to the same records. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -588,6 +593,87 @@ static int list_discover(input_set *in, const char *path)
     return rc;
 }
 
+/* ---- export: DIR/<path> for the files, then DIR/list.csv ---- */
+
+/* Text as one CSV cell, quoted when it must be (RFC 4180). */
+static void csv_text(FILE *f, const char *t, uint64_t size)
+{
+    int quote = memchr(t, ',', size) || memchr(t, '"', size) || memchr(t, '\n', size) ||
+                memchr(t, '\r', size);
+    if (quote)
+        fputc('"', f);
+    for (uint64_t i = 0; i < size; i++) {
+        if (quote && t[i] == '"')
+            fputc('"', f);
+        fputc(t[i], f);
+    }
+    if (quote)
+        fputc('"', f);
+}
+
+/* One cell of list.csv: text as it is, numbers as number_text.h writes
+ * them, which is how discovery reads them back (a float64 cell keeps its
+ * text: "0.1", not "0.10000000000000001"). */
+static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
+{
+    fputc(',', f);
+    char t[INPUT_NUMBER_TEXT_MAX];
+    if (fd->storage == SF_STORAGE_VARIABLE || fd->ndim != 0) {
+        csv_text(f, v, size);
+    } else if (fd->dtype == SF_DTYPE_FLOAT64) {
+        double d;
+        uint64_t bits = sf_get_le64(v);
+        memcpy(&d, &bits, 8);
+        fwrite(t, 1, input_f64_to_text(t, d), f);
+    } else if (fd->dtype == SF_DTYPE_FLOAT32) {
+        float x;
+        uint32_t bits = sf_get_le32(v);
+        memcpy(&x, &bits, 4);
+        fprintf(f, "%.9g", (double)x);
+    } else {
+        /* An integer (or bool) of `size` bytes, little-endian. */
+        uint8_t b[8] = {0};
+        memcpy(b, v, size < 8 ? size : 8);
+        uint64_t u = sf_get_le64(b);
+        int is_signed = fd->dtype == SF_DTYPE_INT8 || fd->dtype == SF_DTYPE_INT16 ||
+                        fd->dtype == SF_DTYPE_INT32 || fd->dtype == SF_DTYPE_INT64;
+        if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
+            u |= ~0ull << (8 * size); /* sign-extend */
+        if (is_signed)
+            fwrite(t, 1, input_i64_to_text(t, (int64_t)u), f);
+        else
+            fprintf(f, "%" PRIu64, u);
+    }
+}
+
+/* "path", then the name of every field but the files' (data). */
+static int list_export_header(FILE *f, const input_layout *l)
+{
+    fputs("path", f);
+    for (uint32_t c = 0; c < l->schema->field_count; c++)
+        if ((int)c != l->data_field)
+            fprintf(f, ",%s", l->schema->fields[c].name);
+    fputc('\n', f);
+    return 0;
+}
+
+static int list_export_row(FILE *f, const input_layout *l, const char *key, size_t klen,
+                           input_value_fn value, void *ctx)
+{
+    csv_text(f, key, klen);
+    int rc = 0;
+    for (uint32_t c = 0; c < l->schema->field_count && !rc; c++) {
+        const void *v;
+        uint64_t size;
+        if ((int)c != l->data_field && !(rc = value(ctx, c, &v, &size)))
+            csv_cell(f, &l->schema->fields[c], v, size);
+    }
+    fputc('\n', f);
+    return rc;
+}
+
+/* ---- the format ---- */
+
 static int list_detect(const char *name, int is_dir)
 {
     return !is_dir && (input_ends_with(name, ".csv") || input_ends_with(name, ".tsv") ||
@@ -603,4 +689,9 @@ const input_format input_format_list = {
     .read = list_read,
     .cursor_close = input_no_cursor_close,
     .free = list_free,
+    .export = {.layout = input_data_file_layout,
+               .file_name = input_data_file_name,
+               .list_name = "list.csv",
+               .list_header = list_export_header,
+               .list_row = list_export_row},
 };

@@ -1,4 +1,7 @@
-/* Input discovery for a directory of {field}_{key}.npy files. */
+/* The npy input: a directory of {field}_{key}.npy files. Export writes
+ * every field of every sample as such a file (also for datasets of other
+ * formats, with --npy). */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -332,6 +335,35 @@ static int npy_discover(input_set *in, const char *dir)
     return 0;
 }
 
+/* ---- export: {field}_{key}.npy, C order, little-endian ---- */
+
+/* The key's folders stay folders: img_a/b.npy for key "a/b". */
+static size_t npy_export_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                              size_t klen, uint32_t field)
+{
+    const char *slash = memrchr(key, '/', klen);
+    size_t dlen = slash ? (size_t)(slash - key) + 1 : 0;
+    int n = snprintf(buf, INPUT_EXPORT_NAME_MAX, "%.*s%s_%.*s.npy", (int)dlen, key,
+                     l->schema->fields[field].name, (int)(klen - dlen), key + dlen);
+    assert(n > 0 && n < (int)INPUT_EXPORT_NAME_MAX);
+    return (size_t)n;
+}
+
+/* The header numpy.save writes for the value. A variable-length field
+ * exports as a 1-d array of its elements, bytes as uint8. */
+static int npy_export_head(uint8_t *buf, size_t *len, const sf_field *f, uint64_t size)
+{
+    uint64_t var_shape[1] = {size / sf_dtype_size(f->dtype)};
+    const uint64_t *shape = f->storage == SF_STORAGE_VARIABLE ? var_shape : f->shape;
+    int dtype = f->dtype == SF_DTYPE_BYTES ? SF_DTYPE_UINT8 : f->dtype;
+    *len = input_npy_write_header(buf, INPUT_EXPORT_HEAD_MAX, dtype, f->ndim, shape);
+    if (*len == 0)
+        return sf_fail(SF_E_UNSUPPORTED, "cannot describe field '%s' as .npy", f->name);
+    return 0;
+}
+
+/* ---- the format ---- */
+
 /* A folder holding a .npy file. */
 static int npy_detect(const char *name, int is_dir)
 {
@@ -347,4 +379,5 @@ const input_format input_format_npy = {
     .read = npy_read,
     .cursor_close = npy_cursor_close,
     .free = npy_free,
+    .export = {.file_name = npy_export_name, .file_head = npy_export_head},
 };

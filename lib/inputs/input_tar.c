@@ -14,9 +14,14 @@
  * each shard's samples come in increasing order. A cursor starts in the
  * middle of a tar (a new shard) by opening it at the sample's header
  * offset when the tar is not compressed, and otherwise by reading it from
- * the start (compressed data cannot be entered in the middle). */
+ * the start (compressed data cannot be entered in the middle).
+ *
+ * Export writes each value back as the member it came from, {key}.{field};
+ * that needs no libarchive, so a build without it exports tar datasets and
+ * refuses tar inputs. */
 #include "shardfeed_config.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +45,15 @@ static int is_tar_name(const char *name)
         if (input_ends_with(name, ext[i]))
             return 1;
     return 0;
+}
+
+/* Export writes each value as the member it came from: {key}.{field}. */
+static size_t tar_export_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                              size_t klen, uint32_t field)
+{
+    int n = snprintf(buf, INPUT_EXPORT_NAME_MAX, "%.*s.%s", (int)klen, key, l->schema->fields[field].name);
+    assert(n > 0 && n < (int)INPUT_EXPORT_NAME_MAX);
+    return (size_t)n;
 }
 
 /* A tar file, or a folder holding one. */
@@ -732,4 +746,5 @@ const input_format input_format_tar = {
     .read = tar_read,
     .cursor_close = tar_cursor_close,
     .free = tar_free,
+    .export = {.file_name = tar_export_name},
 };

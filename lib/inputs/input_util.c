@@ -1,6 +1,8 @@
 /* What the input formats share (input_util.h). */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -118,6 +120,28 @@ uint64_t input_files_hash(const input_set *in)
     sf_put_le64(buf, in->files_sum);
     sf_put_le64(buf + 8, in->file_count);
     return sf_hash(buf, sizeof buf);
+}
+
+int input_data_file_layout(input_layout *l)
+{
+    for (uint32_t f = 0; f < l->schema->field_count; f++) {
+        const sf_field *fd = &l->schema->fields[f];
+        if (fd->storage == SF_STORAGE_VARIABLE && fd->dtype == SF_DTYPE_BYTES) {
+            l->data_field = (int)f;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+size_t input_data_file_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                            size_t klen, uint32_t field)
+{
+    if ((int)field != l->data_field)
+        return 0;
+    int n = snprintf(buf, INPUT_EXPORT_NAME_MAX, "%.*s", (int)klen, key);
+    assert(n > 0 && n < (int)INPUT_EXPORT_NAME_MAX);
+    return (size_t)n;
 }
 
 int input_no_cursor_open(const input_set *in, void **cursor)

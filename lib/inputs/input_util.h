@@ -34,6 +34,13 @@ int input_open_file(const char *path, struct stat *st);
 void input_note_file(input_set *in, const char *name, uint64_t size, uint64_t mtime_ns);
 uint64_t input_mtime_ns(const struct stat *st);
 
+/* Export layouts that write each sample's file bytes to the path its key
+ * names (imagefolder, list): the data field is the first variable-length
+ * bytes field, and no other field writes a file of its own. */
+int input_data_file_layout(input_layout *l);
+size_t input_data_file_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                            size_t klen, uint32_t field);
+
 /* A cursor for formats that keep nothing between reads (read gets NULL). */
 int input_no_cursor_open(const input_set *in, void **cursor);
 void input_no_cursor_close(void *cursor);

@@ -1,6 +1,6 @@
 /* Numbers as decimal text that reads back to the same text: how list
- * inputs type their columns (lib/inputs/input_list.c) and how export writes
- * list.csv (lib/dataset/export.c), so a list packs, exports and packs again to
+ * inputs type their columns and how export writes list.csv (both in
+ * lib/inputs/input_list.c), so a list packs, exports and packs again to
  * the same values and the same cells. */
 #ifndef SF_INPUTS_NUMBER_TEXT_H
 #define SF_INPUTS_NUMBER_TEXT_H
