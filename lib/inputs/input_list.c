@@ -36,6 +36,7 @@
 #include "number_text.h"
 #include "shard_file.h"
 #include "key_table.h"
+#include "input_memory.h"
 #include "input_util.h"
 
 enum { F_DATA, F_LABEL };
@@ -74,6 +75,7 @@ typedef struct parser {
     uint64_t *lines; /* [row]: where the row starts */
     size_t nrows, rows_cap;
     uint32_t ncols;
+    int look_at_files; /* stat each row's file (discovery), or not (a list in memory) */
 } parser;
 
 static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
@@ -341,8 +343,9 @@ static char *full_path(const list_priv *p, const char *path)
     return path[0] == '/' ? strdup(path) : input_path_join(p->dir, path);
 }
 
-/* Key, size and (through the file's stat) existence of row `r`'s data. */
-static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
+/* Key, size and (through the file's stat) existence of row `r`'s data;
+ * without look_at_files only the key (the size stays 0). */
+static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path, int look_at_files)
 {
     const char *k = key_part(path);
     char why[600];
@@ -351,6 +354,8 @@ static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
                        path, why);
     if (!(in->keys[r] = strdup(k)))
         return sf_fail(-ENOMEM, "out of memory");
+    if (!look_at_files)
+        return 0;
     char *full = full_path(p, path);
     if (!full)
         return sf_fail(-ENOMEM, "out of memory");
@@ -456,7 +461,7 @@ static int fill_samples(input_set *in, list_priv *p, const parser *ps, int heade
         p->cols[F_LABEL].v[r] = (uint64_t)v;
         in->sizes[r * p->ncols + F_LABEL] = 8;
         p->cols[F_DATA].v[r] = (uint64_t)(path - ps->arena);
-        rc = add_file(in, p, r, path);
+        rc = add_file(in, p, r, path, ps->look_at_files);
     }
     for (uint32_t c = 2; c < p->ncols && !rc; c++)
         rc = type_column(in, p, ps, header, c);
@@ -543,21 +548,14 @@ static void parser_free(parser *ps)
     free(ps->lines);
 }
 
-static int list_discover(input_set *in, const char *path)
+/* Parses the list `path`, whose bytes are buf[0, len) (taken over: freed
+ * here), into `in`. */
+static int parse_list(input_set *in, const char *path, char *buf, size_t len, int look_at_files)
 {
+    parser ps = {.file = path, .buf = buf, .len = len, .look_at_files = look_at_files};
     list_priv *p = calloc(1, sizeof *p);
-    if (!p)
-        return sf_fail(-ENOMEM, "out of memory");
     in->priv = p;
-    parser ps = {.file = path};
-    char *buf = NULL;
-    struct stat st;
-    int rc = read_whole(path, &buf, &ps.len, &st);
-    ps.buf = buf;
-    if (!rc) {
-        const char *base = strrchr(path, '/');
-        input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, input_mtime_ns(&st));
-    }
+    int rc = p ? 0 : sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(p->dir = dir_of(path)))
         rc = sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(ps.arena = malloc(ps.len + 1)))
@@ -591,6 +589,31 @@ static int list_discover(input_set *in, const char *path)
     }
     parser_free(&ps);
     return rc;
+}
+
+static int list_discover(input_set *in, const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    struct stat st;
+    int rc = read_whole(path, &buf, &len, &st);
+    if (rc)
+        return rc;
+    const char *base = strrchr(path, '/');
+    input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, input_mtime_ns(&st));
+    return parse_list(in, path, buf, len, 1);
+}
+
+int input_list_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    int rc = input_set_init(in, name, &input_format_list);
+    if (rc)
+        return rc;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return sf_fail(-ENOMEM, "out of memory for the list %s", name);
+    memcpy(copy, buf, len);
+    return parse_list(in, name, copy, len, 0);
 }
 
 /* ---- export: DIR/<path> for the files, then DIR/list.csv ---- */

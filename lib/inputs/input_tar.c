@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "error_internal.h"
+#include "input_memory.h"
 #include "input_util.h"
 
 /* ---- names ---- */
@@ -78,6 +79,8 @@ typedef struct tar_priv {
     uint32_t *tar_of; /* [sample]: index into tars */
     uint64_t *ord_of; /* [sample]: ordinal of its first member's header in its tar */
     int64_t *off_of;  /* [sample]: byte offset of that header (its pax/GNU extension headers first) */
+    const uint8_t *mem; /* input_tar_open_memory: the one tar's bytes; NULL: the tars are files */
+    size_t mem_len;
 } tar_priv;
 
 /* Where a member's header is: ordinal among its tar's headers, byte offset. */
@@ -118,26 +121,51 @@ static int split_member(const char *tar, const char *name, char key[SF_MAX_KEY +
 
 /* ---- libarchive ---- */
 
-/* Opens tar `path` from its start, any compression. *fd is the file it
- * reads (opened by input_open_file: never a FIFO), closed by the caller
- * after archive_read_free; *st its stat. */
-static int tar_open(struct archive **out, int *fd, const char *path, struct stat *st)
+/* Opens tar t of the input at byte `off`: 0 for its start, any compression,
+ * else a header boundary of an uncompressed tar, from where it reads as a
+ * tar of its own. *fd is the file it reads (opened by input_open_file:
+ * never a FIFO; -1 for a tar in memory), closed by the caller after
+ * archive_read_free; *st its stat. */
+static int tar_open(struct archive **out, int *fd, const tar_priv *p, uint32_t t, int64_t off,
+                    struct stat *st)
 {
-    *fd = input_open_file(path, st);
-    if (*fd < 0)
-        return *fd;
-    struct archive *a = archive_read_new();
-    if (!a) {
-        close(*fd);
+    const char *path = p->tars[t];
+    struct archive *a = NULL;
+    int rc = 0;
+    *out = NULL;
+    *fd = -1;
+    if (p->mem) {
+        memset(st, 0, sizeof *st);
+        st->st_size = (off_t)p->mem_len;
+    } else if ((*fd = input_open_file(path, st)) < 0) {
+        rc = *fd;
         *fd = -1;
-        return sf_fail(-ENOMEM, "out of memory");
+        return rc;
     }
-    archive_read_support_filter_all(a);
-    archive_read_support_format_tar(a); /* ustar, pax and GNU tar */
-    if (archive_read_open_fd(a, *fd, TAR_BLOCK) != ARCHIVE_OK) {
-        int rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", path, archive_error_string(a));
-        archive_read_free(a);
-        close(*fd);
+    if (off < 0 || (uint64_t)off > (uint64_t)st->st_size || (*fd >= 0 && lseek(*fd, off, SEEK_SET) != off))
+        rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (cannot go to byte %lld)", path,
+                     (long long)off);
+    else if (!(a = archive_read_new()))
+        rc = sf_fail(-ENOMEM, "out of memory");
+    if (!rc) {
+        if (off)
+            archive_read_support_filter_none(a);
+        else
+            archive_read_support_filter_all(a);
+        archive_read_support_format_tar(a); /* ustar, pax and GNU tar */
+        int r = p->mem ? archive_read_open_memory(a, p->mem + off, p->mem_len - (size_t)off)
+                       : archive_read_open_fd(a, *fd, TAR_BLOCK);
+        if (r != ARCHIVE_OK && off)
+            rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (at byte %lld: %s)", path,
+                         (long long)off, archive_error_string(a));
+        else if (r != ARCHIVE_OK)
+            rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", path, archive_error_string(a));
+    }
+    if (rc) {
+        if (a)
+            archive_read_free(a);
+        if (*fd >= 0)
+            close(*fd);
         *fd = -1;
         return rc;
     }
@@ -365,7 +393,7 @@ static int scan_tar(scan *sc, uint32_t t)
     struct archive *a;
     struct stat st;
     int fd;
-    int rc = tar_open(&a, &fd, tar, &st);
+    int rc = tar_open(&a, &fd, sc->p, t, 0, &st);
     if (rc)
         return rc;
     const char *base = strrchr(tar, '/');
@@ -389,7 +417,8 @@ static int scan_tar(scan *sc, uint32_t t)
             break;
     }
     archive_read_free(a);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     if (rc < 0)
         return rc;
     return finish_sample(sc); /* samples do not continue into the next tar */
@@ -515,26 +544,6 @@ static void cursor_drop_archive(tar_cursor *c)
     c->fd = -1;
 }
 
-/* Opens an uncompressed tar at byte `off`, a header boundary: from there it
- * reads as a tar of its own. */
-static int tar_open_at(tar_cursor *c, const char *path, int64_t off)
-{
-    struct stat st;
-    c->fd = input_open_file(path, &st);
-    if (c->fd < 0)
-        return c->fd;
-    if (lseek(c->fd, off, SEEK_SET) != off)
-        return sf_fail(SF_E_INPUT, "%s: cannot seek to %lld: %s", path, (long long)off, strerror(errno));
-    if (!(c->a = archive_read_new()))
-        return sf_fail(-ENOMEM, "out of memory");
-    archive_read_support_filter_none(c->a);
-    archive_read_support_format_tar(c->a);
-    if (archive_read_open_fd(c->a, c->fd, TAR_BLOCK) != ARCHIVE_OK)
-        return sf_fail(SF_E_INPUT, "%s: input changed while packing (at byte %lld: %s)", path,
-                       (long long)off, archive_error_string(c->a));
-    return 0;
-}
-
 /* Positions the cursor before the header of sample `s`'s first member.
  * It moves forward in the open archive when it can; otherwise it reopens
  * the tar: at the header itself when the tar is not compressed, else from
@@ -550,7 +559,7 @@ static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
         c->tar = t;
         c->next_ord = p->plain[t] ? ord : 0;
         struct stat st;
-        rc = p->plain[t] ? tar_open_at(c, p->tars[t], p->off_of[s]) : tar_open(&c->a, &c->fd, p->tars[t], &st);
+        rc = tar_open(&c->a, &c->fd, p, t, p->plain[t] ? p->off_of[s] : 0, &st);
         if (rc) {
             cursor_drop_archive(c);
             return rc;
@@ -686,6 +695,25 @@ static void tar_free(input_set *in)
     in->priv = NULL;
 }
 
+/* Reads the headers of every tar of the input into its samples. */
+static int scan_tars(input_set *in, tar_priv *p, const char *path)
+{
+    int rc = 0;
+    if (!(p->plain = calloc(p->ntars ? p->ntars : 1, 1)))
+        rc = sf_fail(-ENOMEM, "out of memory");
+    scan sc = {.in = in, .p = p};
+    if (!rc)
+        rc = sf_key_table_init(&sc.seen, 0, key_of_scanned, &sc);
+    for (uint32_t t = 0; t < p->ntars && !rc; t++)
+        rc = scan_tar(&sc, t);
+    if (!rc && sc.n == 0)
+        rc = sf_fail(SF_E_INPUT, "%s: no members (a tar input holds KEY.FIELD files)", path);
+    if (!rc)
+        rc = take_samples(in, &sc);
+    scan_free(&sc);
+    return rc;
+}
+
 static int tar_discover(input_set *in, const char *path)
 {
     tar_priv *p = calloc(1, sizeof *p);
@@ -701,19 +729,23 @@ static int tar_discover(input_set *in, const char *path)
         rc = list_tars(in, p, path);
     else
         rc = add_tar(p, strdup(path), &cap);
-    if (!rc && !(p->plain = calloc(p->ntars, 1)))
+    return rc ? rc : scan_tars(in, p, path);
+}
+
+int input_tar_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    int rc = input_set_init(in, name, &input_format_tar);
+    tar_priv *p = rc ? NULL : calloc(1, sizeof *p);
+    if (!rc && !p)
         rc = sf_fail(-ENOMEM, "out of memory");
-    scan sc = {.in = in, .p = p};
-    if (!rc)
-        rc = sf_key_table_init(&sc.seen, 0, key_of_scanned, &sc);
-    for (uint32_t t = 0; t < p->ntars && !rc; t++)
-        rc = scan_tar(&sc, t);
-    if (!rc && sc.n == 0)
-        rc = sf_fail(SF_E_INPUT, "%s: no members (a tar input holds KEY.FIELD files)", path);
-    if (!rc)
-        rc = take_samples(in, &sc);
-    scan_free(&sc);
-    return rc;
+    if (rc)
+        return rc;
+    in->priv = p;
+    p->mem = buf;
+    p->mem_len = len;
+    size_t cap = 0;
+    rc = add_tar(p, strdup(name), &cap);
+    return rc ? rc : scan_tars(in, p, name);
 }
 
 #else /* built without libarchive: tar inputs are detected, and refused */
@@ -723,6 +755,13 @@ static int tar_discover(input_set *in, const char *path)
     (void)in;
     return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support (libarchive was not found)",
                    path);
+}
+
+int input_tar_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    (void)buf, (void)len;
+    int rc = input_set_init(in, name, &input_format_tar);
+    return rc ? rc : tar_discover(in, name);
 }
 
 /* Never called: discovery fails first. */
