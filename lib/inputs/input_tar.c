@@ -14,7 +14,8 @@
  * each shard's samples come in increasing order. A cursor starts in the
  * middle of a tar (a new shard) by opening it at the sample's header
  * offset when the tar is not compressed, and otherwise by reading it from
- * the start (compressed data cannot be entered in the middle).
+ * the start (compressed data cannot be entered in the middle; nor can a
+ * tar at a header libarchive reads within one but starts none with).
  *
  * Export writes each value back as the member it came from, {key}.{field};
  * that needs no libarchive, so a build without it exports tar datasets and
@@ -546,20 +547,22 @@ static void cursor_drop_archive(tar_cursor *c)
 
 /* Positions the cursor before the header of sample `s`'s first member.
  * It moves forward in the open archive when it can; otherwise it reopens
- * the tar: at the header itself when the tar is not compressed, else from
- * the start. */
-static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
+ * the tar: at the header itself when the tar is not compressed and
+ * `enter` allows it (*entered is then 1), else from the start. */
+static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s, int enter, int *entered)
 {
     uint32_t t = p->tar_of[s];
     uint64_t ord = p->ord_of[s];
     int rc;
     int forward = c->a && c->tar == t && c->next_ord <= ord;
-    if (!forward || (p->plain[t] && ord - c->next_ord > 16)) {
+    *entered = 0;
+    if (!forward || (p->plain[t] && enter && ord - c->next_ord > 16)) {
         cursor_drop_archive(c);
         c->tar = t;
-        c->next_ord = p->plain[t] ? ord : 0;
+        *entered = p->plain[t] && enter;
+        c->next_ord = *entered ? ord : 0;
         struct stat st;
-        rc = tar_open(&c->a, &c->fd, p, t, p->plain[t] ? p->off_of[s] : 0, &st);
+        rc = tar_open(&c->a, &c->fd, p, t, *entered ? p->off_of[s] : 0, &st);
         if (rc) {
             cursor_drop_archive(c);
             return rc;
@@ -600,13 +603,15 @@ static int read_value(tar_cursor *c, const char *tar, const char *name, uint32_t
     return 0;
 }
 
-/* Reads every member of sample `s` into the per-field buffers. */
-static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
+/* Reads every member of sample `s` into the per-field buffers, entering
+ * an uncompressed tar at the sample's header when `enter` allows; *entered
+ * says whether it did. */
+static int read_sample(tar_cursor *c, const input_set *in, uint64_t s, int enter, int *entered)
 {
     const tar_priv *p = in->priv;
     uint32_t t = p->tar_of[s], nf = in->schema.field_count;
     const char *tar = p->tars[t];
-    int rc = seek_member(c, p, s);
+    int rc = seek_member(c, p, s, enter, entered);
     uint64_t have = 0; /* bit f: field f read */
     for (uint32_t got = 0; !rc && got < nf;) {
         struct archive_entry *e;
@@ -642,6 +647,20 @@ static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
     }
     c->sample = s;
     return 0;
+}
+
+/* Sample `s`, as discovery read it. Some headers libarchive reads within a
+ * tar it will not start one with (a number field it parses leniently, such
+ * as a size with a NUL among its digits): a sample entered at such a header
+ * is read again from the tar's start, the way discovery read it, rather
+ * than failing on an unchanged tar. */
+static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
+{
+    int entered;
+    int rc = read_sample(c, in, s, 1, &entered);
+    if (rc && entered)
+        rc = read_sample(c, in, s, 0, &entered);
+    return rc;
 }
 
 static int tar_cursor_open(const input_set *in, void **cursor)
