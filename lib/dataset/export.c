@@ -1,5 +1,7 @@
 /* Export: every sample back in the layout of the input it was packed from
- * (SPEC.md "Metadata" source), or as .npy files.
+ * (SPEC.md "Metadata" source), or as .npy files. This is the driver; each
+ * format's layout (the names of its files, their bytes, list.csv) is the
+ * inputs layer's, next to its reader (input.h "export").
  *
  * Nothing is lost, overwritten or written outside the output folder:
  *  - the output folder is new or empty;
@@ -19,7 +21,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,15 +30,10 @@
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "hash.h"
-#include "le.h"
-#include "npy.h"
-#include "number_text.h"
+#include "input.h"
 
-#define LIST_NAME "list.csv"
-#define WHAT_LIST 0xFF /* output entry: list.csv, not a field's file */
-#define REL_MAX (SF_MAX_KEY + SF_MAX_NAME + 8) /* "{key}.{field}", "{field}_{key}.npy" */
-
-enum layout { LAYOUT_NPY, LAYOUT_TAR, LAYOUT_FILES /* imagefolder */, LAYOUT_LIST };
+#define WHAT_LIST 0xFF /* output entry: the format's list (list.csv), not a field's file */
+#define REL_MAX INPUT_EXPORT_NAME_MAX
 
 /* ---- output names ---------------------------------------------------------- */
 
@@ -46,8 +42,9 @@ typedef struct exporter {
     const sf_schema *s;
     const char *out_dir;
     int dirfd;
-    enum layout layout;
-    int data_field;    /* imagefolder, list: the field holding the file bytes */
+    const input_format *format; /* whose layout: the dataset's source, npy, or npy when it cannot */
+    const input_export *ex;     /* &format->export */
+    input_layout layout;
     int fold_case;     /* the output's file system treats 'A' and 'a' alike */
     long name_max;     /* longest file name the output's file system takes */
     uint64_t written;  /* files created and completely written */
@@ -61,41 +58,20 @@ typedef struct exporter {
 static size_t out_name(const exporter *x, uint64_t i, uint32_t f, char *buf)
 {
     if (f == WHAT_LIST)
-        return (size_t)snprintf(buf, REL_MAX, "%s", LIST_NAME);
+        return (size_t)snprintf(buf, REL_MAX, "%s", x->ex->list_name);
     const char *key;
     size_t klen;
     sf_dataset_key(&key, &klen, x->ds, i);
-    const char *field = x->s->fields[f].name;
-    int n;
-    switch (x->layout) {
-    case LAYOUT_FILES:
-    case LAYOUT_LIST:
-        if ((int)f != x->data_field)
-            return 0;
-        n = snprintf(buf, REL_MAX, "%.*s", (int)klen, key);
-        break;
-    case LAYOUT_TAR:
-        n = snprintf(buf, REL_MAX, "%.*s.%s", (int)klen, key, field);
-        break;
-    case LAYOUT_NPY:
-    default: {
-        /* The key's folders stay folders: img_a/b.npy for key "a/b". */
-        const char *slash = memrchr(key, '/', klen);
-        size_t dlen = slash ? (size_t)(slash - key) + 1 : 0;
-        n = snprintf(buf, REL_MAX, "%.*s%s_%.*s.npy", (int)dlen, key, field, (int)(klen - dlen),
-                     key + dlen);
-        break;
-    }
-    }
-    assert(n > 0 && n < (int)REL_MAX);
-    return (size_t)n;
+    size_t n = x->ex->file_name(buf, &x->layout, key, klen, f);
+    assert(n < REL_MAX);
+    return n;
 }
 
 /* Describes output entry (i, f) for a message: "sample 3 (key 'x_1', field 'img')". */
 static void describe(char *buf, size_t cap, const exporter *x, uint64_t i, uint32_t f)
 {
     if (f == WHAT_LIST) {
-        snprintf(buf, cap, "the generated %s", LIST_NAME);
+        snprintf(buf, cap, "the generated %s", x->ex->list_name);
         return;
     }
     const char *key;
@@ -205,7 +181,7 @@ static int claim(exporter *x, name_table *t, uint64_t i, uint32_t f, const char 
                        x->out_dir, a, b, (int)len, rel,
                        folder != o->folder ? " (one as a file, the other as a folder)" : "",
                        x->fold_case ? " on this file system, which ignores case" : "",
-                       x->layout != LAYOUT_NPY ? " (export --npy names files differently)" : "");
+                       x->format != &input_format_npy ? " (export --npy names files differently)" : "");
     }
     t->slot[j] = (uint32_t)(t->n + 1);
     t->e[t->n++] = (name_entry){h, (uint32_t)i, (uint8_t)f, (uint8_t)folder, (uint16_t)len};
@@ -245,7 +221,7 @@ static int plan_names(exporter *x)
 {
     name_table t = {0};
     int rc = 0;
-    if (x->layout == LAYOUT_LIST)
+    if (x->ex->list_name)
         rc = plan_entry(x, &t, 0, WHAT_LIST);
     for (uint64_t i = 0; i < x->ds->manifest.record_count && !rc; i++)
         for (uint32_t f = 0; f < x->s->field_count && !rc; f++)
@@ -332,20 +308,6 @@ static int write_rel(exporter *x, const char *rel, const uint8_t *head, uint64_t
     return rc;
 }
 
-static int write_npy(exporter *x, const char *rel, const sf_field *f, const void *data, uint64_t size)
-{
-    uint8_t header[4096];
-    uint64_t var_shape[1] = {size / sf_dtype_size(f->dtype)};
-    /* A variable-length field exports as a 1-d array of its elements. */
-    const uint64_t *shape = f->storage == SF_STORAGE_VARIABLE ? var_shape : f->shape;
-    int dtype = f->dtype == SF_DTYPE_BYTES ? SF_DTYPE_UINT8 : f->dtype;
-    size_t hlen = npy_write_header(header, sizeof header, dtype, f->ndim, shape);
-    if (hlen == 0)
-        return sf_fail(SF_E_UNSUPPORTED, "%s/%s: cannot describe field '%s' as .npy", x->out_dir, rel,
-                       f->name);
-    return write_rel(x, rel, header, hlen, data, size);
-}
-
 /* The value of field f of sample i, copied (or decompressed) into x->vbuf.
  * A copy, not a pointer into the shard's map: sf_dataset_read_value reads
  * the map under the fault guard, so a shard cut short during the export is
@@ -396,105 +358,60 @@ static int export_sample(exporter *x, uint64_t i)
         char rel[REL_MAX];
         if (out_name(x, i, f, rel) == 0)
             continue;
-        if (x->layout == LAYOUT_NPY)
-            rc = write_npy(x, rel, &x->s->fields[f], data, size);
-        else
-            rc = write_rel(x, rel, NULL, 0, data, size);
+        uint8_t head[INPUT_EXPORT_HEAD_MAX];
+        size_t hlen = 0;
+        if (x->ex->file_head && (rc = x->ex->file_head(head, &hlen, &x->s->fields[f], size))) {
+            char where[4400];
+            snprintf(where, sizeof where, "%s/%s", x->out_dir, rel);
+            rc = sf_fail_prefix(rc, where);
+        } else {
+            rc = write_rel(x, rel, head, hlen, data, size);
+        }
     }
     return rc;
 }
 
-/* Text as one CSV cell, quoted when it must be (RFC 4180). */
-static void csv_text(FILE *f, const char *t, uint64_t size)
+/* What a list row gets its values from: sample `i`'s, fetched like any
+ * other (its checksum was checked when the sample's files were written). */
+typedef struct row_values {
+    exporter *x;
+    uint64_t i;
+} row_values;
+
+static int row_value(void *ctx, uint32_t f, const void **value, uint64_t *size)
 {
-    int quote = memchr(t, ',', size) || memchr(t, '"', size) || memchr(t, '\n', size) ||
-                memchr(t, '\r', size);
-    if (quote)
-        fputc('"', f);
-    for (uint64_t i = 0; i < size; i++) {
-        if (quote && t[i] == '"')
-            fputc('"', f);
-        fputc(t[i], f);
-    }
-    if (quote)
-        fputc('"', f);
+    row_values *r = ctx;
+    return fetch_value(r->x, r->i, f, 0, value, size);
 }
 
-/* One cell of list.csv: text as it is, numbers as lib/inputs/number_text.h
- * writes them, which is how the list packer reads them back (a float64
- * cell keeps its text: "0.1", not "0.10000000000000001"). */
-static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
-{
-    fputc(',', f);
-    char t[SF_NUMBER_TEXT_MAX];
-    if (fd->storage == SF_STORAGE_VARIABLE || fd->ndim != 0) {
-        csv_text(f, v, size);
-    } else if (fd->dtype == SF_DTYPE_FLOAT64) {
-        double d;
-        uint64_t bits = sf_get_le64(v);
-        memcpy(&d, &bits, 8);
-        fwrite(t, 1, sf_format_f64(t, d), f);
-    } else if (fd->dtype == SF_DTYPE_FLOAT32) {
-        float x;
-        uint32_t bits = sf_get_le32(v);
-        memcpy(&x, &bits, 4);
-        fprintf(f, "%.9g", (double)x);
-    } else {
-        /* An integer (or bool) of `size` bytes, little-endian. */
-        uint8_t b[8] = {0};
-        memcpy(b, v, size < 8 ? size : 8);
-        uint64_t u = sf_get_le64(b);
-        int is_signed = fd->dtype == SF_DTYPE_INT8 || fd->dtype == SF_DTYPE_INT16 || fd->dtype == SF_DTYPE_INT32 ||
-                        fd->dtype == SF_DTYPE_INT64;
-        if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
-            u |= ~0ull << (8 * size); /* sign-extend */
-        if (is_signed)
-            fwrite(t, 1, sf_format_i64(t, (int64_t)u), f);
-        else
-            fprintf(f, "%" PRIu64, u);
-    }
-}
-
-/* list.csv, written after the files (so a list only exists for a complete
- * export): a header row, then path and every other field per sample. */
+/* The format's list (list.csv), written after the files (so a list only
+ * exists for a complete export): a header, then a row per sample. */
 static int write_list(exporter *x)
 {
+    const char *name = x->ex->list_name;
     int fd, dfd;
-    int rc = create_rel(&fd, &dfd, x, LIST_NAME);
+    int rc = create_rel(&fd, &dfd, x, name);
     if (rc)
         return rc;
     FILE *list = fdopen(fd, "w");
     if (!list) {
         close(fd);
-        unlinkat(dfd, LIST_NAME, 0);
+        unlinkat(dfd, name, 0);
         return sf_fail(-ENOMEM, "out of memory");
     }
-    fputs("path", list);
-    for (uint32_t f = 0; f < x->s->field_count; f++)
-        if ((int)f != x->data_field)
-            fprintf(list, ",%s", x->s->fields[f].name);
-    fputc('\n', list);
+    rc = x->ex->list_header(list, &x->layout);
     for (uint64_t i = 0; i < x->ds->manifest.record_count && !rc; i++) {
         const char *key;
         size_t klen;
         sf_dataset_key(&key, &klen, x->ds, i);
-        csv_text(list, key, klen);
-        for (uint32_t f = 0; f < x->s->field_count && !rc; f++) {
-            const void *data;
-            uint64_t size;
-            if ((int)f == x->data_field)
-                continue;
-            /* Checked when the record's file was written. */
-            if (!(rc = fetch_value(x, i, f, 0, &data, &size)))
-                csv_cell(list, &x->s->fields[f], data, size);
-        }
-        fputc('\n', list);
+        row_values r = {x, i};
+        rc = x->ex->list_row(list, &x->layout, key, klen, row_value, &r);
     }
     int bad = ferror(list);
     if ((fclose(list) != 0 || bad) && !rc)
-        rc = sf_fail(-EIO, "%s/%s: write failed", x->out_dir, LIST_NAME);
+        rc = sf_fail(-EIO, "%s/%s: write failed", x->out_dir, name);
     if (rc)
-        unlinkat(dfd, LIST_NAME, 0);
+        unlinkat(dfd, name, 0);
     else
         x->written++;
     return rc;
@@ -547,6 +464,21 @@ static int ignores_case(int dirfd)
     return same;
 }
 
+/* The layout of the format called `source` (looked up once per export):
+ * a source no format has (written by another tool), or a schema the
+ * format cannot lay out, exports as .npy files. */
+static void choose_layout(exporter *x, const char *source)
+{
+    x->format = input_format_find(source);
+    x->layout = (input_layout){.schema = x->s, .data_field = -1};
+    if (!x->format || (x->format->export.layout && x->format->export.layout(&x->layout) != 0)) {
+        x->format = &input_format_npy;
+        x->layout = (input_layout){.schema = x->s, .data_field = -1};
+    }
+    x->ex = &x->format->export;
+    assert(x->ex->file_name && (!x->ex->list_name || (x->ex->list_header && x->ex->list_row)));
+}
+
 static int export_layout(const char *dataset_dir, const char *out_dir, const char *force_layout,
                          uint64_t *files_written)
 {
@@ -558,20 +490,8 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
     int rc = sf_dataset_open(&ds, dataset_dir);
     if (rc)
         return rc;
-    exporter x = {.ds = ds, .s = &ds->manifest.schema, .out_dir = out_dir, .dirfd = -1, .data_field = -1};
-    const char *source = force_layout ? force_layout : ds->source;
-    /* imagefolder and list keep a file's bytes in their first variable-length
-     * bytes field; without one, fall back to .npy files. */
-    for (uint32_t f = 0; f < x.s->field_count && x.data_field < 0; f++)
-        if (x.s->fields[f].storage == SF_STORAGE_VARIABLE && x.s->fields[f].dtype == SF_DTYPE_BYTES)
-            x.data_field = (int)f;
-    x.layout = LAYOUT_NPY;
-    if (strcmp(source, "tar") == 0)
-        x.layout = LAYOUT_TAR;
-    else if (strcmp(source, "imagefolder") == 0 && x.data_field >= 0)
-        x.layout = LAYOUT_FILES;
-    else if (strcmp(source, "list") == 0 && x.data_field >= 0)
-        x.layout = LAYOUT_LIST;
+    exporter x = {.ds = ds, .s = &ds->manifest.schema, .out_dir = out_dir, .dirfd = -1};
+    choose_layout(&x, force_layout ? force_layout : ds->source);
 
     int created = 0;
     rc = prepare_out_dir(out_dir, &created);
@@ -589,7 +509,7 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
         rmdir(out_dir);
     for (uint64_t i = 0; i < ds->manifest.record_count && !rc; i++)
         rc = export_sample(&x, i);
-    if (!rc && x.layout == LAYOUT_LIST)
+    if (!rc && x.ex->list_name)
         rc = write_list(&x);
     if (x.dirfd >= 0)
         close(x.dirfd);

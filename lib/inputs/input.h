@@ -1,33 +1,110 @@
 /* The inputs layer: the formats pack reads (npy, imagefolder, list, tar) and
- * export writes back. Discovery lists an input and orders its samples; a
- * cursor reads one value at a time. Uses format/ and base/ only. */
+ * export writes back. Each format is one file, input_NAME.c, that defines
+ * one input_format, and one name in INPUT_FORMAT_LIST below; pack and
+ * export find formats through that table (export's fallback layout is
+ * npy's). Discovery lists an input and orders its samples; a cursor reads
+ * one value at a time. Uses format/ and base/ only. */
 #ifndef SF_INPUTS_INPUT_H
 #define SF_INPUTS_INPUT_H
 
+#include <stddef.h>
 #include <stdint.h>
-#include <sys/stat.h>
+#include <stdio.h>
 
 #include "format.h"
 
 struct input_set;
 
-/* What an input format provides besides discovery: reading one value of
- * one sample. Each worker thread opens its own cursor; a shard's samples
- * are read in order, which lets streaming formats (tar) read forward. */
+/* ---- export: a dataset written back in a format's layout ----
+ * lib/dataset/export.c is the driver and does everything that keeps data
+ * safe: the output folder's rules, planning every name and refusing
+ * collisions before anything is written, creating each file, fetching each
+ * value (checked, under the fault guard), counting files. A format only
+ * names the files and lays out their bytes. */
+
+/* Longest path export names, relative to its folder, NUL included:
+ * "{key}.{field}", "{field}_{key}.npy". */
+#define INPUT_EXPORT_NAME_MAX (SF_MAX_KEY + SF_MAX_NAME + 8)
+/* Room for the bytes a file starts with (a .npy header). */
+#define INPUT_EXPORT_HEAD_MAX 4096
+
+typedef struct input_layout {
+    const sf_schema *schema;
+    int data_field; /* the field whose values are whole files (imagefolder, list); -1: none */
+} input_layout;
+
+/* The value of field `field` of the sample being written, valid until the
+ * next call: what export fetched from the dataset. */
+typedef int (*input_value_fn)(void *ctx, uint32_t field, const void **value, uint64_t *size);
+
+typedef struct input_export {
+    /* Fills in a layout for l->schema (data_field is -1 on entry): 0, or 1
+     * when this format cannot lay that schema out (imagefolder and list
+     * need a variable-length bytes field), and export writes .npy files
+     * instead. NULL: any schema. */
+    int (*layout)(input_layout *l);
+    /* The path, relative to the output folder, of the file that `field` of
+     * the sample keyed key[0, klen) is written to, into buf; returns its
+     * length, or 0 when the field writes no file of its own. Keys and field
+     * names are valid (SPEC.md "Schema"), so no name leaves the folder. */
+    size_t (*file_name)(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key, size_t klen,
+                        uint32_t field);
+    /* The bytes a file of `field` starts with, before its value of `size`
+     * bytes (a .npy header), into buf (INPUT_EXPORT_HEAD_MAX bytes); *len
+     * is 0 for none. Fails naming the field. NULL: files hold the value
+     * alone. */
+    int (*file_head)(uint8_t *buf, size_t *len, const sf_field *field, uint64_t size);
+    /* A file written after every sample's own files (so it exists only for
+     * a complete export), one row per sample: list.csv. NULL: none. */
+    const char *list_name;
+    int (*list_header)(FILE *f, const input_layout *l);
+    /* One sample's row: its key, then the values (through `value`) of the
+     * fields that write no file of their own. */
+    int (*list_row)(FILE *f, const input_layout *l, const char *key, size_t klen, input_value_fn value,
+                    void *ctx);
+} input_export;
+
+/* An input format. The formats share helpers (input_util.h, natsort.h,
+ * number_text.h) but never call back into the table. */
 typedef struct input_format {
-    const char *name; /* "npy", "imagefolder", "list", "tar": the manifest's "source" */
+    const char *name; /* "npy", "imagefolder", "list", "tar": --input-format and the manifest's "source" */
+    /* Detection (--input-format auto), which asks the formats in the order
+     * of INPUT_FORMAT_LIST, the first one that says yes winning. A format
+     * with a dir_hint takes a folder: it says yes when detect(name, is_dir)
+     * is 1 for any entry of the folder. One with a file_hint takes a file:
+     * yes when detect is 1 for the file's own path. The hints say what the
+     * format looks for, in messages: ".npy files", "a .csv, .tsv or .txt
+     * list". */
+    const char *dir_hint, *file_hint;
+    int (*detect)(const char *name, int is_dir);
+    /* Lists the input at `path`, orders its samples, derives and finishes
+     * the schema and fills keys and sizes (input_alloc); errors name the
+     * input. Called on an input_set that input_open prepared; what it
+     * leaves in in->priv is freed by `free`, also after a failure. */
+    int (*discover)(struct input_set *in, const char *path);
+    /* Each worker thread opens its own cursor; a shard's samples are read
+     * in order, which lets streaming formats (tar) read forward. */
     int (*cursor_open)(const struct input_set *in, void **cursor);
     /* Writes exactly in->sizes[sample * field_count + field] bytes to dst.
      * Errors name the input file. */
     int (*read)(void *cursor, const struct input_set *in, uint64_t sample, uint32_t field,
                 uint8_t *dst);
     void (*cursor_close)(void *cursor);
-    void (*free)(struct input_set *in); /* frees in->priv */
+    void (*free)(struct input_set *in); /* frees in->priv; NULL: nothing to free */
+    input_export export; /* writing a dataset back in this format's layout */
 } input_format;
+
+/* The formats, in the order detection asks them. Adding one: a file
+ * input_NAME.c defining `const input_format input_format_NAME`, and X(NAME)
+ * here. */
+#define INPUT_FORMAT_LIST(X) X(npy) X(tar) X(imagefolder) X(list)
+#define INPUT_FORMAT_DECLARE(name) extern const input_format input_format_##name;
+INPUT_FORMAT_LIST(INPUT_FORMAT_DECLARE)
+#undef INPUT_FORMAT_DECLARE
 
 /* Every sample found by discovery, in dataset order. */
 typedef struct input_set {
-    const input_format *ops;
+    const input_format *ops; /* its format */
     void *priv;             /* the format's own tables */
     char *path;             /* the input as given, for messages */
     uint64_t sample_count;
@@ -46,35 +123,15 @@ typedef struct input_set {
     uint64_t files_sum, file_count;
 } input_set;
 
-/* Discovery per format. Each lists its input, orders the samples, derives
- * and finishes the schema and fills sizes; errors name the input. */
-int input_discover_npy(input_set *in, const char *dir);
-int input_discover_imagefolder(input_set *in, const char *root);
-int input_discover_list(input_set *in, const char *list_file);
-int input_discover_tar(input_set *in, const char *path);
-/* Picks the format of `path` ("auto") or uses the one named. */
+/* The format called `name`; NULL when there is none. */
+const input_format *input_format_find(const char *name);
+/* Discovers the input at `path` as the format named `format`, or as the one
+ * detection picks when `format` is NULL or "auto". in->ops is the format
+ * (NULL when none was found), also when discovery fails; `in` always needs
+ * input_free. */
 int input_open(input_set *in, const char *path, const char *format);
 void input_free(input_set *in);
-/* "a/b", malloc'd; NULL when out of memory. */
-char *input_path_join(const char *a, const char *b);
-/* 1 when s ends with suffix, ignoring ASCII case. */
-int input_ends_with(const char *s, const char *suffix);
-/* 1 for the tar file names pack reads (.tar, .tar.gz, .tgz, .tar.zst, ...). */
-int input_is_tar_name(const char *name);
-/* Allocates keys[] and sizes[] for n samples (zeroed), sets sample_count. */
-int input_alloc(input_set *in, uint64_t n);
-/* Adds an input file to in->files_sum: `name` as every machine sees it
- * (relative to the input), its size and its modification time in ns
- * (input_mtime_ns), all from the stat discovery does anyway. */
-void input_note_file(input_set *in, const char *name, uint64_t size, uint64_t mtime_ns);
-uint64_t input_mtime_ns(const struct stat *st);
 /* The identity of the input's files: a hash of files_sum and file_count. */
 uint64_t input_files_hash(const input_set *in);
 
-/* Opens an input file (a .npy, an image, a list or a row's file, a tar)
- * for reading. The open itself is non-blocking, so a FIFO or a device put
- * where a file was cannot hang the pack; anything but a regular file is
- * refused, naming it. Returns the fd, with *st filled, or a negative code
- * with "PATH: reason" in sf_last_error(). */
-int input_open_file(const char *path, struct stat *st);
 #endif

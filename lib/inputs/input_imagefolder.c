@@ -6,7 +6,8 @@
  * class, folders (followed through symlinks) sorted by path, then the
  * files of each folder sorted by name, keeping files whose name ends with
  * one of torchvision's image extensions (case-insensitive). Bytewise
- * order of UTF-8 names is Python's code point order. */
+ * order of UTF-8 names is Python's code point order. Export writes each
+ * image back to ROOT/<key> (the key is the path), byte for byte the tree. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@
 #include "error_internal.h"
 #include "le.h"
 #include "shard_file.h"
-#include "input.h"
+#include "input_util.h"
 
 /* torchvision.datasets.folder.IMG_EXTENSIONS */
 static const char *const image_ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
@@ -320,18 +321,6 @@ static void if_free(input_set *in)
     in->priv = NULL;
 }
 
-static int if_cursor_open(const input_set *in, void **cursor)
-{
-    (void)in;
-    *cursor = NULL;
-    return 0;
-}
-
-static void if_cursor_close(void *cursor)
-{
-    (void)cursor;
-}
-
 static int if_read(void *cursor, const input_set *in, uint64_t sample, uint32_t field, uint8_t *dst)
 {
     (void)cursor;
@@ -360,9 +349,6 @@ static int if_read(void *cursor, const input_set *in, uint64_t sample, uint32_t 
     return rc;
 }
 
-static const input_format imagefolder_ops = {"imagefolder", if_cursor_open, if_read, if_cursor_close,
-                                               if_free};
-
 static void schema_of(sf_schema *s)
 {
     memset(s, 0, sizeof *s);
@@ -379,9 +365,8 @@ static void schema_of(sf_schema *s)
     lab->item_size = 8;
 }
 
-int input_discover_imagefolder(input_set *in, const char *root)
+static int if_discover(input_set *in, const char *root)
 {
-    in->ops = &imagefolder_ops;
     if_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
@@ -436,3 +421,23 @@ int input_discover_imagefolder(input_set *in, const char *root)
     entries_free(&top);
     return rc;
 }
+
+/* A folder holding a folder (a class). */
+static int if_detect(const char *name, int is_dir)
+{
+    (void)name;
+    return is_dir;
+}
+
+const input_format input_format_imagefolder = {
+    .name = "imagefolder",
+    .dir_hint = "class folders",
+    .detect = if_detect,
+    .discover = if_discover,
+    .cursor_open = input_no_cursor_open,
+    .read = if_read,
+    .cursor_close = input_no_cursor_close,
+    .free = if_free,
+    /* ROOT/<class>/<file>, byte for byte the packed tree: the key is the path. */
+    .export = {.layout = input_data_file_layout, .file_name = input_data_file_name},
+};

@@ -6,9 +6,9 @@
  * every cell is an integer, float64 when every cell is a number, else the
  * cell's text as variable-length bytes; a number is written exactly as
  * export writes it back (parse_int). The first row is a header when its
- * label cell is not empty and no number in any spelling; a header names the further columns (the
- * first two fields are always "data" and "label"); without one they are
- * col2, col3, ... The key of a sample is its path as written, without a
+ * label cell is not empty and no number in any spelling; a header names
+ * the further columns (the first two fields are always "data" and
+ * "label"); without one they are col2, col3, ... The key of a sample is its path as written, without a
  * leading "./" or '/'.
  *
  * Cells follow RFC 4180 in both CSV and TSV: a cell that starts with '"'
@@ -16,9 +16,14 @@
  * delimiters and newlines. CRLF line ends, a UTF-8 byte order mark and
  * empty lines are accepted. The list is read and parsed once; every cell's
  * text stays in one arena, and each column keeps one 8-byte value per row
- * (the number itself, or the text's offset in the arena). */
+ * (the number itself, or the text's offset in the arena).
+ *
+ * Export writes each file back to DIR/<key>, then DIR/list.csv: a header
+ * row, then key and every other field's value per sample, numbers as
+ * number_text.h writes them, so that the list packs to the same records. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +35,9 @@
 #include "le.h"
 #include "number_text.h"
 #include "shard_file.h"
-#include "keyset.h"
-#include "input.h"
+#include "key_table.h"
+#include "input_memory.h"
+#include "input_util.h"
 
 enum { F_DATA, F_LABEL };
 
@@ -69,6 +75,7 @@ typedef struct parser {
     uint64_t *lines; /* [row]: where the row starts */
     size_t nrows, rows_cap;
     uint32_t ncols;
+    int look_at_files; /* stat each row's file (discovery), or not (a list in memory) */
 } parser;
 
 static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
@@ -251,12 +258,12 @@ static const char *skip_blanks(const char *s)
  * "1e3", "0x1A", "NaN", "" and anything beyond int64 are not. */
 static int parse_int(const char *s, int64_t *v)
 {
-    return sf_parse_i64_text(s, strlen(s), v);
+    return input_i64_from_text(s, strlen(s), v);
 }
 
 static int parse_float(const char *s, double *v)
 {
-    return sf_parse_f64_text(s, strlen(s), v);
+    return input_f64_from_text(s, strlen(s), v);
 }
 
 /* Whether a cell is meant as a number in some spelling (what strtod reads,
@@ -333,20 +340,12 @@ static const char *key_part(const char *path)
 
 static char *full_path(const list_priv *p, const char *path)
 {
-    if (path[0] == '/')
-        return strdup(path);
-    size_t a = strlen(p->dir), b = strlen(path);
-    char *s = malloc(a + b + 2);
-    if (s) {
-        memcpy(s, p->dir, a);
-        s[a] = '/';
-        memcpy(s + a + 1, path, b + 1);
-    }
-    return s;
+    return path[0] == '/' ? strdup(path) : input_path_join(p->dir, path);
 }
 
-/* Key, size and (through the file's stat) existence of row `r`'s data. */
-static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
+/* Key, size and (through the file's stat) existence of row `r`'s data;
+ * without look_at_files only the key (the size stays 0). */
+static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path, int look_at_files)
 {
     const char *k = key_part(path);
     char why[600];
@@ -355,6 +354,8 @@ static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
                        path, why);
     if (!(in->keys[r] = strdup(k)))
         return sf_fail(-ENOMEM, "out of memory");
+    if (!look_at_files)
+        return 0;
     char *full = full_path(p, path);
     if (!full)
         return sf_fail(-ENOMEM, "out of memory");
@@ -379,21 +380,25 @@ static int add_file(input_set *in, list_priv *p, uint64_t r, const char *path)
     return rc;
 }
 
-static int check_unique_keys(const input_set *in, const list_priv *p)
+static void key_of_sample(void *ctx, uint64_t s, const uint8_t **key, size_t *len)
 {
-    pack_keyset set = {0};
-    int rc = 0;
+    const input_set *in = ctx;
+    *key = (const uint8_t *)in->keys[s];
+    *len = strlen(in->keys[s]);
+}
+
+static int check_unique_keys(input_set *in, const list_priv *p)
+{
+    sf_key_table t;
+    int rc = sf_key_table_init(&t, in->sample_count, key_of_sample, in);
     for (uint64_t r = 0; r < in->sample_count && !rc; r++) {
         uint64_t first;
-        int added = pack_keyset_add(&set, in->keys[r], r, &first);
-        if (added == 1)
+        if (sf_key_table_add(&t, r, (const uint8_t *)in->keys[r], strlen(in->keys[r]), &first) == 1)
             rc = sf_fail(SF_E_INPUT, "%s:%llu: key '%s' repeats line %llu", in->path,
                          (unsigned long long)p->line[r], in->keys[r],
                          (unsigned long long)p->line[first]);
-        else if (added < 0)
-            rc = added;
     }
-    pack_keyset_free(&set);
+    sf_key_table_free(&t);
     return rc;
 }
 
@@ -456,7 +461,7 @@ static int fill_samples(input_set *in, list_priv *p, const parser *ps, int heade
         p->cols[F_LABEL].v[r] = (uint64_t)v;
         in->sizes[r * p->ncols + F_LABEL] = 8;
         p->cols[F_DATA].v[r] = (uint64_t)(path - ps->arena);
-        rc = add_file(in, p, r, path);
+        rc = add_file(in, p, r, path, ps->look_at_files);
     }
     for (uint32_t c = 2; c < p->ncols && !rc; c++)
         rc = type_column(in, p, ps, header, c);
@@ -489,18 +494,6 @@ static void list_free(input_set *in)
     free(p->dir);
     free(p);
     in->priv = NULL;
-}
-
-static int list_cursor_open(const input_set *in, void **cursor)
-{
-    (void)in;
-    *cursor = NULL;
-    return 0;
-}
-
-static void list_cursor_close(void *cursor)
-{
-    (void)cursor;
 }
 
 static int read_data(const input_set *in, const list_priv *p, uint64_t s, uint8_t *dst)
@@ -547,8 +540,6 @@ static int list_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, 
     return sf_fail(SF_E_STATE, "%s: unknown column kind", in->path);
 }
 
-static const input_format list_ops = {"list", list_cursor_open, list_read, list_cursor_close, list_free};
-
 static void parser_free(parser *ps)
 {
     free((char *)ps->buf);
@@ -557,22 +548,14 @@ static void parser_free(parser *ps)
     free(ps->lines);
 }
 
-int input_discover_list(input_set *in, const char *path)
+/* Parses the list `path`, whose bytes are buf[0, len) (taken over: freed
+ * here), into `in`. */
+static int parse_list(input_set *in, const char *path, char *buf, size_t len, int look_at_files)
 {
-    in->ops = &list_ops;
+    parser ps = {.file = path, .buf = buf, .len = len, .look_at_files = look_at_files};
     list_priv *p = calloc(1, sizeof *p);
-    if (!p)
-        return sf_fail(-ENOMEM, "out of memory");
     in->priv = p;
-    parser ps = {.file = path};
-    char *buf = NULL;
-    struct stat st;
-    int rc = read_whole(path, &buf, &ps.len, &st);
-    ps.buf = buf;
-    if (!rc) {
-        const char *base = strrchr(path, '/');
-        input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, input_mtime_ns(&st));
-    }
+    int rc = p ? 0 : sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(p->dir = dir_of(path)))
         rc = sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(ps.arena = malloc(ps.len + 1)))
@@ -607,3 +590,131 @@ int input_discover_list(input_set *in, const char *path)
     parser_free(&ps);
     return rc;
 }
+
+static int list_discover(input_set *in, const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    struct stat st;
+    int rc = read_whole(path, &buf, &len, &st);
+    if (rc)
+        return rc;
+    const char *base = strrchr(path, '/');
+    input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, input_mtime_ns(&st));
+    return parse_list(in, path, buf, len, 1);
+}
+
+int input_list_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    int rc = input_set_init(in, name, &input_format_list);
+    if (rc)
+        return rc;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return sf_fail(-ENOMEM, "out of memory for the list %s", name);
+    memcpy(copy, buf, len);
+    return parse_list(in, name, copy, len, 0);
+}
+
+/* ---- export: DIR/<path> for the files, then DIR/list.csv ---- */
+
+/* Text as one CSV cell, quoted when it must be (RFC 4180). */
+static void csv_text(FILE *f, const char *t, uint64_t size)
+{
+    int quote = memchr(t, ',', size) || memchr(t, '"', size) || memchr(t, '\n', size) ||
+                memchr(t, '\r', size);
+    if (quote)
+        fputc('"', f);
+    for (uint64_t i = 0; i < size; i++) {
+        if (quote && t[i] == '"')
+            fputc('"', f);
+        fputc(t[i], f);
+    }
+    if (quote)
+        fputc('"', f);
+}
+
+/* One cell of list.csv: text as it is, numbers as number_text.h writes
+ * them, which is how discovery reads them back (a float64 cell keeps its
+ * text: "0.1", not "0.10000000000000001"). */
+static void csv_cell(FILE *f, const sf_field *fd, const void *v, uint64_t size)
+{
+    fputc(',', f);
+    char t[INPUT_NUMBER_TEXT_MAX];
+    if (fd->storage == SF_STORAGE_VARIABLE || fd->ndim != 0) {
+        csv_text(f, v, size);
+    } else if (fd->dtype == SF_DTYPE_FLOAT64) {
+        double d;
+        uint64_t bits = sf_get_le64(v);
+        memcpy(&d, &bits, 8);
+        fwrite(t, 1, input_f64_to_text(t, d), f);
+    } else if (fd->dtype == SF_DTYPE_FLOAT32) {
+        float x;
+        uint32_t bits = sf_get_le32(v);
+        memcpy(&x, &bits, 4);
+        fprintf(f, "%.9g", (double)x);
+    } else {
+        /* An integer (or bool) of `size` bytes, little-endian. */
+        uint8_t b[8] = {0};
+        memcpy(b, v, size < 8 ? size : 8);
+        uint64_t u = sf_get_le64(b);
+        int is_signed = fd->dtype == SF_DTYPE_INT8 || fd->dtype == SF_DTYPE_INT16 ||
+                        fd->dtype == SF_DTYPE_INT32 || fd->dtype == SF_DTYPE_INT64;
+        if (is_signed && size < 8 && (u >> (8 * size - 1) & 1))
+            u |= ~0ull << (8 * size); /* sign-extend */
+        if (is_signed)
+            fwrite(t, 1, input_i64_to_text(t, (int64_t)u), f);
+        else
+            fprintf(f, "%" PRIu64, u);
+    }
+}
+
+/* "path", then the name of every field but the files' (data). */
+static int list_export_header(FILE *f, const input_layout *l)
+{
+    fputs("path", f);
+    for (uint32_t c = 0; c < l->schema->field_count; c++)
+        if ((int)c != l->data_field)
+            fprintf(f, ",%s", l->schema->fields[c].name);
+    fputc('\n', f);
+    return 0;
+}
+
+static int list_export_row(FILE *f, const input_layout *l, const char *key, size_t klen,
+                           input_value_fn value, void *ctx)
+{
+    csv_text(f, key, klen);
+    int rc = 0;
+    for (uint32_t c = 0; c < l->schema->field_count && !rc; c++) {
+        const void *v;
+        uint64_t size;
+        if ((int)c != l->data_field && !(rc = value(ctx, c, &v, &size)))
+            csv_cell(f, &l->schema->fields[c], v, size);
+    }
+    fputc('\n', f);
+    return rc;
+}
+
+/* ---- the format ---- */
+
+static int list_detect(const char *name, int is_dir)
+{
+    return !is_dir && (input_ends_with(name, ".csv") || input_ends_with(name, ".tsv") ||
+                       input_ends_with(name, ".txt"));
+}
+
+const input_format input_format_list = {
+    .name = "list",
+    .file_hint = "a .csv, .tsv or .txt list",
+    .detect = list_detect,
+    .discover = list_discover,
+    .cursor_open = input_no_cursor_open,
+    .read = list_read,
+    .cursor_close = input_no_cursor_close,
+    .free = list_free,
+    .export = {.layout = input_data_file_layout,
+               .file_name = input_data_file_name,
+               .list_name = "list.csv",
+               .list_header = list_export_header,
+               .list_row = list_export_row},
+};

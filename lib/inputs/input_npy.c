@@ -1,4 +1,7 @@
-/* Input discovery for a directory of {field}_{key}.npy files. */
+/* The npy input: a directory of {field}_{key}.npy files. Export writes
+ * every field of every sample as such a file (also for datasets of other
+ * formats, with --npy). */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +15,7 @@
 #include "shard_file.h"
 #include "natsort.h"
 #include "npy_file.h"
-#include "input.h"
+#include "input_util.h"
 
 /* The format's own tables (input_set.priv). */
 typedef struct npy_priv {
@@ -30,7 +33,7 @@ typedef struct npy_entry {
 static int entry_cmp(const void *pa, const void *pb)
 {
     const npy_entry *a = pa, *b = pb;
-    int c = sf_natcmp(a->key, b->key);
+    int c = input_natcmp(a->key, b->key);
     return c ? c : strcmp(a->field, b->field);
 }
 
@@ -224,7 +227,7 @@ static int group_samples(input_set *in, npy_priv *p, npy_entry *e, size_t n,
 }
 
 /* The schema field implied by one .npy file. */
-static void field_from_npy(sf_field *f, const char *name, const npy_info *info)
+static void field_from_npy(sf_field *f, const char *name, const input_npy_info *info)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->name, sizeof f->name, "%s", name);
@@ -273,26 +276,23 @@ static int npy_read(void *cursor, const input_set *in, uint64_t sample, uint32_t
 {
     npy_cursor *c = cursor;
     const npy_priv *p = in->priv;
-    npy_file nf;
-    int rc = npy_file_open(&nf, p->dir, p->names[sample * p->field_count + field]);
+    input_npy_file nf;
+    int rc = input_npy_file_open(&nf, p->dir, p->names[sample * p->field_count + field]);
     if (rc)
         return rc;
-    if ((rc = npy_file_check(&nf, &in->schema.fields[field], p->names[field])))
+    if ((rc = input_npy_file_check(&nf, &in->schema.fields[field], p->names[field])))
         rc = sf_fail_prefix(rc, "input changed while packing");
     else
-        rc = npy_file_read(&nf, dst, &c->scratch, &c->scratch_cap);
-    npy_file_close(&nf);
+        rc = input_npy_file_read(&nf, dst, &c->scratch, &c->scratch_cap);
+    input_npy_file_close(&nf);
     return rc;
 }
 
-static const input_format npy_ops = {"npy", npy_cursor_open, npy_read, npy_cursor_close, npy_free};
-
-int input_discover_npy(input_set *in, const char *dir)
+static int npy_discover(input_set *in, const char *dir)
 {
     npy_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
-    in->ops = &npy_ops;
     in->priv = p;
     p->dir = in->path;
     npy_entry *e = NULL;
@@ -312,18 +312,18 @@ int input_discover_npy(input_set *in, const char *dir)
     uint32_t nf = p->field_count;
     for (uint64_t s = 0; s < in->sample_count; s++) {
         for (uint32_t f = 0; f < nf; f++) {
-            npy_file nf_;
-            rc = npy_file_open(&nf_, dir, p->names[s * nf + f]);
+            input_npy_file nf_;
+            rc = input_npy_file_open(&nf_, dir, p->names[s * nf + f]);
             if (rc)
                 return rc;
-            npy_file_close(&nf_);
+            input_npy_file_close(&nf_);
             if (s == 0) {
                 /* The field is what this file holds: a field it cannot be
                  * (an empty dimension, too large) is this file's error. */
                 field_from_npy(&in->schema.fields[f], names[f], &nf_.info);
                 if ((rc = sf_field_check(&in->schema.fields[f])))
                     return sf_fail_prefix(rc, nf_.path);
-            } else if ((rc = npy_file_check(&nf_, &in->schema.fields[f], p->names[f]))) {
+            } else if ((rc = input_npy_file_check(&nf_, &in->schema.fields[f], p->names[f]))) {
                 return rc;
             }
             in->sizes[s * nf + f] = nf_.info.data_size;
@@ -334,3 +334,50 @@ int input_discover_npy(input_set *in, const char *dir)
     }
     return 0;
 }
+
+/* ---- export: {field}_{key}.npy, C order, little-endian ---- */
+
+/* The key's folders stay folders: img_a/b.npy for key "a/b". */
+static size_t npy_export_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                              size_t klen, uint32_t field)
+{
+    const char *slash = memrchr(key, '/', klen);
+    size_t dlen = slash ? (size_t)(slash - key) + 1 : 0;
+    int n = snprintf(buf, INPUT_EXPORT_NAME_MAX, "%.*s%s_%.*s.npy", (int)dlen, key,
+                     l->schema->fields[field].name, (int)(klen - dlen), key + dlen);
+    assert(n > 0 && n < (int)INPUT_EXPORT_NAME_MAX);
+    return (size_t)n;
+}
+
+/* The header numpy.save writes for the value. A variable-length field
+ * exports as a 1-d array of its elements, bytes as uint8. */
+static int npy_export_head(uint8_t *buf, size_t *len, const sf_field *f, uint64_t size)
+{
+    uint64_t var_shape[1] = {size / sf_dtype_size(f->dtype)};
+    const uint64_t *shape = f->storage == SF_STORAGE_VARIABLE ? var_shape : f->shape;
+    int dtype = f->dtype == SF_DTYPE_BYTES ? SF_DTYPE_UINT8 : f->dtype;
+    *len = input_npy_write_header(buf, INPUT_EXPORT_HEAD_MAX, dtype, f->ndim, shape);
+    if (*len == 0)
+        return sf_fail(SF_E_UNSUPPORTED, "cannot describe field '%s' as .npy", f->name);
+    return 0;
+}
+
+/* ---- the format ---- */
+
+/* A folder holding a .npy file. */
+static int npy_detect(const char *name, int is_dir)
+{
+    return !is_dir && input_ends_with(name, ".npy");
+}
+
+const input_format input_format_npy = {
+    .name = "npy",
+    .dir_hint = ".npy files",
+    .detect = npy_detect,
+    .discover = npy_discover,
+    .cursor_open = npy_cursor_open,
+    .read = npy_read,
+    .cursor_close = npy_cursor_close,
+    .free = npy_free,
+    .export = {.file_name = npy_export_name, .file_head = npy_export_head},
+};

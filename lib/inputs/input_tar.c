@@ -14,11 +14,15 @@
  * each shard's samples come in increasing order. A cursor starts in the
  * middle of a tar (a new shard) by opening it at the sample's header
  * offset when the tar is not compressed, and otherwise by reading it from
- * the start (compressed data cannot be entered in the middle). */
+ * the start (compressed data cannot be entered in the middle; nor can a
+ * tar at a header libarchive reads within one but starts none with).
+ *
+ * Export writes each value back as the member it came from, {key}.{field};
+ * that needs no libarchive, so a build without it exports tar datasets and
+ * refuses tar inputs. */
 #include "shardfeed_config.h"
-#if SF_HAVE_ARCHIVE
-#include <archive.h>
-#include <archive_entry.h>
+
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,9 +34,42 @@
 #include <unistd.h>
 
 #include "error_internal.h"
-#include "keyset.h"
+#include "input_memory.h"
+#include "input_util.h"
+
+/* ---- names ---- */
+
+/* The tar file names pack reads. */
+static int is_tar_name(const char *name)
+{
+    static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2"};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+        if (input_ends_with(name, ext[i]))
+            return 1;
+    return 0;
+}
+
+/* Export writes each value as the member it came from: {key}.{field}. */
+static size_t tar_export_name(char buf[INPUT_EXPORT_NAME_MAX], const input_layout *l, const char *key,
+                              size_t klen, uint32_t field)
+{
+    int n = snprintf(buf, INPUT_EXPORT_NAME_MAX, "%.*s.%s", (int)klen, key, l->schema->fields[field].name);
+    assert(n > 0 && n < (int)INPUT_EXPORT_NAME_MAX);
+    return (size_t)n;
+}
+
+/* A tar file, or a folder holding one. */
+static int tar_detect(const char *name, int is_dir)
+{
+    return !is_dir && is_tar_name(name);
+}
+
+#if SF_HAVE_ARCHIVE
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "key_table.h"
 #include "natsort.h"
-#include "input.h"
 
 #define TAR_BLOCK (64u << 10) /* libarchive's read size */
 
@@ -43,6 +80,8 @@ typedef struct tar_priv {
     uint32_t *tar_of; /* [sample]: index into tars */
     uint64_t *ord_of; /* [sample]: ordinal of its first member's header in its tar */
     int64_t *off_of;  /* [sample]: byte offset of that header (its pax/GNU extension headers first) */
+    const uint8_t *mem; /* input_tar_open_memory: the one tar's bytes; NULL: the tars are files */
+    size_t mem_len;
 } tar_priv;
 
 /* Where a member's header is: ordinal among its tar's headers, byte offset. */
@@ -50,8 +89,6 @@ typedef struct member_pos {
     uint64_t ord;
     int64_t off;
 } member_pos;
-
-/* ---- names ---- */
 
 /* Splits a member name into its key (copied into `key`) and field (a
  * pointer into `name`). A leading "./" (from `tar -C dir .`) is dropped. */
@@ -85,26 +122,51 @@ static int split_member(const char *tar, const char *name, char key[SF_MAX_KEY +
 
 /* ---- libarchive ---- */
 
-/* Opens tar `path` from its start, any compression. *fd is the file it
- * reads (opened by input_open_file: never a FIFO), closed by the caller
- * after archive_read_free; *st its stat. */
-static int tar_open(struct archive **out, int *fd, const char *path, struct stat *st)
+/* Opens tar t of the input at byte `off`: 0 for its start, any compression,
+ * else a header boundary of an uncompressed tar, from where it reads as a
+ * tar of its own. *fd is the file it reads (opened by input_open_file:
+ * never a FIFO; -1 for a tar in memory), closed by the caller after
+ * archive_read_free; *st its stat. */
+static int tar_open(struct archive **out, int *fd, const tar_priv *p, uint32_t t, int64_t off,
+                    struct stat *st)
 {
-    *fd = input_open_file(path, st);
-    if (*fd < 0)
-        return *fd;
-    struct archive *a = archive_read_new();
-    if (!a) {
-        close(*fd);
+    const char *path = p->tars[t];
+    struct archive *a = NULL;
+    int rc = 0;
+    *out = NULL;
+    *fd = -1;
+    if (p->mem) {
+        memset(st, 0, sizeof *st);
+        st->st_size = (off_t)p->mem_len;
+    } else if ((*fd = input_open_file(path, st)) < 0) {
+        rc = *fd;
         *fd = -1;
-        return sf_fail(-ENOMEM, "out of memory");
+        return rc;
     }
-    archive_read_support_filter_all(a);
-    archive_read_support_format_tar(a); /* ustar, pax and GNU tar */
-    if (archive_read_open_fd(a, *fd, TAR_BLOCK) != ARCHIVE_OK) {
-        int rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", path, archive_error_string(a));
-        archive_read_free(a);
-        close(*fd);
+    if (off < 0 || (uint64_t)off > (uint64_t)st->st_size || (*fd >= 0 && lseek(*fd, off, SEEK_SET) != off))
+        rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (cannot go to byte %lld)", path,
+                     (long long)off);
+    else if (!(a = archive_read_new()))
+        rc = sf_fail(-ENOMEM, "out of memory");
+    if (!rc) {
+        if (off)
+            archive_read_support_filter_none(a);
+        else
+            archive_read_support_filter_all(a);
+        archive_read_support_format_tar(a); /* ustar, pax and GNU tar */
+        int r = p->mem ? archive_read_open_memory(a, p->mem + off, p->mem_len - (size_t)off)
+                       : archive_read_open_fd(a, *fd, TAR_BLOCK);
+        if (r != ARCHIVE_OK && off)
+            rc = sf_fail(SF_E_INPUT, "%s: input changed while packing (at byte %lld: %s)", path,
+                         (long long)off, archive_error_string(a));
+        else if (r != ARCHIVE_OK)
+            rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", path, archive_error_string(a));
+    }
+    if (rc) {
+        if (a)
+            archive_read_free(a);
+        if (*fd >= 0)
+            close(*fd);
         *fd = -1;
         return rc;
     }
@@ -157,7 +219,7 @@ typedef struct scan {
     char **keys;     /* [sample] */
     uint64_t *sizes; /* [sample * nf + field] */
     size_t n, cap;
-    pack_keyset seen; /* key -> sample */
+    sf_key_table seen; /* the keys of samples [0, n] (n: the one gathered) */
     /* The schema, fixed by the first sample. */
     uint32_t nf;
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];
@@ -265,16 +327,27 @@ static int finish_sample(scan *sc)
     return 0;
 }
 
+/* The key of sample s < sc->n (the gathered sample's key is filed first). */
+static void key_of_scanned(void *ctx, uint64_t s, const uint8_t **key, size_t *len)
+{
+    const scan *sc = ctx;
+    *key = (const uint8_t *)sc->keys[s];
+    *len = strlen(sc->keys[s]);
+}
+
 /* Starts a sample at member `at` of tar `t`; its key must be new. */
 static int start_sample(scan *sc, uint32_t t, member_pos at, const char *key, const char *name)
 {
     int rc = finish_sample(sc);
     if (rc)
         return rc;
+    if (sc->n >= SF_MAX_RECORDS) /* a dataset's limit, and the key table's */
+        return sf_fail(SF_E_LIMIT, "%s: member '%s': more than %llu samples", sc->p->tars[t], name,
+                       (unsigned long long)SF_MAX_RECORDS);
     if (!(sc->key = strdup(key)))
         return sf_fail(-ENOMEM, "out of memory");
     uint64_t first;
-    rc = pack_keyset_add(&sc->seen, sc->key, sc->n, &first);
+    rc = sf_key_table_add(&sc->seen, sc->n, (const uint8_t *)key, strlen(key), &first);
     if (rc == 1) {
         rc = sf_fail(SF_E_INPUT,
                      "%s: member '%s': key '%s' appears again, after other samples (first in %s); a "
@@ -321,7 +394,7 @@ static int scan_tar(scan *sc, uint32_t t)
     struct archive *a;
     struct stat st;
     int fd;
-    int rc = tar_open(&a, &fd, tar, &st);
+    int rc = tar_open(&a, &fd, sc->p, t, 0, &st);
     if (rc)
         return rc;
     const char *base = strrchr(tar, '/');
@@ -345,7 +418,8 @@ static int scan_tar(scan *sc, uint32_t t)
             break;
     }
     archive_read_free(a);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     if (rc < 0)
         return rc;
     return finish_sample(sc); /* samples do not continue into the next tar */
@@ -353,7 +427,7 @@ static int scan_tar(scan *sc, uint32_t t)
 
 static int cmp_nat(const void *a, const void *b)
 {
-    return sf_natcmp(*(char *const *)a, *(char *const *)b);
+    return input_natcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int add_tar(tar_priv *p, char *path, size_t *cap)
@@ -391,7 +465,7 @@ static int list_tars(input_set *in, tar_priv *p, const char *dir)
             continue;
         if (fstatat(dirfd(d), n, &st, 0) != 0)
             rc = sf_fail(SF_E_INPUT, "%s/%s: %s", dir, n, strerror(errno));
-        else if (S_ISREG(st.st_mode) && input_is_tar_name(n))
+        else if (S_ISREG(st.st_mode) && is_tar_name(n))
             rc = add_tar(p, input_path_join(dir, n), &cap);
         else if (in->skipped++ == 0)
             snprintf(in->skipped_example, sizeof in->skipped_example, "%s/%s", dir, n);
@@ -446,7 +520,7 @@ static void scan_free(scan *sc)
     free(sc->keys);
     free(sc->sizes);
     free(sc->key);
-    pack_keyset_free(&sc->seen);
+    sf_key_table_free(&sc->seen);
 }
 
 /* ---- reading ---- */
@@ -471,42 +545,24 @@ static void cursor_drop_archive(tar_cursor *c)
     c->fd = -1;
 }
 
-/* Opens an uncompressed tar at byte `off`, a header boundary: from there it
- * reads as a tar of its own. */
-static int tar_open_at(tar_cursor *c, const char *path, int64_t off)
-{
-    struct stat st;
-    c->fd = input_open_file(path, &st);
-    if (c->fd < 0)
-        return c->fd;
-    if (lseek(c->fd, off, SEEK_SET) != off)
-        return sf_fail(SF_E_INPUT, "%s: cannot seek to %lld: %s", path, (long long)off, strerror(errno));
-    if (!(c->a = archive_read_new()))
-        return sf_fail(-ENOMEM, "out of memory");
-    archive_read_support_filter_none(c->a);
-    archive_read_support_format_tar(c->a);
-    if (archive_read_open_fd(c->a, c->fd, TAR_BLOCK) != ARCHIVE_OK)
-        return sf_fail(SF_E_INPUT, "%s: input changed while packing (at byte %lld: %s)", path,
-                       (long long)off, archive_error_string(c->a));
-    return 0;
-}
-
 /* Positions the cursor before the header of sample `s`'s first member.
  * It moves forward in the open archive when it can; otherwise it reopens
- * the tar: at the header itself when the tar is not compressed, else from
- * the start. */
-static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s)
+ * the tar: at the header itself when the tar is not compressed and
+ * `enter` allows it (*entered is then 1), else from the start. */
+static int seek_member(tar_cursor *c, const tar_priv *p, uint64_t s, int enter, int *entered)
 {
     uint32_t t = p->tar_of[s];
     uint64_t ord = p->ord_of[s];
     int rc;
     int forward = c->a && c->tar == t && c->next_ord <= ord;
-    if (!forward || (p->plain[t] && ord - c->next_ord > 16)) {
+    *entered = 0;
+    if (!forward || (p->plain[t] && enter && ord - c->next_ord > 16)) {
         cursor_drop_archive(c);
         c->tar = t;
-        c->next_ord = p->plain[t] ? ord : 0;
+        *entered = p->plain[t] && enter;
+        c->next_ord = *entered ? ord : 0;
         struct stat st;
-        rc = p->plain[t] ? tar_open_at(c, p->tars[t], p->off_of[s]) : tar_open(&c->a, &c->fd, p->tars[t], &st);
+        rc = tar_open(&c->a, &c->fd, p, t, *entered ? p->off_of[s] : 0, &st);
         if (rc) {
             cursor_drop_archive(c);
             return rc;
@@ -547,13 +603,15 @@ static int read_value(tar_cursor *c, const char *tar, const char *name, uint32_t
     return 0;
 }
 
-/* Reads every member of sample `s` into the per-field buffers. */
-static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
+/* Reads every member of sample `s` into the per-field buffers, entering
+ * an uncompressed tar at the sample's header when `enter` allows; *entered
+ * says whether it did. */
+static int read_sample(tar_cursor *c, const input_set *in, uint64_t s, int enter, int *entered)
 {
     const tar_priv *p = in->priv;
     uint32_t t = p->tar_of[s], nf = in->schema.field_count;
     const char *tar = p->tars[t];
-    int rc = seek_member(c, p, s);
+    int rc = seek_member(c, p, s, enter, entered);
     uint64_t have = 0; /* bit f: field f read */
     for (uint32_t got = 0; !rc && got < nf;) {
         struct archive_entry *e;
@@ -589,6 +647,20 @@ static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
     }
     c->sample = s;
     return 0;
+}
+
+/* Sample `s`, as discovery read it. Some headers libarchive reads within a
+ * tar it will not start one with (a number field it parses leniently, such
+ * as a size with a NUL among its digits): a sample entered at such a header
+ * is read again from the tar's start, the way discovery read it, rather
+ * than failing on an unchanged tar. */
+static int load_sample(tar_cursor *c, const input_set *in, uint64_t s)
+{
+    int entered;
+    int rc = read_sample(c, in, s, 1, &entered);
+    if (rc && entered)
+        rc = read_sample(c, in, s, 0, &entered);
+    return rc;
 }
 
 static int tar_cursor_open(const input_set *in, void **cursor)
@@ -642,11 +714,27 @@ static void tar_free(input_set *in)
     in->priv = NULL;
 }
 
-static const input_format tar_ops = {"tar", tar_cursor_open, tar_read, tar_cursor_close, tar_free};
-
-int input_discover_tar(input_set *in, const char *path)
+/* Reads the headers of every tar of the input into its samples. */
+static int scan_tars(input_set *in, tar_priv *p, const char *path)
 {
-    in->ops = &tar_ops;
+    int rc = 0;
+    if (!(p->plain = calloc(p->ntars ? p->ntars : 1, 1)))
+        rc = sf_fail(-ENOMEM, "out of memory");
+    scan sc = {.in = in, .p = p};
+    if (!rc)
+        rc = sf_key_table_init(&sc.seen, 0, key_of_scanned, &sc);
+    for (uint32_t t = 0; t < p->ntars && !rc; t++)
+        rc = scan_tar(&sc, t);
+    if (!rc && sc.n == 0)
+        rc = sf_fail(SF_E_INPUT, "%s: no members (a tar input holds KEY.FIELD files)", path);
+    if (!rc)
+        rc = take_samples(in, &sc);
+    scan_free(&sc);
+    return rc;
+}
+
+static int tar_discover(input_set *in, const char *path)
+{
     tar_priv *p = calloc(1, sizeof *p);
     if (!p)
         return sf_fail(-ENOMEM, "out of memory");
@@ -660,28 +748,61 @@ int input_discover_tar(input_set *in, const char *path)
         rc = list_tars(in, p, path);
     else
         rc = add_tar(p, strdup(path), &cap);
-    if (!rc && !(p->plain = calloc(p->ntars, 1)))
-        rc = sf_fail(-ENOMEM, "out of memory");
-    scan sc = {.in = in, .p = p};
-    for (uint32_t t = 0; t < p->ntars && !rc; t++)
-        rc = scan_tar(&sc, t);
-    if (!rc && sc.n == 0)
-        rc = sf_fail(SF_E_INPUT, "%s: no members (a tar input holds KEY.FIELD files)", path);
-    if (!rc)
-        rc = take_samples(in, &sc);
-    scan_free(&sc);
-    return rc;
+    return rc ? rc : scan_tars(in, p, path);
 }
 
-#else /* built without libarchive */
+int input_tar_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    int rc = input_set_init(in, name, &input_format_tar);
+    tar_priv *p = rc ? NULL : calloc(1, sizeof *p);
+    if (!rc && !p)
+        rc = sf_fail(-ENOMEM, "out of memory");
+    if (rc)
+        return rc;
+    in->priv = p;
+    p->mem = buf;
+    p->mem_len = len;
+    size_t cap = 0;
+    rc = add_tar(p, strdup(name), &cap);
+    return rc ? rc : scan_tars(in, p, name);
+}
 
-#include "error_internal.h"
-#include "input.h"
+#else /* built without libarchive: tar inputs are detected, and refused */
 
-int input_discover_tar(input_set *in, const char *path)
+static int tar_discover(input_set *in, const char *path)
 {
     (void)in;
     return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support (libarchive was not found)",
                    path);
 }
+
+int input_tar_open_memory(input_set *in, const char *name, const void *buf, size_t len)
+{
+    (void)buf, (void)len;
+    int rc = input_set_init(in, name, &input_format_tar);
+    return rc ? rc : tar_discover(in, name);
+}
+
+/* Never called: discovery fails first. */
+#define tar_cursor_open input_no_cursor_open
+#define tar_cursor_close input_no_cursor_close
+#define tar_free NULL
+static int tar_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, uint8_t *dst)
+{
+    (void)cursor, (void)s, (void)f, (void)dst;
+    return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no tar support", in->path);
+}
 #endif
+
+const input_format input_format_tar = {
+    .name = "tar",
+    .dir_hint = "tar files",
+    .file_hint = "a .tar, .tar.gz, .tgz, .tar.zst, .tar.xz or .tar.bz2 file",
+    .detect = tar_detect,
+    .discover = tar_discover,
+    .cursor_open = tar_cursor_open,
+    .read = tar_read,
+    .cursor_close = tar_cursor_close,
+    .free = tar_free,
+    .export = {.file_name = tar_export_name},
+};

@@ -7,7 +7,7 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-int sf_natcmp(const char *a, const char *b)
+int input_natcmp(const char *a, const char *b)
 {
     const char *pa = a, *pb = b;
     while (*pa && *pb) {

@@ -161,7 +161,7 @@ static int parse_dim(struct cursor *c, uint64_t *v, int allow_long)
 
 /* A tuple of dims: "()", "(5,)", "(3, 4)", "(3, 4,)". "(5)" is an int in
  * Python, not a tuple, so a single element needs its comma. */
-static int parse_shape(struct cursor *c, npy_info *out, int allow_long)
+static int parse_shape(struct cursor *c, input_npy_info *out, int allow_long)
 {
     int rc = expect_char(c, '(', "'(' starting the shape tuple");
     if (rc)
@@ -170,8 +170,8 @@ static int parse_shape(struct cursor *c, npy_info *out, int allow_long)
     uint32_t n = 0;
     int trailing_comma = 0;
     while (peek(c) != ')') {
-        if (n == NPY_MAX_NDIM)
-            return sf_fail(SF_E_LIMIT, "array has more than %d dimensions", NPY_MAX_NDIM);
+        if (n == INPUT_NPY_MAX_NDIM)
+            return sf_fail(SF_E_LIMIT, "array has more than %d dimensions", INPUT_NPY_MAX_NDIM);
         uint64_t dim = 0;
         if ((rc = parse_dim(c, &dim, allow_long)) != 0)
             return rc;
@@ -237,7 +237,7 @@ static int unsupported_descr(const uint8_t *s, size_t n)
 }
 
 /* Maps a descr string ("<f4", "|u1", ">c16", ...) to an sf_dtype. */
-static int classify_descr(const uint8_t *s, size_t n, npy_info *out)
+static int classify_descr(const uint8_t *s, size_t n, input_npy_info *out)
 {
     if (n < 2 || !is_order_char(s[0]))
         return unsupported_descr(s, n);
@@ -285,7 +285,7 @@ static int key_bit(const uint8_t *s, size_t n)
     return 0;
 }
 
-/* What parse_dict collects besides the fields it fills in npy_info. */
+/* What parse_dict collects besides the fields it fills in input_npy_info. */
 struct dict_state {
     int seen; /* KEY_* bits of the keys met so far */
     int allow_long;
@@ -294,7 +294,7 @@ struct dict_state {
 };
 
 /* One "'key': value" pair. */
-static int parse_entry(struct cursor *c, npy_info *out, struct dict_state *st)
+static int parse_entry(struct cursor *c, input_npy_info *out, struct dict_state *st)
 {
     const uint8_t *key;
     size_t n;
@@ -329,7 +329,7 @@ static const char *missing_key(int seen)
 }
 
 /* The header text without its final '\n': "{...}" then padding spaces. */
-static int parse_dict(const uint8_t *h, size_t n, npy_info *out)
+static int parse_dict(const uint8_t *h, size_t n, input_npy_info *out)
 {
     struct cursor c = {h, h + n, h};
     struct dict_state st = {0, out->version_major <= 2, NULL, 0};
@@ -365,7 +365,7 @@ static int parse_dict(const uint8_t *h, size_t n, npy_info *out)
 /* Element count and byte size, capped at NPY_MAX_DATA. Zero dims are skipped
  * in the capped product so that even an empty array cannot carry dims whose
  * product overflows (later stride arithmetic stays safe). */
-static int compute_sizes(npy_info *out)
+static int compute_sizes(input_npy_info *out)
 {
     uint64_t itemsize = sf_dtype_size(out->dtype);
     uint64_t product = 1;
@@ -407,7 +407,7 @@ static int want_bytes(size_t n, uint64_t file_size, size_t *need)
     return 1;
 }
 
-static int check_file_size(const npy_info *info, uint64_t file_size)
+static int check_file_size(const input_npy_info *info, uint64_t file_size)
 {
     uint64_t end = info->data_offset + info->data_size; /* both capped: no overflow */
     if (file_size < end)
@@ -418,10 +418,11 @@ static int check_file_size(const npy_info *info, uint64_t file_size)
     return 0;
 }
 
-int npy_parse_header(npy_info *out, const uint8_t *buf, size_t len, uint64_t file_size, size_t *need)
+int input_npy_parse_header(input_npy_info *out, const uint8_t *buf, size_t len, uint64_t file_size,
+                           size_t *need)
 {
     if (!out || (!buf && len > 0) || len > file_size)
-        return sf_fail(SF_E_INVALID, "npy_parse_header: invalid arguments");
+        return sf_fail(SF_E_INVALID, "input_npy_parse_header: invalid arguments");
     memset(out, 0, sizeof *out);
 
     /* Check what we have of the magic first: a short non-.npy file should
@@ -441,8 +442,9 @@ int npy_parse_header(npy_info *out, const uint8_t *buf, size_t len, uint64_t fil
     if (len < prefix)
         return want_bytes(prefix, file_size, need);
     uint32_t header_len = out->version_major == 1 ? read_le16(buf + 8) : read_le32(buf + 8);
-    if (header_len > NPY_MAX_HEADER)
-        return sf_fail(SF_E_LIMIT, "header of %" PRIu32 " bytes exceeds %u", header_len, NPY_MAX_HEADER);
+    if (header_len > INPUT_NPY_MAX_HEADER)
+        return sf_fail(SF_E_LIMIT, "header of %" PRIu32 " bytes exceeds %u", header_len,
+                       INPUT_NPY_MAX_HEADER);
     size_t data_offset = prefix + header_len;
     if (len < data_offset)
         return want_bytes(data_offset, file_size, need);
@@ -463,23 +465,23 @@ int npy_parse_header(npy_info *out, const uint8_t *buf, size_t len, uint64_t fil
 /* Data conversion                                                          */
 /* ------------------------------------------------------------------------ */
 
-static int needs_swap(const npy_info *info)
+static int needs_swap(const input_npy_info *info)
 {
     return info->big_endian && sf_dtype_swap_unit(info->dtype) > 1;
 }
 
 /* Fortran and C order coincide when at most one axis is longer than 1. */
-static int needs_transpose(const npy_info *info)
+static int needs_transpose(const input_npy_info *info)
 {
     if (!info->fortran_order || info->count <= 1)
         return 0;
     uint32_t long_axes = 0;
-    for (uint32_t i = 0; i < info->ndim && i < NPY_MAX_NDIM; i++)
+    for (uint32_t i = 0; i < info->ndim && i < INPUT_NPY_MAX_NDIM; i++)
         long_axes += info->shape[i] > 1;
     return long_axes > 1;
 }
 
-int npy_is_native(const npy_info *info)
+int input_npy_is_native(const input_npy_info *info)
 {
     return info && !needs_swap(info) && !needs_transpose(info);
 }
@@ -532,12 +534,13 @@ static void copy_items(uint8_t *dst, const uint8_t *src, size_t n, size_t unit, 
 /* Writes the elements in C order (last index fastest) while reading them
  * from Fortran order (first index fastest): dst is walked linearly, src
  * through Fortran strides with an odometer over all but the last axis. */
-static void transpose_f_to_c(uint8_t *dst, const uint8_t *src, const npy_info *info, size_t unit, int swap)
+static void transpose_f_to_c(uint8_t *dst, const uint8_t *src, const input_npy_info *info, size_t unit,
+                             int swap)
 {
     size_t isz = sf_dtype_size(info->dtype);
     uint32_t n = info->ndim;
-    uint64_t stride[NPY_MAX_NDIM]; /* Fortran byte strides */
-    uint64_t idx[NPY_MAX_NDIM] = {0};
+    uint64_t stride[INPUT_NPY_MAX_NDIM]; /* Fortran byte strides */
+    uint64_t idx[INPUT_NPY_MAX_NDIM] = {0};
     uint64_t s = isz;
     for (uint32_t k = 0; k < n; k++) {
         stride[k] = s;
@@ -561,10 +564,10 @@ static void transpose_f_to_c(uint8_t *dst, const uint8_t *src, const npy_info *i
     }
 }
 
-/* Guards against an npy_info that was not produced by npy_parse_header. */
-static int info_consistent(const npy_info *info)
+/* Guards against an input_npy_info that was not produced by input_npy_parse_header. */
+static int info_consistent(const input_npy_info *info)
 {
-    if (info->dtype < SF_DTYPE_BOOL || info->dtype > SF_DTYPE_COMPLEX128 || info->ndim > NPY_MAX_NDIM)
+    if (info->dtype < SF_DTYPE_BOOL || info->dtype > SF_DTYPE_COMPLEX128 || info->ndim > INPUT_NPY_MAX_NDIM)
         return 0;
     uint64_t count = 1;
     for (uint32_t i = 0; i < info->ndim; i++) {
@@ -576,10 +579,10 @@ static int info_consistent(const npy_info *info)
            info->data_size == count * sf_dtype_size(info->dtype);
 }
 
-int npy_to_c_le(void *dst, const void *src, const npy_info *info)
+int input_npy_to_c_le(void *dst, const void *src, const input_npy_info *info)
 {
     if (!info || !info_consistent(info) || (info->data_size > 0 && (!dst || !src)))
-        return sf_fail(SF_E_INVALID, "npy_to_c_le: invalid arguments");
+        return sf_fail(SF_E_INVALID, "input_npy_to_c_le: invalid arguments");
     if (info->data_size == 0)
         return 0;
     size_t unit = sf_dtype_swap_unit(info->dtype);
@@ -638,9 +641,10 @@ static size_t padded_total(size_t prefix, size_t dict_len)
     return prefix + hlen + (NPY_ALIGN - (prefix + hlen) % NPY_ALIGN);
 }
 
-size_t npy_write_header(uint8_t *buf, size_t cap, int dtype, uint32_t ndim, const uint64_t *shape)
+size_t input_npy_write_header(uint8_t *buf, size_t cap, int dtype, uint32_t ndim, const uint64_t *shape)
 {
-    if (dtype < SF_DTYPE_BOOL || dtype > SF_DTYPE_COMPLEX128 || ndim > NPY_MAX_NDIM || (ndim > 0 && !shape))
+    if (dtype < SF_DTYPE_BOOL || dtype > SF_DTYPE_COMPLEX128 || ndim > INPUT_NPY_MAX_NDIM ||
+        (ndim > 0 && !shape))
         return 0;
     char dict[NPY_DICT_CAP];
     size_t dict_len = format_dict(dict, sf_dtype_npy_descr(dtype), ndim, shape);

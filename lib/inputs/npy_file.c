@@ -9,9 +9,9 @@
 #include "error_internal.h"
 #include "shard_file.h"
 #include "npy_file.h"
-#include "input.h"
+#include "input_util.h"
 
-int npy_file_open(npy_file *f, const char *dir, const char *name)
+int input_npy_file_open(input_npy_file *f, const char *dir, const char *name)
 {
     snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
     struct stat st;
@@ -31,7 +31,7 @@ int npy_file_open(npy_file *f, const char *dir, const char *name)
             break;
         }
         size_t need = 0;
-        rc = npy_parse_header(&f->info, buf, len, f->file_size, &need);
+        rc = input_npy_parse_header(&f->info, buf, len, f->file_size, &need);
         if (rc != 1) {
             if (rc)
                 sf_fail_prefix(rc, f->path);
@@ -50,7 +50,7 @@ int npy_file_open(npy_file *f, const char *dir, const char *name)
     if (buf != small)
         free(buf);
     if (rc)
-        npy_file_close(f);
+        input_npy_file_close(f);
     return rc;
 }
 
@@ -63,9 +63,9 @@ static void shape_str(char *buf, size_t cap, uint32_t ndim, const uint64_t *shap
         snprintf(buf + pos, cap - pos, ndim == 1 ? ",)" : ")");
 }
 
-int npy_file_check(const npy_file *f, const sf_field *field, const char *first)
+int input_npy_file_check(const input_npy_file *f, const sf_field *field, const char *first)
 {
-    const npy_info *info = &f->info;
+    const input_npy_info *info = &f->info;
     if (info->dtype != field->dtype)
         return sf_fail(SF_E_SCHEMA, "%s: dtype %s does not match %s of %s (the schema comes from the first sample)",
                        f->path, sf_dtype_name(info->dtype), sf_dtype_name(field->dtype), first);
@@ -82,11 +82,11 @@ int npy_file_check(const npy_file *f, const sf_field *field, const char *first)
     return 0;
 }
 
-int npy_file_read(npy_file *f, uint8_t *dst, uint8_t **scratch, uint64_t *scratch_cap)
+int input_npy_file_read(input_npy_file *f, uint8_t *dst, uint8_t **scratch, uint64_t *scratch_cap)
 {
-    const npy_info *info = &f->info;
+    const input_npy_info *info = &f->info;
     uint8_t *target = dst;
-    if (!npy_is_native(info)) {
+    if (!input_npy_is_native(info)) {
         if (*scratch_cap < info->data_size) {
             uint8_t *n = realloc(*scratch, info->data_size);
             if (!n)
@@ -101,7 +101,7 @@ int npy_file_read(npy_file *f, uint8_t *dst, uint8_t **scratch, uint64_t *scratc
         return sf_fail(SF_E_INPUT, "%s: %s while reading the array data", f->path,
                        rc == SF_E_TRUNCATED ? "file shrank" : sf_strerror(rc));
     if (target != dst)
-        npy_to_c_le(dst, target, info);
+        input_npy_to_c_le(dst, target, info);
     /* numpy can hold other bytes in a bool array; a dataset cannot. */
     uint64_t bad = info->dtype == SF_DTYPE_BOOL ? sf_first_non_bool(dst, info->data_size) : UINT64_MAX;
     if (bad != UINT64_MAX)
@@ -110,7 +110,7 @@ int npy_file_read(npy_file *f, uint8_t *dst, uint8_t **scratch, uint64_t *scratc
     return 0;
 }
 
-void npy_file_close(npy_file *f)
+void input_npy_file_close(input_npy_file *f)
 {
     if (f->fd >= 0)
         close(f->fd);

@@ -9,9 +9,9 @@
 
 #include "number_text.h"
 
-size_t sf_format_i64(char buf[SF_NUMBER_TEXT_MAX], int64_t v)
+size_t input_i64_to_text(char buf[INPUT_NUMBER_TEXT_MAX], int64_t v)
 {
-    return (size_t)snprintf(buf, SF_NUMBER_TEXT_MAX, "%" PRId64, v);
+    return (size_t)snprintf(buf, INPUT_NUMBER_TEXT_MAX, "%" PRId64, v);
 }
 
 /* When the integer m times 10^scale reads back as a (> 0 or 0.0), its
@@ -54,12 +54,12 @@ static void shortest_digits(double a, char *digits, size_t *n, int *exp10)
     assert(!"17 significant digits always read back");
 }
 
-size_t sf_format_f64(char buf[SF_NUMBER_TEXT_MAX], double v)
+size_t input_f64_to_text(char buf[INPUT_NUMBER_TEXT_MAX], double v)
 {
     if (isnan(v))
-        return (size_t)snprintf(buf, SF_NUMBER_TEXT_MAX, "nan");
+        return (size_t)snprintf(buf, INPUT_NUMBER_TEXT_MAX, "nan");
     if (isinf(v))
-        return (size_t)snprintf(buf, SF_NUMBER_TEXT_MAX, v < 0 ? "-inf" : "inf");
+        return (size_t)snprintf(buf, INPUT_NUMBER_TEXT_MAX, v < 0 ? "-inf" : "inf");
     char d[24];
     size_t n;
     int e;
@@ -74,7 +74,7 @@ size_t sf_format_f64(char buf[SF_NUMBER_TEXT_MAX], double v)
             memcpy(buf + o, d + 1, n - 1);
             o += n - 1;
         }
-        o += (size_t)snprintf(buf + o, SF_NUMBER_TEXT_MAX - o, "e%c%02d", e < 0 ? '-' : '+',
+        o += (size_t)snprintf(buf + o, INPUT_NUMBER_TEXT_MAX - o, "e%c%02d", e < 0 ? '-' : '+',
                               e < 0 ? -e : e);
         return o;
     }
@@ -101,7 +101,7 @@ size_t sf_format_f64(char buf[SF_NUMBER_TEXT_MAX], double v)
     return o;
 }
 
-int sf_parse_i64_text(const char *text, size_t len, int64_t *v)
+int input_i64_from_text(const char *text, size_t len, int64_t *v)
 {
     const char *d = text + (len > 0 && text[0] == '-');
     size_t dlen = len - (size_t)(d - text);
@@ -110,7 +110,7 @@ int sf_parse_i64_text(const char *text, size_t len, int64_t *v)
     for (size_t k = 0; k < dlen; k++)
         if (d[k] < '0' || d[k] > '9')
             return 0;
-    char tmp[SF_NUMBER_TEXT_MAX];
+    char tmp[INPUT_NUMBER_TEXT_MAX];
     memcpy(tmp, text, len);
     tmp[len] = '\0';
     errno = 0;
@@ -121,11 +121,11 @@ int sf_parse_i64_text(const char *text, size_t len, int64_t *v)
     return 1;
 }
 
-int sf_parse_f64_text(const char *text, size_t len, double *v)
+int input_f64_from_text(const char *text, size_t len, double *v)
 {
-    if (len == 0 || len >= SF_NUMBER_TEXT_MAX)
+    if (len == 0 || len >= INPUT_NUMBER_TEXT_MAX)
         return 0;
-    char tmp[SF_NUMBER_TEXT_MAX], back[SF_NUMBER_TEXT_MAX];
+    char tmp[INPUT_NUMBER_TEXT_MAX], back[INPUT_NUMBER_TEXT_MAX];
     memcpy(tmp, text, len);
     tmp[len] = '\0';
     char *end;
@@ -133,7 +133,7 @@ int sf_parse_f64_text(const char *text, size_t len, double *v)
     if (end != tmp + len)
         return 0;
     /* The text is the value's only spelling: what export writes back. */
-    size_t n = sf_format_f64(back, x);
+    size_t n = input_f64_to_text(back, x);
     if (n != len || memcmp(back, text, len) != 0)
         return 0;
     *v = x;

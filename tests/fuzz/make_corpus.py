@@ -9,12 +9,16 @@ ones documented at the top of each tests/fuzz/fuzz_*.c. Commit the output;
 libFuzzer's own discoveries go to a scratch directory (tests/fuzz/run.sh),
 not here.
 """
+import bz2
+import gzip
 import io
+import lzma
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 import numpy as np
@@ -68,6 +72,109 @@ def npy_seeds():
     out(t, "bad_structured", raw_npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", bytes(4)))
     out(t, "long_python2_dims", raw_npy("{'descr': '<u2', 'fortran_order': False, 'shape': (2L, 1L), }", bytes(4)))
     out(t, "truncated", npy_bytes(np.arange(16, dtype="<f8"))[:-5])
+
+
+def list_seeds():
+    """fuzz_list: [name selector: 0 .csv, 1 .tsv, 2 .txt] + the list's bytes."""
+    t = "fuzz_list"
+    csv, tsv, txt = b"\x00", b"\x01", b"\x02"
+    out(t, "csv_header_types", csv + b'path,label,score,n,name\nimg/a.png,0,0.5,7,cat\n'
+        b'img/b.png,1,1e-05,-12,"dog, big"\nimg/c.png,2,2500.0,0,""\n')
+    out(t, "csv_no_header", csv + b"a.bin,3,7\nb.bin,-1,12\n")
+    out(t, "tsv_quotes", tsv + b'a\t0\tx y\nb\t1\t"q""t"\n"c\td"\t2\t"tab\tin"\n')
+    out(t, "txt_tab_floats", txt + b"p\tlabel\tv\nq/1\t2\t-0.0\nq/2\t3\tnan\nq/3\t4\t-inf\n")
+    out(t, "txt_comma", txt + b"x,1\ny,9223372036854775807\n")
+    out(t, "bom_crlf_empty_lines", csv + b"\xef\xbb\xbfpath,label\r\nf1,1\r\n\r\n\nf2,-2\r\n")
+    out(t, "quoted_newlines", csv + b'path,label,note\na,1,"multi\nline"\nc,2,"x"""\n"d",3,"\r\n"\n')
+    out(t, "paths_dot_slash", csv + b"./a,0\n/b,1\n.//c,2\n\xc3\xa9t\xc3\xa9/x y.png,3\n")
+    out(t, "float_column", csv + b"path,label,f\na,0,1.0\nb,1,2500.0\nc,2,1.5e+16\nd,3,inf\ne,4,0.0001\n")
+    out(t, "text_column_of_numbers", csv + b"path,label,x\na,0,007\nb,1,7\nc,2,0x1A\nd,3, 7\n")
+    out(t, "int_limits", csv + b"path,label,n\na,0,9223372036854775807\nb,-9223372036854775808,-1\n")
+    out(t, "no_final_newline", csv + b"path,label\na,1")
+    # Refused ones: the parser's and the typing's error paths.
+    out(t, "bad_label_leading_zero", csv + b"a,007\n")
+    out(t, "bad_label_text_row", csv + b"path,label\na,x\n")
+    out(t, "header_only", csv + b"path,label\n")
+    out(t, "repeated_key", csv + b"a,0\n./a,1\n")
+    out(t, "bad_key_dotdot", csv + b"../x,0\n")
+    out(t, "cell_count", csv + b"a,0,1\nb,1\n")
+    out(t, "unclosed_quote", csv + b'a,"0\n')
+    out(t, "text_after_quote", csv + b'"a"x,0\n')
+    out(t, "nul_byte", csv + b"a,0\x00\nb,1\n")
+    out(t, "one_column", csv + b"abc\ndef\n")
+    out(t, "bad_header_name", csv + b"path,label,.bad\na,0,1\n")
+    out(t, "taken_header_name", csv + b"path,label,label\na,0,1\n")
+    out(t, "empty", csv)
+
+
+def tar_bytes(members, fmt=tarfile.USTAR_FORMAT):
+    """A tar of (name, bytes) files and (name, None, TYPE[, link target])
+    other members, with fixed times and owners so that the bytes never
+    change, ending with its two zero blocks (without tarfile's padding to
+    10 KiB)."""
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=fmt) as tf:
+        for m in members:
+            ti = tarfile.TarInfo(m[0])
+            ti.mtime = 0
+            ti.uname = ti.gname = ""
+            if m[1] is not None:
+                ti.size = len(m[1])
+                tf.addfile(ti, io.BytesIO(m[1]))
+                continue
+            ti.type = m[2]
+            if len(m) > 3:
+                ti.linkname = m[3]
+            tf.addfile(ti)
+        end = tf.offset + 1024
+    return b.getvalue()[:end]
+
+
+def tar_seeds():
+    """fuzz_tar: the bytes of one tar, plain or compressed."""
+    t = "fuzz_tar"
+    two = [("000000.jpg", b"\xff\xd8jpeg0"), ("000000.cls", b"3"),
+           ("000001.jpg", b"\xff\xd8jpeg-one"), ("000001.cls", b"11")]
+    plain = tar_bytes(two)
+    out(t, "ustar_two_samples", plain)
+    out(t, "gz", gzip.compress(plain, mtime=0))
+    out(t, "bz2", bz2.compress(plain))
+    out(t, "xz", lzma.compress(plain, format=lzma.FORMAT_XZ))
+    zst = shutil.which("zstd")
+    if zst:
+        out(t, "zst", subprocess.run([zst, "-q", "-c", "-3"], input=plain, check=True,
+                                     stdout=subprocess.PIPE).stdout)
+    out(t, "gnu_dirs_dot_slash", tar_bytes(
+        [("./d", None, tarfile.DIRTYPE), ("./d/a.seg.png", b"PNGa"), ("./d/a.txt", b"a"),
+         ("./d/b.seg.png", b""), ("./d/b.txt", b"bee")], tarfile.GNU_FORMAT))
+    long_key = "x" * 90 + "/" + "\u00e9" * 40 + "/s"
+    out(t, "pax_long_utf8", tar_bytes([(long_key + ".bin", b"long"), (long_key + ".json", b"{}"),
+                                       ("k2.bin", bytes(range(256))), ("k2.json", b"[]")],
+                                      tarfile.PAX_FORMAT))
+    # libarchive reads a size field with a NUL among its digits inside a tar
+    # but starts no tar with it: the cursor entering at sample b's header
+    # must fall back to reading from the start (test_pack_inputs.c).
+    lenient = bytearray(tar_bytes([("a.x", b"abc"), ("b.x", b"")]))
+    h = lenient[1024:1536]
+    h[124:136] = b"0000\x000000002"
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\x00 " % sum(h)
+    lenient[1024:1536] = h
+    out(t, "lenient_size_field", bytes(lenient))
+    out(t, "three_samples_big", tar_bytes([(f"{i:03d}.{f}", bytes([i]) * (700 * i + 1))
+                                           for i in range(3) for f in ("a", "b")]))
+    # Refused ones.
+    out(t, "symlink", tar_bytes([("a.x", b"1"), ("b.x", None, tarfile.SYMTYPE, "a.x")]))
+    out(t, "hardlink", tar_bytes([("a.x", b"1"), ("b.x", None, tarfile.LNKTYPE, "a.x")]))
+    out(t, "fifo", tar_bytes([("a.x", None, tarfile.FIFOTYPE)]))
+    out(t, "key_again_later", tar_bytes([("a.x", b"1"), ("b.x", b"2"), ("a.y", b"3")]))
+    out(t, "missing_field", tar_bytes([("a.x", b"1"), ("a.y", b"2"), ("b.x", b"3")]))
+    out(t, "extra_field", tar_bytes([("a.x", b"1"), ("b.x", b"2"), ("b.y", b"3")]))
+    out(t, "field_twice", tar_bytes([("a.x", b"1"), ("a.x", b"2")]))
+    out(t, "no_dot", tar_bytes([("readme", b"hi")]))
+    out(t, "dotdot_key", tar_bytes([("../a.x", b"1")]))
+    out(t, "truncated", plain[:512 + 300])
+    out(t, "no_members", tar_bytes([("d", None, tarfile.DIRTYPE)]))
 
 
 def run(*args):
@@ -132,12 +239,15 @@ def main():
     sf = os.path.abspath(sys.argv[1])
     # Hand-made seeds are rewritten; inputs libFuzzer found (named found-*,
     # picked for the edges they add, see tests/fuzz/run.sh) are kept.
-    for t in ("fuzz_npy", "fuzz_manifest", "fuzz_shard", "fuzz_dataset", "fuzz_roundtrip"):
+    for t in ("fuzz_npy", "fuzz_manifest", "fuzz_shard", "fuzz_dataset", "fuzz_roundtrip", "fuzz_list",
+              "fuzz_tar"):
         d = os.path.join(CORPUS, t)
         for name in os.listdir(d) if os.path.isdir(d) else []:
             if not name.startswith("found-"):
                 os.unlink(os.path.join(d, name))
     npy_seeds()
+    list_seeds()
+    tar_seeds()
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:

@@ -195,9 +195,9 @@ static void make_dataset(ds_state *d, const variant *v, const char *base)
                     e[i] = (uint8_t)rnd();
             }
             uint8_t hdr[512];
-            size_t h = npy_write_header(hdr, sizeof hdr, fd->dtype, fd->ndim, fd->shape);
+            size_t h = input_npy_write_header(hdr, sizeof hdr, fd->dtype, fd->ndim, fd->shape);
             if (!h)
-                die("npy_write_header");
+                die("input_npy_write_header");
             char path[8192];
             snprintf(path, sizeof path, "%s/%s_%d.npy", in, fd->name, s);
             write_file(path, hdr, h, e, (size_t)fd->size);

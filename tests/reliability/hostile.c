@@ -190,12 +190,12 @@ static void make_dataset(const char *in, const char *out, int n, uint32_t align)
         uint8_t buf[256];
         char path[2048];
         uint64_t shape[2] = {2, 2};
-        size_t h = npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 2, shape);
+        size_t h = input_npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 2, shape);
         for (int i = 0; i < 16; i++)
             buf[h + i] = (uint8_t)(s * 16 + i);
         snprintf(path, sizeof path, "%s/img_k%03d.npy", in, s);
         write_file(path, buf, h + 16);
-        h = npy_write_header(buf, sizeof buf, SF_DTYPE_INT64, 0, NULL);
+        h = input_npy_write_header(buf, sizeof buf, SF_DTYPE_INT64, 0, NULL);
         memset(buf + h, 0, 8);
         buf[h] = (uint8_t)s;
         snprintf(path, sizeof path, "%s/label_k%03d.npy", in, s);

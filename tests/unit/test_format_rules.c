@@ -63,12 +63,12 @@ Test(rules, key_messages_say_what_is_wrong)
 static void int_text(const char *t, int ok, int64_t want)
 {
     int64_t v = 0;
-    cr_assert_eq(sf_parse_i64_text(t, strlen(t), &v), ok, "'%s'", t);
+    cr_assert_eq(input_i64_from_text(t, strlen(t), &v), ok, "'%s'", t);
     if (!ok)
         return;
     cr_assert_eq(v, want, "'%s'", t);
-    char back[SF_NUMBER_TEXT_MAX];
-    cr_assert_eq(sf_format_i64(back, v), strlen(t));
+    char back[INPUT_NUMBER_TEXT_MAX];
+    cr_assert_eq(input_i64_to_text(back, v), strlen(t));
     cr_assert_str_eq(back, t);
 }
 
@@ -86,12 +86,12 @@ Test(rules, int64_text_is_one_spelling)
 
 static void float_text(double v, const char *want)
 {
-    char t[SF_NUMBER_TEXT_MAX];
-    size_t n = sf_format_f64(t, v);
+    char t[INPUT_NUMBER_TEXT_MAX];
+    size_t n = input_f64_to_text(t, v);
     cr_assert_eq(n, strlen(t));
     cr_assert_str_eq(t, want);
     double back;
-    cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+    cr_assert_eq(input_f64_from_text(t, n, &back), 1, "'%s'", t);
     cr_assert(isnan(v) ? isnan(back) : memcmp(&back, &v, 8) == 0, "'%s'", t);
 }
 
@@ -118,7 +118,7 @@ Test(rules, float64_text_is_the_shortest_that_reads_back)
                          "-nan", " 1.0", "1.0 ", "0.10000000000000001", "1E+16", "1e16", "nan(1)"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         double v;
-        cr_assert_eq(sf_parse_f64_text(bad[i], strlen(bad[i]), &v), 0, "'%s' accepted", bad[i]);
+        cr_assert_eq(input_f64_from_text(bad[i], strlen(bad[i]), &v), 0, "'%s' accepted", bad[i]);
     }
     /* Any double: its text reads back to the same bits. */
     uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -128,10 +128,10 @@ Test(rules, float64_text_is_the_shortest_that_reads_back)
         memcpy(&v, &x, 8);
         if (isnan(v))
             continue;
-        char t[SF_NUMBER_TEXT_MAX];
-        size_t n = sf_format_f64(t, v);
+        char t[INPUT_NUMBER_TEXT_MAX];
+        size_t n = input_f64_to_text(t, v);
         double back;
-        cr_assert_eq(sf_parse_f64_text(t, n, &back), 1, "'%s'", t);
+        cr_assert_eq(input_f64_from_text(t, n, &back), 1, "'%s'", t);
         cr_assert_eq(memcmp(&back, &v, 8), 0, "'%s'", t);
     }
 }
@@ -162,6 +162,45 @@ Test(rules, key_table_finds_each_repeat_and_its_first)
         }
     }
     cr_assert_eq(repeats, 2);
+    sf_key_table_free(&t);
+}
+
+/* Keys "k0", "k1", ... as one buffer of fixed-width slots: the table
+ * reads them back by id when it grows. */
+#define GROW_KEYS 5000
+static char g_grow_keys[GROW_KEYS][8];
+
+static void grow_key_at(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    (void)ctx;
+    cr_assert_lt(id, GROW_KEYS);
+    *key = (const uint8_t *)g_grow_keys[id];
+    *len = strlen(g_grow_keys[id]);
+}
+
+/* Tar inputs do not know their sample count while they scan: a table made
+ * for no keys grows as they come and still finds every repeat. */
+Test(rules, key_table_grows_past_its_size)
+{
+    sf_key_table t;
+    cr_assert_eq(sf_key_table_init(&t, 0, grow_key_at, NULL), 0);
+    uint64_t first_mask = t.mask, first;
+    for (uint64_t id = 0; id < GROW_KEYS; id++) {
+        snprintf(g_grow_keys[id], sizeof g_grow_keys[id], "k%llu", (unsigned long long)id);
+        int r = sf_key_table_add(&t, id, (const uint8_t *)g_grow_keys[id], strlen(g_grow_keys[id]), &first);
+        cr_assert_eq(r, 0, "k%llu: %d", (unsigned long long)id, r);
+    }
+    cr_assert_gt(t.mask, first_mask, "the table did not grow");
+    cr_assert_leq(3 * t.count, 2 * (t.mask + 1), "more than 2/3 full");
+    /* Every key again: each is found, with its own id, and not added. */
+    for (uint64_t id = 0; id < GROW_KEYS; id++) {
+        char again[8];
+        snprintf(again, sizeof again, "k%llu", (unsigned long long)id);
+        cr_assert_eq(sf_key_table_add(&t, GROW_KEYS, (const uint8_t *)again, strlen(again), &first), 1, "%s",
+                     again);
+        cr_assert_eq(first, id, "%s: first %llu", again, (unsigned long long)first);
+    }
+    cr_assert_eq(t.count, GROW_KEYS);
     sf_key_table_free(&t);
 }
 

@@ -19,7 +19,7 @@ struct npy_golden {
     int fortran_order;
     int version_major;
     uint32_t ndim;
-    uint64_t shape[NPY_MAX_NDIM];
+    uint64_t shape[INPUT_NPY_MAX_NDIM];
     const unsigned char *file;
     size_t file_len;
     const unsigned char *cdata; /* expected C-order LE data; NULL: the file's own */
@@ -35,7 +35,7 @@ struct npy_refused {
 struct npy_header_golden {
     int dtype;
     uint32_t ndim;
-    uint64_t shape[NPY_MAX_NDIM];
+    uint64_t shape[INPUT_NPY_MAX_NDIM];
     const unsigned char *bytes;
     size_t len;
 };
@@ -59,9 +59,9 @@ static const unsigned char *expected_data(const struct npy_golden *g)
 }
 
 /* Parses a whole in-memory file. */
-static int parse_all(npy_info *info, const void *buf, size_t len)
+static int parse_all(input_npy_info *info, const void *buf, size_t len)
 {
-    return npy_parse_header(info, buf, len, len, NULL);
+    return input_npy_parse_header(info, buf, len, len, NULL);
 }
 
 /* Builds a .npy file around `dict`: magic, version, length, the dict, space
@@ -91,13 +91,13 @@ static uint8_t scratch[8192];
 
 /* Parses `dict` wrapped as a version-`major` file with exactly the right
  * amount of data for what the dict says (0 bytes if it does not parse). */
-static int parse_dict_v(npy_info *info, int major, const char *dict, size_t data_len)
+static int parse_dict_v(input_npy_info *info, int major, const char *dict, size_t data_len)
 {
     size_t n = build(scratch, sizeof scratch, major, dict, 1, data_len);
     return parse_all(info, scratch, n);
 }
 
-static int parse_dict(npy_info *info, const char *dict, size_t data_len)
+static int parse_dict(input_npy_info *info, const char *dict, size_t data_len)
 {
     return parse_dict_v(info, 1, dict, data_len);
 }
@@ -113,7 +113,7 @@ Test(npy_golden, parses_every_numpy_file)
 {
     for (size_t i = 0; i < COUNT(npy_goldens); i++) {
         const struct npy_golden *g = &npy_goldens[i];
-        npy_info info;
+        input_npy_info info;
         int rc = parse_all(&info, g->file, g->file_len);
         cr_assert_eq(rc, 0, "%s: %d %s", g->name, rc, sf_last_error());
         cr_expect_eq(info.dtype, g->dtype, "%s dtype", g->name);
@@ -138,17 +138,17 @@ Test(npy_golden, converts_every_numpy_file_to_c_le)
 {
     for (size_t i = 0; i < COUNT(npy_goldens); i++) {
         const struct npy_golden *g = &npy_goldens[i];
-        npy_info info;
+        input_npy_info info;
         cr_assert_eq(parse_all(&info, g->file, g->file_len), 0, "%s", g->name);
         uint8_t *dst = malloc(g->cdata_len + 1);
         cr_assert_not_null(dst);
         memset(dst, 0xAA, g->cdata_len + 1);
-        cr_assert_eq(npy_to_c_le(dst, g->file + info.data_offset, &info), 0, "%s", g->name);
+        cr_assert_eq(input_npy_to_c_le(dst, g->file + info.data_offset, &info), 0, "%s", g->name);
         cr_expect_arr_eq(dst, expected_data(g), g->cdata_len, "%s converted data", g->name);
         cr_expect_eq(dst[g->cdata_len], 0xAA, "%s wrote past data_size", g->name);
         /* Native exactly when no conversion is needed. */
         int same = memcmp(g->file + info.data_offset, expected_data(g), g->cdata_len) == 0;
-        cr_expect_eq(npy_is_native(&info), same, "%s npy_is_native", g->name);
+        cr_expect_eq(input_npy_is_native(&info), same, "%s input_npy_is_native", g->name);
         free(dst);
     }
 }
@@ -170,16 +170,16 @@ Test(npy_golden, big_endian_equals_little_endian)
         snprintf(be_name, sizeof be_name, "be_%s", codes[i]);
         snprintf(le_name, sizeof le_name, "le_%s", codes[i]);
         const struct npy_golden *be = golden(be_name), *le = golden(le_name);
-        npy_info bi, li;
+        input_npy_info bi, li;
         cr_assert_eq(parse_all(&bi, be->file, be->file_len), 0);
         cr_assert_eq(parse_all(&li, le->file, le->file_len), 0);
         cr_expect_eq(bi.big_endian, 1);
         cr_expect_eq(li.big_endian, 0);
-        cr_expect_not(npy_is_native(&bi), "%s", be_name);
-        cr_expect(npy_is_native(&li), "%s", le_name);
+        cr_expect_not(input_npy_is_native(&bi), "%s", be_name);
+        cr_expect(input_npy_is_native(&li), "%s", le_name);
         uint8_t out[256];
         cr_assert_leq(bi.data_size, sizeof out);
-        cr_assert_eq(npy_to_c_le(out, be->file + bi.data_offset, &bi), 0);
+        cr_assert_eq(input_npy_to_c_le(out, be->file + bi.data_offset, &bi), 0);
         cr_expect_arr_eq(out, le->file + li.data_offset, li.data_size, "%s", be_name);
     }
 }
@@ -188,10 +188,10 @@ Test(npy_golden, complex_swaps_each_half)
 {
     /* complex64 element 0 of values(): real -7.5, imaginary 3.0. */
     const struct npy_golden *g = golden("be_c8");
-    npy_info info;
+    input_npy_info info;
     cr_assert_eq(parse_all(&info, g->file, g->file_len), 0);
     float out[12];
-    cr_assert_eq(npy_to_c_le(out, g->file + info.data_offset, &info), 0);
+    cr_assert_eq(input_npy_to_c_le(out, g->file + info.data_offset, &info), 0);
     cr_expect_eq(out[0], -7.5f);
     cr_expect_eq(out[1], 3.0f);
     cr_expect_eq(out[2], -6.25f);
@@ -200,7 +200,7 @@ Test(npy_golden, complex_swaps_each_half)
 
 Test(npy_golden, versions_2_and_3)
 {
-    npy_info info;
+    input_npy_info info;
     const struct npy_golden *v2 = golden("v2_f4"), *v3 = golden("v3_f4");
     cr_assert_eq(parse_all(&info, v2->file, v2->file_len), 0);
     cr_expect_eq(info.version_major, 2);
@@ -215,7 +215,7 @@ Test(npy_golden, versions_2_and_3)
 
 Test(npy_golden, zero_d_and_empty)
 {
-    npy_info info;
+    input_npy_info info;
     const struct npy_golden *s = golden("scalar_f8");
     cr_assert_eq(parse_all(&info, s->file, s->file_len), 0);
     cr_expect_eq(info.ndim, 0);
@@ -230,7 +230,7 @@ Test(npy_golden, zero_d_and_empty)
     cr_expect_eq(info.ndim, 2);
     cr_expect_eq(info.count, 0);
     cr_expect_eq(info.data_size, 0);
-    cr_expect_eq(npy_to_c_le(NULL, NULL, &info), 0);
+    cr_expect_eq(input_npy_to_c_le(NULL, NULL, &info), 0);
 }
 
 Test(npy_golden, refuses_numpy_files_with_unsupported_dtypes)
@@ -247,7 +247,7 @@ Test(npy_golden, refuses_numpy_files_with_unsupported_dtypes)
     for (size_t i = 0; i < COUNT(want); i++) {
         const struct npy_refused *r = &npy_refused_files[i];
         cr_assert_str_eq(r->name, want[i].name);
-        npy_info info;
+        input_npy_info info;
         int rc = parse_all(&info, r->file, r->file_len);
         cr_expect_eq(rc, SF_E_UNSUPPORTED, "%s: %d %s", r->name, rc, sf_last_error());
         cr_expect_not_null(strstr(sf_last_error(), want[i].in_message), "%s: %s", r->name, sf_last_error());
@@ -264,7 +264,7 @@ Test(npy_golden, refuses_numpy_files_with_unsupported_dtypes)
  * the C-order result holds 0, 1, 2, ... */
 static void check_fortran(int dtype, int big, uint32_t ndim, const uint64_t *shape)
 {
-    npy_info info = {0};
+    input_npy_info info = {0};
     info.dtype = dtype;
     info.big_endian = big;
     info.fortran_order = 1;
@@ -281,7 +281,7 @@ static void check_fortran(int dtype, int big, uint32_t ndim, const uint64_t *sha
 
     for (uint64_t c = 0; c < info.count; c++) {
         /* C multi-index of c, then its Fortran linear position. */
-        uint64_t rest = c, f = 0, fstride = 1, idx[NPY_MAX_NDIM];
+        uint64_t rest = c, f = 0, fstride = 1, idx[INPUT_NPY_MAX_NDIM];
         for (uint32_t k = ndim; k-- > 0;) {
             idx[k] = rest % shape[k];
             rest /= shape[k];
@@ -296,7 +296,7 @@ static void check_fortran(int dtype, int big, uint32_t ndim, const uint64_t *sha
                 src[f * isz + u + byte] = (uint8_t)(b < 8 ? (c + u) >> (8 * b) : 0);
             }
     }
-    cr_assert_eq(npy_to_c_le(dst, src, &info), 0);
+    cr_assert_eq(input_npy_to_c_le(dst, src, &info), 0);
     for (uint64_t c = 0; c < info.count; c++)
         for (size_t u = 0; u < isz; u += unit)
             for (size_t b = 0; b < unit; b++)
@@ -322,39 +322,39 @@ Test(npy_fortran, transposes_any_rank_and_itemsize)
 
 Test(npy_fortran, single_long_axis_is_native)
 {
-    npy_info info = {.dtype = SF_DTYPE_FLOAT32, .fortran_order = 1, .ndim = 3, .shape = {1, 6, 1}, .count = 6,
-                     .data_size = 24};
-    cr_expect(npy_is_native(&info));
+    input_npy_info info = {.dtype = SF_DTYPE_FLOAT32, .fortran_order = 1, .ndim = 3, .shape = {1, 6, 1},
+                           .count = 6, .data_size = 24};
+    cr_expect(input_npy_is_native(&info));
     info.shape[0] = 2;
     info.shape[1] = 3;
-    cr_expect_not(npy_is_native(&info));
+    cr_expect_not(input_npy_is_native(&info));
     info.fortran_order = 0;
-    cr_expect(npy_is_native(&info));
+    cr_expect(input_npy_is_native(&info));
     info.big_endian = 1;
-    cr_expect_not(npy_is_native(&info));
+    cr_expect_not(input_npy_is_native(&info));
     info.dtype = SF_DTYPE_UINT8;
     info.data_size = 6;
-    cr_expect(npy_is_native(&info), "byte order is moot for 1-byte items");
-    cr_expect_not(npy_is_native(NULL));
+    cr_expect(input_npy_is_native(&info), "byte order is moot for 1-byte items");
+    cr_expect_not(input_npy_is_native(NULL));
 }
 
 Test(npy_fortran, rejects_inconsistent_info)
 {
     uint8_t a[16] = {0}, b[16];
-    npy_info info = {.dtype = SF_DTYPE_UINT16, .ndim = 1, .shape = {4}, .count = 4, .data_size = 8};
-    cr_expect_eq(npy_to_c_le(b, a, &info), 0);
+    input_npy_info info = {.dtype = SF_DTYPE_UINT16, .ndim = 1, .shape = {4}, .count = 4, .data_size = 8};
+    cr_expect_eq(input_npy_to_c_le(b, a, &info), 0);
     info.data_size = 16;
-    cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
+    cr_expect_eq(input_npy_to_c_le(b, a, &info), SF_E_INVALID);
     info.data_size = 8;
     info.count = 5;
-    cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
+    cr_expect_eq(input_npy_to_c_le(b, a, &info), SF_E_INVALID);
     info.count = 4;
     info.ndim = 9;
-    cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
+    cr_expect_eq(input_npy_to_c_le(b, a, &info), SF_E_INVALID);
     info.ndim = 1;
     info.dtype = SF_DTYPE_BYTES;
-    cr_expect_eq(npy_to_c_le(b, a, &info), SF_E_INVALID);
-    cr_expect_eq(npy_to_c_le(b, a, NULL), SF_E_INVALID);
+    cr_expect_eq(input_npy_to_c_le(b, a, &info), SF_E_INVALID);
+    cr_expect_eq(input_npy_to_c_le(b, a, NULL), SF_E_INVALID);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,7 +373,7 @@ Test(npy_header, accepts_python_literal_variants)
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L)}",
     };
     for (size_t i = 0; i < COUNT(ok); i++) {
-        npy_info info;
+        input_npy_info info;
         int rc = parse_dict(&info, ok[i], 24);
         cr_assert_eq(rc, 0, "%s: %s", ok[i], sf_last_error());
         cr_expect_eq(info.dtype, SF_DTYPE_FLOAT32, "%s", ok[i]);
@@ -387,7 +387,7 @@ Test(npy_header, accepts_python_literal_variants)
 
 Test(npy_header, shapes_and_fortran_flag)
 {
-    npy_info info;
+    input_npy_info info;
     cr_assert_eq(parse_dict(&info, "{'descr': '<i8', 'fortran_order': True, 'shape': ()}", 8), 0);
     cr_expect_eq(info.ndim, 0);
     cr_expect_eq(info.count, 1);
@@ -403,7 +403,7 @@ Test(npy_header, shapes_and_fortran_flag)
     cr_expect_eq(info.data_size, 0);
     cr_assert_eq(parse_dict(&info, "{'descr': '>i1', 'fortran_order': False, 'shape': (00,)}", 0), 0);
     cr_expect_eq(info.dtype, SF_DTYPE_INT8);
-    cr_expect(npy_is_native(&info), "'>' on a 1-byte type needs no swap");
+    cr_expect(input_npy_is_native(&info), "'>' on a 1-byte type needs no swap");
     cr_assert_eq(parse_dict(&info,
                             "{'descr': '|b1', 'fortran_order': False, 'shape': (1, 2, 1, 2, 1, 2, 1, 2)}", 16),
                  0);
@@ -426,7 +426,7 @@ Test(npy_header, every_descr_maps_to_its_dtype)
     for (size_t i = 0; i < COUNT(cases); i++) {
         char dict[128];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (3,)}", cases[i].descr);
-        npy_info info;
+        input_npy_info info;
         int rc = parse_dict(&info, dict, 3 * sf_dtype_size(cases[i].dtype));
         cr_assert_eq(rc, 0, "%s: %s", dict, sf_last_error());
         cr_expect_eq(info.dtype, cases[i].dtype, "%s", cases[i].descr);
@@ -443,7 +443,7 @@ Test(npy_header, refuses_unsupported_descr)
     for (size_t i = 0; i < COUNT(bad); i++) {
         char dict[128];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (3,)}", bad[i]);
-        npy_info info;
+        input_npy_info info;
         int rc = parse_dict(&info, dict, 0);
         assert_fails(rc, SF_E_UNSUPPORTED, dict);
         char quoted[32];
@@ -451,7 +451,7 @@ Test(npy_header, refuses_unsupported_descr)
         cr_expect_not_null(strstr(sf_last_error(), quoted), "%s: %s", bad[i], sf_last_error());
         cr_expect_not_null(strstr(sf_last_error(), "not supported"), "%s: %s", bad[i], sf_last_error());
     }
-    npy_info info;
+    input_npy_info info;
     int rc = parse_dict(&info, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (3,)}", 0);
     assert_fails(rc, SF_E_UNSUPPORTED, "list descr");
     /* A 1-byte-only byte order on a wide type is not valid numpy output. */
@@ -509,7 +509,7 @@ Test(npy_header, refuses_malformed_dicts)
         "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} \x01",
     };
     for (size_t i = 0; i < COUNT(bad); i++) {
-        npy_info info;
+        input_npy_info info;
         int rc = parse_dict(&info, bad[i], 12);
         assert_fails(rc, SF_E_NPY, bad[i]);
     }
@@ -517,7 +517,7 @@ Test(npy_header, refuses_malformed_dicts)
 
 Test(npy_header, long_suffix_only_before_version_3)
 {
-    npy_info info;
+    input_npy_info info;
     const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L)}";
     cr_expect_eq(parse_dict_v(&info, 2, dict, 24), 0, "%s", sf_last_error());
     cr_expect_eq(parse_dict_v(&info, 3, dict, 24), SF_E_NPY);
@@ -525,7 +525,7 @@ Test(npy_header, long_suffix_only_before_version_3)
 
 Test(npy_header, nul_byte_in_header)
 {
-    npy_info info;
+    input_npy_info info;
     size_t n = build(scratch, sizeof scratch, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 1, 12);
     scratch[10 + 12] = '\0'; /* inside the descr string */
     cr_expect_eq(parse_all(&info, scratch, n), SF_E_NPY);
@@ -536,7 +536,7 @@ Test(npy_header, nul_byte_in_header)
 
 Test(npy_header, header_must_end_with_newline)
 {
-    npy_info info;
+    input_npy_info info;
     size_t n = build(scratch, sizeof scratch, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 0, 12);
     int rc = parse_all(&info, scratch, n);
     assert_fails(rc, SF_E_NPY, "no newline");
@@ -551,27 +551,27 @@ Test(npy_header, header_must_end_with_newline)
 /* Magic, version, limits                                                   */
 /* ------------------------------------------------------------------------ */
 
-Test(npy_file, bad_magic)
+Test(input_npy_file, bad_magic)
 {
     static const char *const bad[] = {"\x93NUMPX\x01\x00", "PK\x03\x04\x14\x00\x00\x00", "\x94NUMPY\x01\x00",
                                       "ab"};
     for (size_t i = 0; i < COUNT(bad); i++) {
-        npy_info info;
+        input_npy_info info;
         size_t n = strlen(bad[i]);
         memcpy(scratch, bad[i], n);
         memset(scratch + n, ' ', 200);
         /* Even a short buffer of a long file is recognised as foreign. */
-        int rc = npy_parse_header(&info, scratch, n, n + 200, NULL);
+        int rc = input_npy_parse_header(&info, scratch, n, n + 200, NULL);
         assert_fails(rc, SF_E_NPY, "bad magic");
         cr_expect_str_eq(sf_last_error(), "not a .npy file (bad magic)");
     }
 }
 
-Test(npy_file, unknown_versions)
+Test(input_npy_file, unknown_versions)
 {
     static const uint8_t versions[][2] = {{0, 0}, {4, 0}, {1, 1}, {2, 1}, {255, 0}};
     for (size_t i = 0; i < COUNT(versions); i++) {
-        npy_info info;
+        input_npy_info info;
         size_t n = build(scratch, sizeof scratch, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 1,
                          12);
         scratch[6] = versions[i][0];
@@ -582,35 +582,35 @@ Test(npy_file, unknown_versions)
     }
 }
 
-Test(npy_file, truncated_at_every_length)
+Test(input_npy_file, truncated_at_every_length)
 {
     const struct npy_golden *g = golden("le_f8");
     for (size_t len = 0; len < g->file_len; len++) {
-        npy_info info;
+        input_npy_info info;
         size_t need = 12345;
-        int rc = npy_parse_header(&info, g->file, len, len, &need);
+        int rc = input_npy_parse_header(&info, g->file, len, len, &need);
         assert_fails(rc, SF_E_TRUNCATED, "truncated file");
         cr_expect_eq(need, 12345, "need must not be set on failure");
     }
-    npy_info info;
-    npy_parse_header(&info, g->file, g->file_len - 1, g->file_len - 1, NULL);
+    input_npy_info info;
+    input_npy_parse_header(&info, g->file, g->file_len - 1, g->file_len - 1, NULL);
     char msg[80];
     snprintf(msg, sizeof msg, "truncated: data needs %zu bytes, file has %zu", g->file_len, g->file_len - 1);
     cr_expect_str_eq(sf_last_error(), msg);
 }
 
-Test(npy_file, trailing_bytes)
+Test(input_npy_file, trailing_bytes)
 {
     const struct npy_golden *g = golden("le_i4");
     memcpy(scratch, g->file, g->file_len);
     memset(scratch + g->file_len, 0, 3);
-    npy_info info;
+    input_npy_info info;
     int rc = parse_all(&info, scratch, g->file_len + 3);
     assert_fails(rc, SF_E_NPY, "trailing");
     cr_expect_str_eq(sf_last_error(), "3 unexpected trailing bytes");
 }
 
-Test(npy_file, need_more_bytes)
+Test(input_npy_file, need_more_bytes)
 {
     const struct npy_golden *g = golden("v2_f4");
     static const struct {
@@ -618,18 +618,18 @@ Test(npy_file, need_more_bytes)
         size_t need;
     } steps[] = {{0, 8}, {5, 8}, {7, 8}, {8, 12}, {11, 12}, {12, 128}, {64, 128}, {127, 128}};
     for (size_t i = 0; i < COUNT(steps); i++) {
-        npy_info info;
+        input_npy_info info;
         size_t need = 0;
-        int rc = npy_parse_header(&info, g->file, steps[i].len, g->file_len, &need);
+        int rc = input_npy_parse_header(&info, g->file, steps[i].len, g->file_len, &need);
         cr_expect_eq(rc, 1, "len %zu: %d %s", steps[i].len, rc, sf_last_error());
         cr_expect_eq(need, steps[i].need, "len %zu", steps[i].len);
-        cr_expect_eq(npy_parse_header(&info, g->file, steps[i].len, g->file_len, NULL), 1);
+        cr_expect_eq(input_npy_parse_header(&info, g->file, steps[i].len, g->file_len, NULL), 1);
     }
     /* A caller loop that reads what is asked for converges. */
     size_t have = 0, need = 0;
-    npy_info info;
+    input_npy_info info;
     int rc, rounds = 0;
-    while ((rc = npy_parse_header(&info, g->file, have, g->file_len, &need)) == 1) {
+    while ((rc = input_npy_parse_header(&info, g->file, have, g->file_len, &need)) == 1) {
         cr_assert_gt(need, have);
         have = need;
         cr_assert_lt(++rounds, 5);
@@ -640,52 +640,52 @@ Test(npy_file, need_more_bytes)
 
     /* Version 1.0's prefix is 10 bytes. */
     const struct npy_golden *v1 = golden("le_f4");
-    cr_expect_eq(npy_parse_header(&info, v1->file, 9, v1->file_len, &need), 1);
+    cr_expect_eq(input_npy_parse_header(&info, v1->file, 9, v1->file_len, &need), 1);
     cr_expect_eq(need, 10);
-    cr_expect_eq(npy_parse_header(&info, v1->file, 10, v1->file_len, &need), 1);
+    cr_expect_eq(input_npy_parse_header(&info, v1->file, 10, v1->file_len, &need), 1);
     cr_expect_eq(need, 128);
 }
 
-Test(npy_file, invalid_arguments)
+Test(input_npy_file, invalid_arguments)
 {
     const struct npy_golden *g = golden("le_f4");
-    npy_info info;
-    cr_expect_eq(npy_parse_header(NULL, g->file, g->file_len, g->file_len, NULL), SF_E_INVALID);
-    cr_expect_eq(npy_parse_header(&info, NULL, 10, 100, NULL), SF_E_INVALID);
-    cr_expect_eq(npy_parse_header(&info, g->file, g->file_len, g->file_len - 1, NULL), SF_E_INVALID);
+    input_npy_info info;
+    cr_expect_eq(input_npy_parse_header(NULL, g->file, g->file_len, g->file_len, NULL), SF_E_INVALID);
+    cr_expect_eq(input_npy_parse_header(&info, NULL, 10, 100, NULL), SF_E_INVALID);
+    cr_expect_eq(input_npy_parse_header(&info, g->file, g->file_len, g->file_len - 1, NULL), SF_E_INVALID);
 }
 
-Test(npy_file, header_len_beyond_file_or_limit)
+Test(input_npy_file, header_len_beyond_file_or_limit)
 {
-    npy_info info;
+    input_npy_info info;
     size_t n = build(scratch, sizeof scratch, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 1, 12);
     scratch[8] = 0xE8; /* header_len 1000 in a 140-byte file */
     scratch[9] = 0x03;
     size_t need = 0;
-    int rc = npy_parse_header(&info, scratch, n, n, &need);
+    int rc = input_npy_parse_header(&info, scratch, n, n, &need);
     assert_fails(rc, SF_E_TRUNCATED, "header_len 1000");
     /* A v1 header can claim at most 65535 bytes: fine for the limit but
      * beyond a small file. */
     scratch[8] = scratch[9] = 0xFF;
-    assert_fails(npy_parse_header(&info, scratch, n, n, NULL), SF_E_TRUNCATED, "header_len 65535");
+    assert_fails(input_npy_parse_header(&info, scratch, n, n, NULL), SF_E_TRUNCATED, "header_len 65535");
 
     n = build(scratch, sizeof scratch, 2, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 1, 12);
     memcpy(scratch + 8, "\xFF\xFF\xFF\xFF", 4);
-    rc = npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
+    rc = input_npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
     assert_fails(rc, SF_E_LIMIT, "header_len 2^32-1");
-    memcpy(scratch + 8, "\x01\x00\x10\x00", 4); /* NPY_MAX_HEADER + 1 */
-    rc = npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
+    memcpy(scratch + 8, "\x01\x00\x10\x00", 4); /* INPUT_NPY_MAX_HEADER + 1 */
+    rc = input_npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
     assert_fails(rc, SF_E_LIMIT, "header_len 2^20+1");
-    /* Exactly NPY_MAX_HEADER is allowed: ask for the rest of it. */
+    /* Exactly INPUT_NPY_MAX_HEADER is allowed: ask for the rest of it. */
     memcpy(scratch + 8, "\x00\x00\x10\x00", 4);
-    rc = npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
+    rc = input_npy_parse_header(&info, scratch, n, UINT64_C(1) << 40, &need);
     cr_expect_eq(rc, 1, "%s", sf_last_error());
-    cr_expect_eq(need, 12 + NPY_MAX_HEADER);
+    cr_expect_eq(need, 12 + INPUT_NPY_MAX_HEADER);
 }
 
-Test(npy_file, ndim_limit)
+Test(input_npy_file, ndim_limit)
 {
-    npy_info info;
+    input_npy_info info;
     int rc = parse_dict(&info, "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}", 1);
     assert_fails(rc, SF_E_LIMIT, "ndim 9");
     rc = parse_dict(&info, "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1,)}", 1);
@@ -693,7 +693,7 @@ Test(npy_file, ndim_limit)
     cr_expect_eq(info.ndim, 8);
 }
 
-Test(npy_file, huge_shapes)
+Test(input_npy_file, huge_shapes)
 {
     static const char *const too_big[] = {
         "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551616,)}",
@@ -707,25 +707,25 @@ Test(npy_file, huge_shapes)
         "{'descr': '<u2', 'fortran_order': False, 'shape': (0, 1099511627777)}",
     };
     for (size_t i = 0; i < COUNT(too_big); i++) {
-        npy_info info;
+        input_npy_info info;
         int rc = parse_dict(&info, too_big[i], 0);
         assert_fails(rc, SF_E_LIMIT, too_big[i]);
     }
     /* Exactly 2^40 bytes is allowed; only the file size is consulted. */
-    npy_info info;
+    input_npy_info info;
     size_t n = build(scratch, sizeof scratch, 1, "{'descr': '<u8', 'fortran_order': False, 'shape': (1024, 134217728)}",
                      1, 0);
-    int rc = npy_parse_header(&info, scratch, n, n + (UINT64_C(1) << 40), NULL);
+    int rc = input_npy_parse_header(&info, scratch, n, n + (UINT64_C(1) << 40), NULL);
     cr_assert_eq(rc, 0, "%s", sf_last_error());
     cr_expect_eq(info.count, UINT64_C(1) << 37);
     cr_expect_eq(info.data_size, UINT64_C(1) << 40);
-    rc = npy_parse_header(&info, scratch, n, n + (UINT64_C(1) << 40) - 1, NULL);
+    rc = input_npy_parse_header(&info, scratch, n, n + (UINT64_C(1) << 40) - 1, NULL);
     assert_fails(rc, SF_E_TRUNCATED, "2^40 - 1");
 }
 
-Test(npy_file, messages_do_not_name_a_file)
+Test(input_npy_file, messages_do_not_name_a_file)
 {
-    npy_info info;
+    input_npy_info info;
     parse_dict(&info, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}", 12);
     cr_expect_not_null(strstr(sf_last_error(), "'x'"), "%s", sf_last_error());
     cr_expect_null(strstr(sf_last_error(), ".npy:"), "%s", sf_last_error());
@@ -741,14 +741,14 @@ Test(npy_write, matches_numpy_bytes)
         const struct npy_header_golden *h = &npy_header_goldens[i];
         uint8_t buf[512];
         memset(buf, 0xEE, sizeof buf);
-        size_t n = npy_write_header(buf, sizeof buf, h->dtype, h->ndim, h->shape);
+        size_t n = input_npy_write_header(buf, sizeof buf, h->dtype, h->ndim, h->shape);
         cr_assert_eq(n, h->len, "golden %zu: length %zu, numpy wrote %zu", i, n, h->len);
         cr_expect_arr_eq(buf, h->bytes, h->len, "golden %zu differs:\n%.*s\nnumpy:\n%.*s", i, (int)n, buf,
                          (int)h->len, h->bytes);
         cr_expect_eq(buf[n], 0xEE, "golden %zu wrote past its length", i);
         /* The exact size is enough room; one byte less is not. */
-        cr_expect_eq(npy_write_header(buf, h->len, h->dtype, h->ndim, h->shape), h->len);
-        cr_expect_eq(npy_write_header(buf, h->len - 1, h->dtype, h->ndim, h->shape), 0);
+        cr_expect_eq(input_npy_write_header(buf, h->len, h->dtype, h->ndim, h->shape), h->len);
+        cr_expect_eq(input_npy_write_header(buf, h->len - 1, h->dtype, h->ndim, h->shape), 0);
     }
 }
 
@@ -760,23 +760,23 @@ Test(npy_write, round_trips_through_parser)
         for (size_t s = 0; s <= COUNT(ndims); s++) {
             uint32_t ndim = s < COUNT(ndims) ? ndims[s] : 0; /* last round: 0-d */
             uint8_t buf[1024] = {0};
-            size_t n = npy_write_header(buf, sizeof buf, dt, ndim, shapes[s % COUNT(ndims)]);
+            size_t n = input_npy_write_header(buf, sizeof buf, dt, ndim, shapes[s % COUNT(ndims)]);
             cr_assert_gt(n, 0);
             cr_expect_eq(n % 64, 0);
             cr_expect_eq(buf[n - 1], '\n');
-            npy_info info;
+            input_npy_info info;
             uint64_t count = 1;
             for (uint32_t k = 0; k < ndim; k++)
                 count *= shapes[s % COUNT(ndims)][k];
             uint64_t size = n + count * sf_dtype_size(dt);
-            int rc = npy_parse_header(&info, buf, n, size, NULL);
+            int rc = input_npy_parse_header(&info, buf, n, size, NULL);
             cr_assert_eq(rc, 0, "%s ndim %u: %s", sf_dtype_name(dt), ndim, sf_last_error());
             cr_expect_eq(info.dtype, dt);
             cr_expect_eq(info.ndim, ndim);
             cr_expect_eq(info.count, count);
             cr_expect_eq(info.data_offset, n);
             cr_expect_eq(info.version_major, 1);
-            cr_expect(npy_is_native(&info));
+            cr_expect(input_npy_is_native(&info));
             for (uint32_t k = 0; k < ndim; k++)
                 cr_expect_eq(info.shape[k], shapes[s % COUNT(ndims)][k]);
         }
@@ -786,13 +786,14 @@ Test(npy_write, round_trips_through_parser)
 Test(npy_write, rejects_bad_arguments)
 {
     uint8_t buf[512];
-    uint64_t shape[NPY_MAX_NDIM + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_BYTES, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_COUNT, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, -1, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, NPY_MAX_NDIM + 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 1, NULL), 0);
-    cr_expect_eq(npy_write_header(buf, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
-    cr_expect_eq(npy_write_header(NULL, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
-    cr_expect_eq(npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 0, NULL), 128, "0-d needs no shape");
+    uint64_t shape[INPUT_NPY_MAX_NDIM + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, SF_DTYPE_BYTES, 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, SF_DTYPE_COUNT, 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, -1, 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, INPUT_NPY_MAX_NDIM + 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 1, NULL), 0);
+    cr_expect_eq(input_npy_write_header(buf, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(NULL, 0, SF_DTYPE_FLOAT32, 1, shape), 0);
+    cr_expect_eq(input_npy_write_header(buf, sizeof buf, SF_DTYPE_FLOAT32, 0, NULL), 128,
+                 "0-d needs no shape");
 }

@@ -31,7 +31,7 @@ static inline void unit_write_npy(const char *path, int dtype, uint32_t ndim, co
                                   const void *data, size_t size)
 {
     uint8_t hdr[4096];
-    size_t h = npy_write_header(hdr, sizeof hdr, dtype, ndim, shape);
+    size_t h = input_npy_write_header(hdr, sizeof hdr, dtype, ndim, shape);
     cr_assert_gt(h, 0);
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f, "%s: %s", path, strerror(errno));

@@ -124,7 +124,7 @@ refused = [
     ("clongdouble", save_bytes(np.zeros(2, dtype=np.clongdouble))),
 ]
 
-# Headers npy_write_header must reproduce byte for byte.
+# Headers input_npy_write_header must reproduce byte for byte.
 headers = [
     ("SF_DTYPE_FLOAT32", (3, 224, 224)),
     ("SF_DTYPE_FLOAT64", ()),
