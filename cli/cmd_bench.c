@@ -87,11 +87,18 @@ static const char *parse_device(sf_reader_opts *o, const char *arg)
 }
 
 /* A number from 1 to max into *out; else `bad`. */
-static const char *parse_count(uint32_t *out, const char *arg, uint64_t max, const char *bad)
+/* A count within the library's bounds for `param` (shardfeed/params.h). */
+static const char *parse_count(uint32_t *out, const char *arg, const char *flag, sf_param param)
 {
+    static char bad[96];
+    sf_bounds b;
     uint64_t v;
-    if (cli_parse_uint(arg, &v) || v == 0 || v > max)
+    sf_param_bounds(&b, param);
+    if (cli_parse_uint(arg, &v) || (int64_t)v < b.min || (int64_t)v > b.max) {
+        snprintf(bad, sizeof bad, "%s takes a number from %lld to %lld", flag, (long long)b.min,
+                 (long long)b.max);
         return bad;
+    }
     *out = (uint32_t)v;
     return NULL;
 }
@@ -102,7 +109,7 @@ static const char *bench_option(bench_args *a, int c, const char *arg)
     sf_reader_opts *o = &a->o;
     switch (c) {
     case O_BATCH:
-        return parse_count(&o->batch_size, arg, 1u << 24, "--batch-size takes a number from 1 to 16777216");
+        return parse_count(&o->batch_size, arg, "--batch-size", SF_PARAM_READER_BATCH_SIZE);
     case O_EPOCHS:
         return cli_parse_uint(arg, &a->epochs) || a->epochs == 0 ? "--epochs takes a positive number" : NULL;
     case O_SHUFFLE:
@@ -117,11 +124,11 @@ static const char *bench_option(bench_args *a, int c, const char *arg)
     case O_NOVERIFY: o->verify = SF_VERIFY_OFF; return NULL;
     case O_SKIP: o->on_corrupt = SF_ON_CORRUPT_SKIP; return NULL;
     case O_PREFETCH:
-        return parse_count(&o->prefetch, arg, 1024, "--prefetch takes a number from 1 to 1024");
+        return parse_count(&o->prefetch, arg, "--prefetch", SF_PARAM_READER_PREFETCH);
     case O_THREADS:
-        return parse_count(&o->io_threads, arg, 256, "--threads takes a number from 1 to 256");
+        return parse_count(&o->io_threads, arg, "--threads", SF_PARAM_READER_IO_THREADS);
     case O_QD:
-        return parse_count(&o->queue_depth, arg, 4096, "--queue-depth takes a number from 1 to 4096");
+        return parse_count(&o->queue_depth, arg, "--queue-depth", SF_PARAM_READER_QUEUE_DEPTH);
     case O_JSON: a->json = 1; return NULL;
     case O_SLEEP:
         return cli_parse_uint(arg, &a->sleep_us) || a->sleep_us > 60000000

@@ -181,7 +181,7 @@ static int claim(exporter *x, name_table *t, uint64_t i, uint32_t f, const char 
                        x->out_dir, a, b, (int)len, rel,
                        folder != o->folder ? " (one as a file, the other as a folder)" : "",
                        x->fold_case ? " on this file system, which ignores case" : "",
-                       x->format != &input_format_npy ? " (export --npy names files differently)" : "");
+                       x->format != &input_format_npy ? " (the npy layout, sf_export_npy, names files differently)" : "");
     }
     t->slot[j] = (uint32_t)(t->n + 1);
     t->e[t->n++] = (name_entry){h, (uint32_t)i, (uint8_t)f, (uint8_t)folder, (uint16_t)len};

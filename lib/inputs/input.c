@@ -59,7 +59,7 @@ static int detect_dir(const input_format **out, const char *path)
     if (best == FORMAT_COUNT) {
         char hints[512];
         join_hints(hints, sizeof hints, 1);
-        return sf_fail(SF_E_INPUT, "%s: no %s: cannot tell the input format (see --input-format)", path,
+        return sf_fail(SF_E_INPUT, "%s: no %s: cannot tell the input format (name it: the input_format option)", path,
                        hints);
     }
     *out = formats[best];
@@ -82,7 +82,7 @@ static int detect(const input_format **out, const char *path)
     char hints[512];
     join_hints(hints, sizeof hints, 0);
     return sf_fail(SF_E_INPUT,
-                   "%s: cannot tell the input format from the name (a directory, %s; see --input-format)",
+                   "%s: cannot tell the input format from the name (a directory, %s; name it: the input_format option)",
                    path, hints);
 }
 

@@ -17,6 +17,15 @@ VARLEN = ("list", "pair")
 
 U32 = 2 ** 32
 U64 = 2 ** 64
+# The library's option bounds (shardfeed/params.h), inclusive: one table for
+# C, the CLI and Python.
+BOUNDS = _C.param_bounds()
+
+
+def bounded(name, value, key):
+    """`value`, an int within the library's bounds for option `key`."""
+    lo, hi = BOUNDS[key]
+    return uint(name, value, lo, hi + 1)
 
 
 def choice(name, value, table):

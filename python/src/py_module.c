@@ -55,7 +55,50 @@ static PyObject *mod_version(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(sf_version());
 }
 
+/* param_bounds() -> {name: (min, max)} for every sf_param (shardfeed/params.h):
+ * the limits the Python layer checks arguments against, from the library's
+ * one table instead of retyped numbers. */
+static PyObject *mod_param_bounds(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    static const struct {
+        const char *key; /* the reader's and pack's options share names: prefix them */
+        sf_param p;
+    } P[] = {{"reader.batch_size", SF_PARAM_READER_BATCH_SIZE},
+             {"reader.prefetch", SF_PARAM_READER_PREFETCH},
+             {"reader.io_threads", SF_PARAM_READER_IO_THREADS},
+             {"reader.queue_depth", SF_PARAM_READER_QUEUE_DEPTH},
+             {"reader.world_size", SF_PARAM_READER_WORLD_SIZE},
+             {"pack.jobs", SF_PARAM_PACK_JOBS},
+             {"pack.align", SF_PARAM_PACK_ALIGN},
+             {"pack.shard_size", SF_PARAM_PACK_SHARD_SIZE},
+             {"pack.part_count", SF_PARAM_PACK_PARTS},
+             {"pack.zstd_level", SF_PARAM_PACK_ZSTD_LEVEL},
+             {"verify.jobs", SF_PARAM_VERIFY_JOBS}};
+    _Static_assert(sizeof P / sizeof P[0] == SF_PARAM_COUNT, "every sf_param has a key here");
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        sf_bounds b;
+        if (sf_param_bounds(&b, P[i].p) < 0) {
+            Py_DECREF(out);
+            return sf_py_raise(SF_E_INVALID);
+        }
+        PyObject *v = Py_BuildValue("(LL)", (long long)b.min, (long long)b.max);
+        if (!v || PyDict_SetItemString(out, P[i].key, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"param_bounds", mod_param_bounds, METH_NOARGS,
+     "param_bounds() -> {\"reader.batch_size\": (min, max), ...}: the library's option bounds"},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> sf_strerror(code)"},
     {"version", mod_version, METH_NOARGS, "version() -> the C library's version"},
     {NULL, NULL, 0, NULL}};

@@ -152,6 +152,20 @@ class Options(unittest.TestCase):
             with self.assertRaisesRegex(exc, text, msg=str(kw)):
                 loader(**kw)
 
+    def test_limits_are_the_librarys(self):
+        # The Loader checks against the C library's one table of bounds
+        # (shardfeed/params.h), not numbers of its own: the largest value
+        # passes the Python check (and the C one), one more does not.
+        bounds = shardfeed._shardfeed.param_bounds()
+        for kw, key in (("batch_size", "reader.batch_size"), ("prefetch", "reader.prefetch"),
+                        ("io_threads", "reader.io_threads")):
+            lo, hi = bounds[key]
+            self.assertGreaterEqual(lo, 1, key)
+            with self.assertRaisesRegex(ValueError, kw):
+                loader(**{kw: hi + 1})
+        ld = loader(prefetch=bounds["reader.prefetch"][1] // 64, io_threads=bounds["reader.io_threads"][1] // 64)
+        self.assertEqual(ld.stats()["io_threads"], bounds["reader.io_threads"][1] // 64)
+
     def test_c_validation_reaches_python(self):
         with self.assertRaises(shardfeed.Error) as cm:
             shardfeed._shardfeed.Reader(DS, batch_size=4, shuffle=7)
