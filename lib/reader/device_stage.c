@@ -1,5 +1,5 @@
 /* The device stage: connects the reader's slot pipeline (sf_reader_stage)
- * to a device implementation (sf_device_ops: CUDA, or the host copy thread
+ * to a device implementation (reader_device_ops: CUDA, or the host copy thread
  * used in tests). Every batch's fields are copied as soon as its reads and
  * checksums are done; the consumer gets device pointers and an event. */
 #include <errno.h>
@@ -12,8 +12,8 @@
 #include "shardfeed/shardfeed.h"
 
 typedef struct device_stage {
-    const sf_device_ops *ops;
-    sf_device *dev;
+    const reader_device_ops *ops;
+    reader_device *dev;
     int kind;        /* enum sf_reader_device */
     int ordinal;
     uint8_t *slab;
@@ -33,7 +33,7 @@ static int stage_ready(void *ctx, uint32_t slot, sf_batch *b)
     device_stage *d = ctx;
     uint8_t *base = d->slab + (uint64_t)slot * d->slot_bytes;
     uint8_t *dev = d->ops->device_ptr(d->dev, slot);
-    sf_copy_range ranges[SF_MAX_FIELDS];
+    reader_copy_range ranges[SF_MAX_FIELDS];
     uint32_t n = 0;
     /* Each field's used bytes, images and labels together, in one go on the
      * slot's stream: they reach the device at the same time. */
@@ -42,7 +42,7 @@ static int stage_ready(void *ctx, uint32_t slot, sf_batch *b)
         uint64_t off = (uint64_t)((uint8_t *)bf->data - base);
         bf->device_data = dev + off;
         if (bf->bytes)
-            ranges[n++] = (sf_copy_range){off, bf->bytes};
+            ranges[n++] = (reader_copy_range){off, bf->bytes};
     }
     b->device = d->kind;
     b->device_stream = d->ops->stream(d->dev, slot);
@@ -75,17 +75,17 @@ static void stage_close(void *ctx, void *slab, uint64_t bytes)
 
 int sf_device_stage_create(sf_reader_stage *stage, const sf_reader_opts *opts)
 {
-    const sf_device_ops *ops;
+    const reader_device_ops *ops;
     switch (opts->device) {
     case SF_DEVICE_CUDA:
-        if (!sf_device_cuda_compiled())
+        if (!reader_device_cuda_compiled())
             return sf_fail(SF_E_NOT_SUPPORTED,
                            "device cuda:%d: this shardfeed was built without CUDA "
                            "(configure with -DSHARDFEED_CUDA=ON)", opts->device_index);
-        ops = &sf_device_cuda;
+        ops = &reader_device_cuda;
         break;
     case SF_DEVICE_HOST_COPY:
-        ops = &sf_device_host;
+        ops = &reader_device_host;
         break;
     default:
         return sf_fail(SF_E_INVALID, "unknown device %d", opts->device);
@@ -121,7 +121,7 @@ int sf_has_feature(const char *name)
     if (!name)
         return 0;
     if (strcmp(name, "cuda") == 0)
-        return sf_device_cuda_compiled();
+        return reader_device_cuda_compiled();
     if (strcmp(name, "uring") == 0)
         return 1;
     return 0;

@@ -1,7 +1,7 @@
 /* The streaming reader: options, open/close, the schedule of batches into
  * slots, in-order delivery, record checksums and the substitution of
- * corrupt samples. The I/O itself is in engine_*.c behind sf_engine_ops,
- * the batch memory in slab.c; loader_internal.h describes the pipeline. */
+ * corrupt samples. The I/O itself is in engine_*.c behind reader_engine_ops,
+ * the batch memory in slab.c; reader_internal.h describes the pipeline. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,10 +30,10 @@ _Static_assert((int)SF_READER_UNEVEN_PAD == (int)SF_UNEVEN_PAD &&
 #define SUBST_MAX_TRIES 4096u /* consecutive corrupt ids tried before giving up */
 
 /* Stamps a stage of the slot's batch in the trace, if it has a record. */
-static inline void stamp(sf_slot *s, int stage)
+static inline void stamp(reader_slot *s, int stage)
 {
     if (s->trec)
-        sf_trace_stamp(s->trec, stage, sf_now_ns());
+        reader_trace_stamp(s->trec, stage, reader_now_ns());
 }
 
 static unsigned ncpu(void)
@@ -92,7 +92,7 @@ static int resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
     return 0;
 }
 
-int sf_loader_small_records(const sf_reader *r)
+int reader_small_records(const sf_reader *r)
 {
     const sf_schema *sc = r->schema;
     if (r->compressed || sc->n_var)
@@ -110,10 +110,10 @@ int sf_loader_small_records(const sf_reader *r)
  * only took turns with each other and with the consumer (Fashion-MNIST on
  * 2 cores: 2 threads delivered 8-33% more samples/s than 4, from C and from
  * Python, with pread and with mmap). */
-static uint32_t default_threads(const sf_reader *r, const sf_engine_ops *e)
+static uint32_t default_threads(const sf_reader *r, const reader_engine_ops *e)
 {
     unsigned n = ncpu();
-    if (e == &sf_engine_uring || sf_loader_small_records(r))
+    if (e == &reader_engine_uring || reader_small_records(r))
         return n < 2 ? 2 : n > 8 ? 8 : n;
     return n < 2 ? 4 : n > 8 ? 16 : 2 * n;
 }
@@ -182,7 +182,7 @@ static int open_direct_fds(sf_reader *r)
 /* ---- slots ---------------------------------------------------------------- */
 
 /* The batch_cap + 1 offsets of variable-length field f in slot s. */
-static uint64_t *slot_var_off(const sf_reader *r, const sf_slot *s, uint32_t f)
+static uint64_t *slot_var_off(const sf_reader *r, const reader_slot *s, uint32_t f)
 {
     return s->var_off + (size_t)r->schema->var_slot[f] * (r->batch_cap + 1);
 }
@@ -209,7 +209,7 @@ static int slots_init(sf_reader *r)
     if (!r->slots)
         return sf_fail(-ENOMEM, "out of memory");
     for (uint32_t i = 0; i < K; i++) {
-        sf_slot *s = &r->slots[i];
+        reader_slot *s = &r->slots[i];
         s->index = i;
         s->base = r->slab + (uint64_t)i * r->layout.slot_bytes;
         s->fields = calloc(sc->field_count, sizeof *s->fields);
@@ -252,7 +252,7 @@ static int slots_init(sf_reader *r)
 static void slots_free(sf_reader *r)
 {
     for (uint32_t i = 0; r->slots && i < r->opts.prefetch; i++) {
-        sf_slot *s = &r->slots[i];
+        reader_slot *s = &r->slots[i];
         free(s->fields);
         free(s->ids);
         free(s->source_ids);
@@ -270,8 +270,8 @@ static void slots_free(sf_reader *r)
  * variable-length fields' packed bytes after it are moved to fit the new
  * lengths (corrupt-sample substitution, after the whole batch was read). */
 /* Points task `t` at record `local` of `shard` (sample `id`), nothing read. */
-static void task_reset(const sf_reader *r, sf_task *t, uint64_t id, uint64_t shard, uint64_t local,
-                       uint64_t offset, uint64_t checksum)
+static void task_reset(const sf_reader *r, reader_task *t, uint64_t id, uint64_t shard,
+                       uint64_t local, uint64_t offset, uint64_t checksum)
 {
     t->id = id;
     t->shard = shard;
@@ -291,8 +291,8 @@ static void task_reset(const sf_reader *r, sf_task *t, uint64_t id, uint64_t sha
  * and the hot path for small samples: it runs once per sample (in the I/O
  * thread that claimed it), so it reads the three things it needs straight
  * from the index bytes (validated at open) instead of decoding whole entries. */
-static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t pos, uint64_t id,
-                               uint64_t shard, uint64_t local)
+static void place_fixed_sample(sf_reader *r, reader_slot *s, reader_task *t, uint32_t pos,
+                               uint64_t id, uint64_t shard, uint64_t local)
 {
     const sf_schema *sc = r->schema;
     const uint8_t *ent = r->ds->shards[shard].meta.index + local * sc->entry_size;
@@ -310,15 +310,16 @@ static void place_fixed_sample(sf_reader *r, sf_slot *s, sf_task *t, uint32_t po
         /* The record layout of SPEC.md: each payload field aligned. */
         if (k)
             field_start = sf_align_up(field_start, r->ds->manifest.align);
-        t->reads[k++] = (sf_read){t->offset + field_start, fd->item_size, 0, dst, fd->item_size};
+        t->reads[k++] =
+            (reader_read){t->offset + field_start, fd->item_size, 0, dst, fd->item_size};
         field_start += fd->item_size;
     }
 }
 
-static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, int repack)
+static void place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id, int repack)
 {
     const sf_schema *sc = r->schema;
-    sf_task *t = &s->tasks[pos];
+    reader_task *t = &s->tasks[pos];
     uint64_t local, shard = sf_dataset_locate(r->ds, id, &local);
     if (sc->n_var == 0) {
         place_fixed_sample(r, s, t, pos, id, shard, local);
@@ -355,17 +356,17 @@ static void place_sample(sf_reader *r, sf_slot *s, uint32_t pos, uint64_t id, in
             } else {
                 vo[pos + 1] = vo[pos] + out;
             }
-            /* sf_slab_layout's bound: a batch of distinct samples fits, and
+            /* reader_slab_layout's bound: a batch of distinct samples fits, and
              * substitute() refuses a repeat that would not. */
             assert(vo[repack ? s->batch.size : pos + 1] <= r->layout.field_cap[f]);
             dst = arr + vo[pos];
         }
-        t->reads[k] = (sf_read){e.offset + off[k], len[k], 0, dst, out};
+        t->reads[k] = (reader_read){e.offset + off[k], len[k], 0, dst, out};
         k++;
     }
 }
 
-static void set_field_bytes(sf_reader *r, sf_slot *s)
+static void set_field_bytes(sf_reader *r, reader_slot *s)
 {
     const sf_schema *sc = r->schema;
     for (uint32_t f = 0; f < sc->field_count; f++) {
@@ -376,9 +377,9 @@ static void set_field_bytes(sf_reader *r, sf_slot *s)
 
 /* Under r->lock: gives free slot `s` the batch (epoch, index) of the
  * sampler's current epoch. */
-static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t index)
+static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t index)
 {
-    uint32_t count = sf_sampler_batch(r->sampler, index, s->ids);
+    uint32_t count = reader_sampler_batch(r->sampler, index, s->ids);
     s->state = SLOT_LOADING;
     s->gen = r->gen;
     s->claimed = 0;
@@ -391,7 +392,7 @@ static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t inde
     for (uint32_t v = 0; v < r->schema->n_var; v++)
         s->var_off[(size_t)v * (r->batch_cap + 1)] = 0;
     /* Fixed-size records are placed by the I/O thread that claims them
-     * (sf_loader_claim), outside the lock: placing every sample here kept
+     * (reader_claim), outside the lock: placing every sample here kept
      * the consumer, which schedules on release, busy under r->lock for the
      * whole batch while the I/O threads waited. Variable-length fields pack
      * each value after the previous one, so those are placed here, in order. */
@@ -403,9 +404,9 @@ static void prepare_slot(sf_reader *r, sf_slot *s, uint64_t epoch, uint64_t inde
     atomic_store(&s->corrupt, 0);
     s->errmsg[0] = '\0';
     s->trec = NULL;
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     if (tr && tr->nb < tr->cap_b) {
-        sf_trace_batch *b = &tr->b[tr->nb++];
+        reader_trace_batch *b = &tr->b[tr->nb++];
         b->epoch = epoch;
         b->index = index;
         b->slot = s->index;
@@ -427,7 +428,7 @@ static void schedule_locked(sf_reader *r)
         return;
     int any = 0;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-        sf_slot *s = &r->slots[i];
+        reader_slot *s = &r->slots[i];
         if (s->state != SLOT_FREE)
             continue;
         if (s->device_busy) {
@@ -440,7 +441,7 @@ static void schedule_locked(sf_reader *r)
         if (r->sched_index >= r->num_batches) {
             r->sched_epoch++;
             r->sched_index = 0;
-            sf_sampler_set_epoch(r->sampler, r->sched_epoch);
+            reader_sampler_set_epoch(r->sampler, r->sched_epoch);
         }
         prepare_slot(r, s, r->sched_epoch, r->sched_index++);
         any = 1;
@@ -458,7 +459,7 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
         return;
     r->gen++;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-        sf_slot *s = &r->slots[i];
+        reader_slot *s = &r->slots[i];
         if (s->state == SLOT_READY) {
             s->state = SLOT_FREE;
         } else if (s->state == SLOT_LOADING) {
@@ -470,7 +471,7 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     }
     r->del_epoch = r->sched_epoch = epoch;
     r->del_index = r->sched_index = index;
-    sf_sampler_set_epoch(r->sampler, epoch);
+    reader_sampler_set_epoch(r->sampler, epoch);
     schedule_locked(r);
 }
 
@@ -481,7 +482,7 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
 #define PLACE_AHEAD 8u
 
 /* Finds claimed task t's sample and asks for its index entry. */
-static void locate_claimed(const sf_reader *r, sf_task *t)
+static void locate_claimed(const sf_reader *r, reader_task *t)
 {
     t->id = t->slot->ids[t->pos];
     t->shard = sf_dataset_locate(r->ds, t->id, &t->local);
@@ -490,19 +491,19 @@ static void locate_claimed(const sf_reader *r, sf_task *t)
 
 /* Places claimed tasks of a schema without variable-length fields (see
  * prepare_slot): the samples their slots' batches have at their positions. */
-static void place_claimed(sf_reader *r, sf_task **tasks, unsigned n)
+static void place_claimed(sf_reader *r, reader_task **tasks, unsigned n)
 {
     for (unsigned i = 0; i < n && i < PLACE_AHEAD; i++)
         locate_claimed(r, tasks[i]);
     for (unsigned i = 0; i < n; i++) {
         if (i + PLACE_AHEAD < n)
             locate_claimed(r, tasks[i + PLACE_AHEAD]);
-        sf_task *t = tasks[i];
+        reader_task *t = tasks[i];
         place_fixed_sample(r, t->slot, t, t->pos, t->id, t->shard, t->local);
     }
 }
 
-unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block)
+unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
 {
     unsigned n = 0;
     pthread_mutex_lock(&r->lock);
@@ -510,9 +511,9 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block)
         if (r->stop)
             break;
         while (n < max) {
-            sf_slot *best = NULL;
+            reader_slot *best = NULL;
             for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-                sf_slot *s = &r->slots[i];
+                reader_slot *s = &r->slots[i];
                 if (s->state != SLOT_LOADING || s->gen != r->gen || s->claimed >= s->batch.size)
                     continue;
                 if (!best || s->batch.epoch < best->batch.epoch ||
@@ -528,33 +529,33 @@ unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block)
         }
         if (n || !block)
             break;
-        sf_trace *tr = sf_trace_on(r);
+        reader_trace *tr = reader_trace_on(r);
         if (tr)
-            sf_trace_io_idle(tr); /* ends this thread's run */
+            reader_trace_io_idle(tr); /* ends this thread's run */
         pthread_cond_wait(&r->work_cv, &r->lock);
     }
     pthread_mutex_unlock(&r->lock);
-    /* The claimed tasks are this thread's until sf_loader_task_done, and
+    /* The claimed tasks are this thread's until reader_task_done, and
      * their slots stay LOADING until then, so placing them unlocked is safe.
      * Placing looks records up in the index: I/O time in the stats. */
     if (r->schema->n_var == 0 && n) {
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         place_claimed(r, out, n);
-        sf_loader_time(r, sf_now_ns() - t0, 0);
+        reader_account_time(r, reader_now_ns() - t0, 0);
     }
     if (n) {
-        sf_trace *tr = sf_trace_on(r);
+        reader_trace *tr = reader_trace_on(r);
         if (tr)
-            sf_trace_io_claimed(tr);
+            reader_trace_io_claimed(tr);
     }
     return n;
 }
 
-static void vtask_fail(sf_reader *r, sf_task *t, int err, const char *fmt, va_list ap)
+static void vtask_fail(sf_reader *r, reader_task *t, int err, const char *fmt, va_list ap)
 {
     if (!t->err)
         t->err = err;
-    sf_slot *s = t->slot;
+    reader_slot *s = t->slot;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&s->err, &expected, err))
         return;
@@ -565,7 +566,7 @@ static void vtask_fail(sf_reader *r, sf_task *t, int err, const char *fmt, va_li
         vsnprintf(s->errmsg + n, sizeof s->errmsg - (size_t)n, fmt, ap);
 }
 
-__attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, sf_task *t, int err,
+__attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, reader_task *t, int err,
                                                              const char *fmt, ...)
 {
     va_list ap;
@@ -575,7 +576,7 @@ __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, sf_ta
 }
 
 /* A corrupt sample, substituted at the batch-ready point (on_corrupt = SKIP). */
-static void task_corrupt(sf_task *t)
+static void task_corrupt(reader_task *t)
 {
     if (t->corrupt)
         return; /* several of its reads failed */
@@ -583,7 +584,7 @@ static void task_corrupt(sf_task *t)
     atomic_fetch_add(&t->slot->corrupt, 1);
 }
 
-void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
+void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what)
 {
     /* A read that failed because the shard was cut short while being read
      * (end of file from pread or io_uring, SIGBUS caught by the mmap
@@ -605,7 +606,7 @@ void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what)
     task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
 }
 
-void sf_loader_task_bad_value(sf_reader *r, sf_task *t)
+void reader_task_bad_value(sf_reader *r, reader_task *t)
 {
     if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
         task_corrupt(t);
@@ -615,7 +616,7 @@ void sf_loader_task_bad_value(sf_reader *r, sf_task *t)
 
 /* Hashes the task's payload fields where they landed in the slot.
  * Returns 0, SF_E_CHECKSUM, or -ENOMEM. */
-static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
+static int check_task(sf_reader *r, reader_task *t, uint64_t *got)
 {
     if (t->hashed) {
         *got = t->digest;
@@ -627,9 +628,9 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
         ptr[k] = t->reads[k].dst;
         len[k] = t->reads[k].len;
     }
-    uint64_t t0 = sf_now_ns();
+    uint64_t t0 = reader_now_ns();
     int rc = sf_record_hash(got, ptr, len, t->nreads);
-    sf_loader_time(r, 0, sf_now_ns() - t0);
+    reader_account_time(r, 0, reader_now_ns() - t0);
     if (rc)
         return rc;
     return *got == t->checksum ? 0 : SF_E_CHECKSUM;
@@ -642,22 +643,22 @@ static int check_task(sf_reader *r, sf_task *t, uint64_t *got)
 /* Reads task t synchronously through the buffered fd for substitute():
  * 0, SF_E_CHECKSUM, SF_E_CORRUPT or SF_E_TRUNCATED (not usable), or a read
  * error. */
-static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
+static int load_sync(sf_reader *r, reader_task *t, reader_stager *st)
 {
     int rc = 0;
     t->hashed = 0;
     if (r->compressed) {
-        rc = sf_stager_load(st, r, t, sf_staged_pread);
+        rc = reader_stager_load(st, r, t, reader_staged_pread);
     } else {
         int fd = r->ds->shards[t->shard].fd;
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         for (uint32_t k = 0; k < t->nreads && !rc; k++) {
-            sf_read *rd = &t->reads[k];
+            reader_read *rd = &t->reads[k];
             rc = sf_pread_full(fd, rd->dst, rd->len, rd->off);
             if (!rc)
                 rd->done = rd->len;
         }
-        sf_loader_time(r, sf_now_ns() - t0, 0);
+        reader_account_time(r, reader_now_ns() - t0, 0);
     }
     if (rc)
         return rc;
@@ -668,10 +669,10 @@ static int load_sync(sf_reader *r, sf_task *t, sf_stager *st)
 }
 
 /* Whether sample `cand` fits in place of position `pos` of slot s. The slot
- * has room for its batch_cap largest distinct values (sf_slab_layout); a
+ * has room for its batch_cap largest distinct values (reader_slab_layout); a
  * substitute may repeat a sample the batch already holds, which that bound
  * does not cover. */
-static int substitute_fits(const sf_reader *r, const sf_slot *s, uint32_t pos, uint64_t cand)
+static int substitute_fits(const sf_reader *r, const reader_slot *s, uint32_t pos, uint64_t cand)
 {
     const sf_schema *sc = r->schema;
     uint64_t local, shard = sf_dataset_locate(r->ds, cand, &local);
@@ -688,7 +689,7 @@ static int substitute_fits(const sf_reader *r, const sf_slot *s, uint32_t pos, u
     return 1;
 }
 
-static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
+static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_stager *st)
 {
     uint64_t bad = t->id, cand = bad;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
@@ -705,7 +706,7 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
         }
         /* Corrupt, or cut off by a truncation of its shard: try the next. */
         if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT && rc != SF_E_TRUNCATED) {
-            /* Not sf_loader_task_fail, which may call it one more corrupt sample. */
+            /* Not reader_task_fail, which may call it one more corrupt sample. */
             task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_strerror(rc));
             return;
         }
@@ -718,32 +719,32 @@ static void substitute(sf_reader *r, sf_slot *s, sf_task *t, sf_stager *st)
 /* The batch-ready point: the slot's last task has finished. Substitutes
  * corrupt samples, runs the device stage, and hands the slot to delivery
  * (or frees it when a reposition made it stale). */
-static void batch_ready(sf_reader *r, sf_slot *s)
+static void batch_ready(sf_reader *r, reader_slot *s)
 {
     pthread_mutex_lock(&r->lock);
     int live = s->gen == r->gen && !r->stop;
     pthread_mutex_unlock(&r->lock);
     if (live && !atomic_load(&s->err) && atomic_load(&s->corrupt)) {
         /* Rare: a stager of its own rather than one borrowed from the thread. */
-        sf_stager st;
-        int rc = sf_stager_init(&st, r);
+        reader_stager st;
+        int rc = reader_stager_init(&st, r);
         if (rc)
             task_failf(r, &s->tasks[0], rc, "substituting a corrupt sample: %s", sf_last_error());
         for (uint32_t pos = 0; pos < s->batch.size && !atomic_load(&s->err); pos++)
             if (s->tasks[pos].corrupt)
                 substitute(r, s, &s->tasks[pos], &st);
-        sf_stager_fini(&st);
+        reader_stager_fini(&st);
         set_field_bytes(r, s);
     }
     stamp(s, SF_TS_CHECKSUMMED);
     if (live && !atomic_load(&s->err) && r->stage.on_ready) {
         s->device_busy = 1;
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         int rc = r->stage.on_ready(r->stage.ctx, s->index, &s->batch);
-        uint64_t t1 = sf_now_ns();
+        uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devenq_ns, t1 - t0, memory_order_relaxed);
         if (s->trec)
-            sf_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
+            reader_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
         int expected = 0;
         if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
             snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device stage failed: %s",
@@ -762,7 +763,7 @@ static void batch_ready(sf_reader *r, sf_slot *s)
 }
 
 /* Judges task t's checksum (hashing it first unless the engine did). */
-static void verify_task(sf_reader *r, sf_task *t)
+static void verify_task(sf_reader *r, reader_task *t)
 {
     if (t->err || t->corrupt || r->opts.verify != SF_VERIFY_ON)
         return;
@@ -771,34 +772,34 @@ static void verify_task(sf_reader *r, sf_task *t)
     for (uint32_t k = 0; !rc && k < t->nreads; k++) /* SPEC.md "Data types": bools are 0 or 1 */
         rc = sf_payload_value_check(r->schema, k, t->reads[k].dst, t->reads[k].out_len);
     if (rc == SF_E_CORRUPT) {
-        sf_loader_task_bad_value(r, t);
+        reader_task_bad_value(r, t);
     } else if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
         task_corrupt(t);
     } else if (rc == SF_E_CHECKSUM) {
         task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);
     } else if (rc) {
-        sf_loader_task_fail(r, t, rc, "hashing failed");
+        reader_task_fail(r, t, rc, "hashing failed");
     }
 }
 
 /* Tasks of one slot, finished together: one update of the slot's counters
  * (the shared atomics cost more than a small record's copy). */
-static void slot_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n)
+static void slot_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
-    sf_slot *s = tasks[0]->slot;
+    reader_slot *s = tasks[0]->slot;
     if (s->trec && atomic_fetch_sub(&s->reads_left, n) == n)
         stamp(s, SF_TS_READ);
     for (unsigned i = 0; i < n; i++)
         verify_task(r, tasks[i]);
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     for (unsigned i = 0; tr && i < n; i++)
-        sf_trace_io_task(tr, s->trec);
+        reader_trace_io_task(tr, s->trec);
     if (atomic_fetch_sub(&s->remaining, n) == n)
         batch_ready(r, s);
 }
 
-void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n)
+void reader_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
     uint64_t bytes = 0;
     for (unsigned i = 0; i < n; i++)
@@ -816,18 +817,18 @@ void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n)
         }
 }
 
-void sf_loader_task_done(sf_reader *r, sf_task *t)
+void reader_task_done(sf_reader *r, reader_task *t)
 {
-    sf_loader_tasks_done(r, &t, 1);
+    reader_tasks_done(r, &t, 1);
 }
 
 /* ---- engine start/stop ------------------------------------------------------ */
 
 static void *io_main(void *arg)
 {
-    sf_io_thread *t = arg;
+    reader_io_thread *t = arg;
     sf_reader *r = t->r;
-    sf_trace_io_thread(t->idx);
+    reader_trace_io_thread(t->idx);
     int rc = r->engine->thread_init ? r->engine->thread_init(t) : 0;
     if (rc)
         snprintf(t->errmsg, sizeof t->errmsg, "%s", sf_last_error());
@@ -838,9 +839,9 @@ static void *io_main(void *arg)
     pthread_mutex_unlock(&r->lock);
     if (rc == 0)
         r->engine->run(t);
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     if (tr)
-        sf_trace_io_idle(tr);
+        reader_trace_io_idle(tr);
     if (r->engine->thread_fini)
         r->engine->thread_fini(t);
     return NULL;
@@ -862,12 +863,12 @@ static void stop_engine(sf_reader *r)
     r->engine = NULL;
 }
 
-static int start_engine(sf_reader *r, const sf_engine_ops *ops)
+static int start_engine(sf_reader *r, const reader_engine_ops *ops)
 {
     r->engine = ops;
     r->stop = 0;
     r->threads_inited = 0;
-    r->registered = ops == &sf_engine_uring ? r->slab_bytes : 0;
+    r->registered = ops == &reader_engine_uring ? r->slab_bytes : 0;
     uint32_t want = r->opts.io_threads ? r->opts.io_threads : default_threads(r, ops);
     int rc = ops->open ? ops->open(r) : 0;
     if (rc) {
@@ -880,7 +881,7 @@ static int start_engine(sf_reader *r, const sf_engine_ops *ops)
         return sf_fail(-ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; i < want; i++) {
-        sf_io_thread *t = &r->threads[i];
+        reader_io_thread *t = &r->threads[i];
         t->r = r;
         t->idx = i;
         int e = pthread_create(&t->tid, NULL, io_main, t);
@@ -938,21 +939,21 @@ static int start_io(sf_reader *r)
      * 4.7 M for mmap on Fashion-MNIST; README "Small records"). Cold data
      * keeps io_uring, whose reads the kernel can batch and queue. */
     if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed &&
-        sf_loader_small_records(r) && shards_resident(r))
-        return start_engine(r, &sf_engine_mmap);
+        reader_small_records(r) && shards_resident(r))
+        return start_engine(r, &reader_engine_mmap);
     /* A record with compressed fields is read whole into a staging buffer
      * and decompressed by the thread that read it (staged.c): synchronous
      * work per record, which the copy engines do; io_uring's asynchronous
      * reads straight into the slot have nothing to offer it. */
     if (r->compressed && r->opts.engine != SF_ENGINE_MMAP)
-        return start_engine(r, &sf_engine_pread);
+        return start_engine(r, &reader_engine_pread);
     switch (r->opts.engine) {
-    case SF_ENGINE_URING: return start_engine(r, &sf_engine_uring);
-    case SF_ENGINE_PREAD: return start_engine(r, &sf_engine_pread);
-    case SF_ENGINE_MMAP: return start_engine(r, &sf_engine_mmap);
+    case SF_ENGINE_URING: return start_engine(r, &reader_engine_uring);
+    case SF_ENGINE_PREAD: return start_engine(r, &reader_engine_pread);
+    case SF_ENGINE_MMAP: return start_engine(r, &reader_engine_mmap);
     default: break;
     }
-    int rc = start_engine(r, &sf_engine_uring);
+    int rc = start_engine(r, &reader_engine_uring);
     if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -ENOMEM) {
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
@@ -960,7 +961,7 @@ static int start_io(sf_reader *r)
                     sf_strerror(rc),
                     rc == -ENOMEM ? "; its rings count against RLIMIT_MEMLOCK: raise it with ulimit -l"
                                   : "; containers often block it with seccomp");
-        rc = start_engine(r, &sf_engine_pread);
+        rc = start_engine(r, &reader_engine_pread);
     }
     return rc;
 }
@@ -973,7 +974,7 @@ static int start_io(sf_reader *r)
  * batch_size). */
 static uint32_t batch_cap(const sf_reader *r)
 {
-    uint64_t per_epoch = sf_sampler_samples_per_epoch(r->sampler);
+    uint64_t per_epoch = reader_sampler_samples_per_epoch(r->sampler);
     if (r->num_batches > 1 || per_epoch >= r->opts.batch_size)
         return r->opts.batch_size;
     return per_epoch ? (uint32_t)per_epoch : 1;
@@ -1008,7 +1009,7 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
         rc = sf_fail(SF_E_INVALID, "%s: the dataset has no samples", dir);
         goto fail;
     }
-    sf_sampler_config sc = {
+    reader_sampler_config sc = {
         .n = r->n,
         .seed = o.seed,
         .shuffle = o.shuffle,
@@ -1020,12 +1021,13 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
         .drop_last = o.drop_last,
         .uneven = o.uneven,
     };
-    if ((rc = sf_sampler_create(&r->sampler, &sc)))
+    if ((rc = reader_sampler_create(&r->sampler, &sc)))
         goto fail;
-    r->num_batches = sf_sampler_num_batches(r->sampler);
+    r->num_batches = reader_sampler_num_batches(r->sampler);
     r->batch_cap = batch_cap(r);
     uint64_t dec_max[SF_MAX_FIELDS];
-    if ((rc = sf_staged_plan(r, dec_max)) || (rc = sf_slab_layout(&r->layout, r, r->batch_cap)))
+    if ((rc = reader_staged_plan(r, dec_max)) ||
+        (rc = reader_slab_layout(&r->layout, r, r->batch_cap)))
         goto fail;
     if (o.direct == SF_DIRECT_ON) {
         if ((rc = direct_check(r)) || (rc = open_direct_fds(r)))
@@ -1042,7 +1044,7 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
      * about 12 us in the development VM; README "Small records"); room
      * sized for the largest batch of variable-length values is not. */
     int populate = r->layout.exact && r->num_batches >= o.prefetch;
-    if ((rc = sf_slab_alloc(&r->slab, r->slab_bytes, populate)) || (rc = slots_init(r)))
+    if ((rc = reader_slab_alloc(&r->slab, r->slab_bytes, populate)) || (rc = slots_init(r)))
         goto fail;
     if (r->stage.on_slab &&
         (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
@@ -1069,20 +1071,20 @@ void sf_reader_close(sf_reader *r)
         return;
     if (r->engine)
         stop_engine(r);
-    sf_trace_free_all(atomic_load(&r->trace));
+    reader_trace_free_all(atomic_load(&r->trace));
     /* Always, once: the stage's context is freed there even when open
      * failed before the slab existed or the stage refused it. */
     if (r->stage.on_close)
         r->stage.on_close(r->stage.ctx, r->slab, r->slab ? r->slab_bytes : 0);
     slots_free(r);
-    sf_slab_free(r->slab, r->slab_bytes);
+    reader_slab_free(r->slab, r->slab_bytes);
     if (r->direct_fds) {
         for (uint64_t i = 0; i < r->ds->manifest.shard_count; i++)
             if (r->direct_fds[i] >= 0)
                 close(r->direct_fds[i]);
         free(r->direct_fds);
     }
-    sf_sampler_free(r->sampler);
+    reader_sampler_free(r->sampler);
     free(r->zlen);
     sf_dataset_close(r->ds);
     pthread_cond_destroy(&r->ready_cv);
@@ -1098,7 +1100,7 @@ uint64_t sf_reader_num_batches(const sf_reader *r)
 
 uint64_t sf_reader_samples_per_epoch(const sf_reader *r)
 {
-    return r ? sf_sampler_samples_per_epoch(r->sampler) : 0;
+    return r ? reader_sampler_samples_per_epoch(r->sampler) : 0;
 }
 
 int sf_reader_set_epoch(sf_reader *r, uint64_t epoch)
@@ -1181,7 +1183,7 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
     *out = NULL;
     pthread_mutex_lock(&r->lock);
     if (!r->st_first_ns)
-        r->st_first_ns = sf_now_ns();
+        r->st_first_ns = reader_now_ns();
     if (!r->started) {
         r->started = 1;
         schedule_locked(r);
@@ -1203,9 +1205,9 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
                          r->held, r->opts.prefetch, describe_held_locked(r, held, sizeof held));
             break;
         }
-        sf_slot *s = NULL;
+        reader_slot *s = NULL;
         for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-            sf_slot *c = &r->slots[i];
+            reader_slot *c = &r->slots[i];
             if ((c->state == SLOT_READY || c->state == SLOT_LOADING) && c->gen == r->gen &&
                 c->batch.epoch == r->del_epoch && c->batch.index == r->del_index) {
                 s = c;
@@ -1233,15 +1235,15 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
         }
         if (!s)
             schedule_locked(r);
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         pthread_cond_wait(&r->ready_cv, &r->lock);
-        uint64_t t1 = sf_now_ns();
+        uint64_t t1 = reader_now_ns();
         r->st_wait_ns += t1 - t0;
-        sf_trace *tr = sf_trace_on(r);
+        reader_trace *tr = reader_trace_on(r);
         if (tr)
-            sf_trace_span_add(tr, SF_SPAN_WAIT, t0, t1, s ? s->trec : NULL);
+            reader_trace_span_add(tr, SF_SPAN_WAIT, t0, t1, s ? s->trec : NULL);
     }
-    r->st_last_ns = sf_now_ns();
+    r->st_last_ns = reader_now_ns();
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
@@ -1250,7 +1252,7 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
 {
     if (!r || !batch)
         return sf_fail(SF_E_INVALID, "sf_reader_release: NULL argument");
-    sf_slot *s = NULL;
+    reader_slot *s = NULL;
     for (uint32_t i = 0; i < r->opts.prefetch; i++)
         if (&r->slots[i].batch == batch)
             s = &r->slots[i];
@@ -1263,17 +1265,17 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
      * here, outside the lock. */
     int rc = 0;
     if (r->stage.on_release && s->device_busy) {
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         rc = r->stage.on_release(r->stage.ctx, s->index, stream);
-        uint64_t t1 = sf_now_ns();
+        uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
         if (s->trec) {
             /* The copy has finished reading the slot: complete, at the latest now. */
             if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
-                sf_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
-            sf_trace *tr = sf_trace_on(r);
+                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            reader_trace *tr = reader_trace_on(r);
             if (tr)
-                sf_trace_span_add(tr, SF_SPAN_RELEASE_WAIT, t0, t1, s->trec);
+                reader_trace_span_add(tr, SF_SPAN_RELEASE_WAIT, t0, t1, s->trec);
         }
     }
     pthread_mutex_lock(&r->lock);
@@ -1298,19 +1300,19 @@ int sf_batch_wait(sf_reader *r, const sf_batch *batch)
     if (batch->device == SF_DEVICE_CPU)
         return 0;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-        sf_slot *s = &r->slots[i];
+        reader_slot *s = &r->slots[i];
         if (&s->batch != batch)
             continue;
-        uint64_t t0 = sf_now_ns();
+        uint64_t t0 = reader_now_ns();
         int rc = sf_device_stage_wait(&r->stage, i);
-        uint64_t t1 = sf_now_ns();
+        uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
         if (s->trec && !rc) {
             if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
-                sf_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
-            sf_trace *tr = sf_trace_on(r);
+                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            reader_trace *tr = reader_trace_on(r);
             if (tr)
-                sf_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
+                reader_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
         }
         return rc;
     }
@@ -1345,14 +1347,14 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->wait_seconds = (double)r->st_wait_ns * 1e-9;
     if (r->st_last_ns > r->st_first_ns)
         out->elapsed_seconds = (double)(r->st_last_ns - r->st_first_ns) * 1e-9;
-    sf_trace_counts(atomic_load(&rw->trace), &out->trace_events, &out->trace_dropped);
+    reader_trace_counts(atomic_load(&rw->trace), &out->trace_events, &out->trace_dropped);
     pthread_mutex_unlock(&rw->lock);
     out->engine = r->engine ? r->engine->name : "none";
     out->direct = r->direct;
     out->registered_bytes = r->registered;
     out->registered_buffers = r->registered && r->registered == r->slab_bytes;
     out->io_threads = r->nthreads;
-    out->queue_depth = r->engine == &sf_engine_uring ? r->opts.queue_depth : 1;
+    out->queue_depth = r->engine == &reader_engine_uring ? r->opts.queue_depth : 1;
     out->prefetch = r->opts.prefetch;
     out->slab_bytes = r->slab_bytes;
     out->device = r->opts.device == SF_DEVICE_CUDA ? "cuda"

@@ -9,8 +9,8 @@
  * task per sample: where each payload field lies in the shard file and where
  * it goes in the slot. I/O threads claim tasks in batch order and read them
  * through the engine; when a task's reads are done the thread hashes it
- * (sf_loader_task_done); the thread finishing a slot's last task runs
- * sf_loader_batch_ready (substitution of corrupt samples, the stage hook)
+ * (reader_task_done); the thread finishing a slot's last task runs
+ * reader_batch_ready (substitution of corrupt samples, the stage hook)
  * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
  * order.
  *
@@ -18,8 +18,8 @@
  * the old generation give back their unclaimed tasks and are freed as soon
  * as their claimed reads finish; held slots stay valid.
  */
-#ifndef SF_READER_LOADER_INTERNAL_H
-#define SF_READER_LOADER_INTERNAL_H
+#ifndef SF_READER_INTERNAL_H
+#define SF_READER_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,19 +38,19 @@
 #define SF_HASH_CHUNK (256u << 10)
 
 /* One read of one payload field of one sample. */
-typedef struct sf_read {
+typedef struct reader_read {
     uint64_t off;  /* file offset */
     uint64_t len;  /* bytes */
     uint64_t done; /* bytes read so far (engines resubmit the remainder) */
     uint8_t *dst;  /* in the slab */
     uint64_t out_len; /* bytes the value takes at dst: len, or its decompressed size */
-} sf_read;
+} reader_read;
 
-typedef struct sf_slot sf_slot;
+typedef struct reader_slot reader_slot;
 
 /* One sample of a batch being loaded. */
-typedef struct sf_task {
-    sf_slot *slot;
+typedef struct reader_task {
+    reader_slot *slot;
     uint32_t pos;       /* position in the batch */
     uint32_t nreads;    /* = schema n_payload */
     uint64_t id;        /* sample id being read */
@@ -65,14 +65,14 @@ typedef struct sf_task {
     uint64_t digest;
     uint32_t next_read; /* engine use: first read not yet submitted */
     uint32_t inflight;  /* engine use: reads submitted and not completed */
-    sf_read *reads;     /* nreads entries (into slot->reads) */
-} sf_task;
+    reader_read *reads; /* nreads entries (into slot->reads) */
+} reader_task;
 
-enum sf_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
+enum reader_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
 
-struct sf_slot {
+struct reader_slot {
     uint32_t index;      /* position in r->slots */
-    int state;           /* enum sf_slot_state, under r->lock */
+    int state;           /* enum reader_slot_state, under r->lock */
     int device_busy;     /* a device copy may still read the host slot: on_reuse first */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
@@ -80,19 +80,19 @@ struct sf_slot {
     sf_batch_field *fields;
     uint64_t *ids, *source_ids;
     uint64_t *var_off;   /* n_var arrays of batch_size + 1 offsets */
-    sf_task *tasks;      /* batch_size */
-    sf_read *reads;      /* batch_size * n_payload */
+    reader_task *tasks;  /* batch_size */
+    reader_read *reads;  /* batch_size * n_payload */
     uint32_t claimed;    /* tasks handed to I/O threads, under r->lock */
     atomic_uint remaining; /* tasks not finished (claimed or not) */
     atomic_int err;      /* first hard error of the batch */
     atomic_uint corrupt; /* tasks that failed their checksum */
     char errmsg[512];    /* detail of err (written by the thread that set err) */
-    sf_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
+    reader_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
     atomic_uint reads_left; /* tracing: tasks whose reads are not complete */
 };
 
 /* Where fields live inside a slot (slab.c). */
-typedef struct sf_slot_layout {
+typedef struct reader_slot_layout {
     uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
     uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes: what the largest batch needs */
     uint64_t slot_bytes;               /* page multiple */
@@ -100,7 +100,7 @@ typedef struct sf_slot_layout {
                                           byte of a slot */
     int var_unaligned;                 /* a var field whose length in some record is not a
                                           multiple of SF_DIRECT_ALIGN, or -1 */
-} sf_slot_layout;
+} reader_slot_layout;
 
 /* A device stage (device_stage.c, or a test's): called once at open with
  * the slab (before io_uring registers it: pin it here), at the batch-ready
@@ -130,56 +130,56 @@ uint64_t sf_device_stage_bytes(const sf_reader_stage *stage);
 /* Waits for slot's copy (0 at once for other stages). */
 int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
 
-typedef struct sf_engine_ops sf_engine_ops;
+typedef struct reader_engine_ops reader_engine_ops;
 
 /* Per I/O thread. */
-typedef struct sf_io_thread {
+typedef struct reader_io_thread {
     struct sf_reader *r;
     unsigned idx;
     pthread_t tid;
     void *ctx;   /* engine state (a ring, ...) */
     int init_rc; /* result of the engine's thread_init */
     char errmsg[512]; /* its detail */
-} sf_io_thread;
+} reader_io_thread;
 
-struct sf_engine_ops {
+struct reader_engine_ops {
     const char *name;
     /* Once per reader, after the slab exists (maps, ...). May be NULL. */
     int (*open)(struct sf_reader *r);
     void (*close)(struct sf_reader *r);
     /* In the I/O thread, before it runs. Returns 0 or a negative code with
      * sf_fail detail (ENOSYS/EPERM from io_uring setup make auto fall back). */
-    int (*thread_init)(sf_io_thread *t);
-    void (*thread_fini)(sf_io_thread *t);
-    /* The thread's loop: claim tasks with sf_loader_claim, read them, call
-     * sf_loader_task_done for each; return when claim says stop (after all
+    int (*thread_init)(reader_io_thread *t);
+    void (*thread_fini)(reader_io_thread *t);
+    /* The thread's loop: claim tasks with reader_claim, read them, call
+     * reader_task_done for each; return when claim says stop (after all
      * reads in flight have completed). */
-    void (*run)(sf_io_thread *t);
+    void (*run)(reader_io_thread *t);
 };
 
-extern const sf_engine_ops sf_engine_uring, sf_engine_pread, sf_engine_mmap;
+extern const reader_engine_ops reader_engine_uring, reader_engine_pread, reader_engine_mmap;
 
 struct sf_reader {
     sf_dataset *ds;
     const sf_schema *schema;
     sf_reader_opts opts;  /* defaults resolved */
-    sf_sampler *sampler;
+    reader_sampler *sampler;
     uint64_t num_batches;
     uint64_t n;           /* samples in the dataset */
     uint32_t batch_cap;   /* the most samples one batch holds: slots are sized for it */
 
     /* slab */
-    sf_slot_layout layout;
+    reader_slot_layout layout;
     uint8_t *slab;
     uint64_t slab_bytes;
-    sf_slot *slots;
+    reader_slot *slots;
     sf_reader_stage stage;
 
     /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
     int direct;
     int *direct_fds;      /* shard_count, or NULL */
 
-    /* compressed fields (staged.c): set by sf_staged_plan */
+    /* compressed fields (staged.c): set by reader_staged_plan */
     int compressed;       /* some field has a codec: records go through a staging buffer */
     uint32_t payload_field[SF_MAX_FIELDS]; /* payload position -> field */
     int8_t zvar_slot[SF_MAX_FIELDS]; /* compressed variable-length field -> column of zlen, or -1 */
@@ -188,9 +188,9 @@ struct sf_reader {
     uint64_t stage_bytes; /* most compressed stored bytes in one record */
 
     /* engine */
-    const sf_engine_ops *engine;
+    const reader_engine_ops *engine;
     void *engine_ctx;     /* per-reader engine state */
-    sf_io_thread *threads;
+    reader_io_thread *threads;
     uint32_t nthreads;
     uint64_t registered;  /* uring: bytes of the slab registered in every ring */
 
@@ -217,7 +217,7 @@ struct sf_reader {
     uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
 
     /* tracing (trace.h): the latest trace, older ones chained by prev */
-    _Atomic(sf_trace *) trace;
+    _Atomic(reader_trace *) trace;
 };
 
 /* sf_reader_open with a device stage (NULL: none). */
@@ -229,11 +229,11 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
  * distinct): fixed fields take samples * item_size, each variable-length
  * field the largest sum of `samples` of its values (a scan of the indexes;
  * for a compressed field its decompressed lengths, r->zlen, which
- * sf_staged_plan read). */
-int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples);
+ * reader_staged_plan read). */
+int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t samples);
 /* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
-int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
-void sf_slab_free(uint8_t *slab, uint64_t bytes);
+int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
+void reader_slab_free(uint8_t *slab, uint64_t bytes);
 /* The slab, for a device stage: the one large allocation of the reader. */
 void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
 
@@ -250,55 +250,55 @@ void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
  * compressed variable-length value). */
 
 /* Copies len bytes at file offset off of task's shard to dst. */
-typedef int (*sf_copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                          uint64_t len);
+typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8_t *dst,
+                              uint64_t off, uint64_t len);
 
-typedef struct sf_stager {
+typedef struct reader_stager {
     void *xxh;       /* XXH3_state_t */
     void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
     uint8_t *stage;  /* r->stage_bytes, or NULL */
-} sf_stager;
+} reader_stager;
 
 /* At open, before the slab layout: finds the compressed fields and, for the
  * variable-length ones, every value's decompressed length (reading each
  * frame header: one small pread per value) and the longest per field. */
-int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
-int sf_stager_init(sf_stager *st, const sf_reader *r);
-void sf_stager_fini(sf_stager *st); /* zeroed or initialised */
+int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
+int reader_stager_init(reader_stager *st, const sf_reader *r);
+void reader_stager_fini(reader_stager *st); /* zeroed or initialised */
 /* Reads task t's record with `copy`, hashes its stored bytes and, when the
  * checksum holds (or verify is off), decompresses its compressed values into
  * the slot. Sets t->digest/hashed when verifying. Returns 0, SF_E_CHECKSUM
  * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
  * sf_last_error() names the field), or a read error. */
-int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy);
-/* sf_copy_fn through the shard's buffered fd. */
-int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                    uint64_t len);
+int reader_stager_load(reader_stager *st, sf_reader *r, reader_task *t, reader_copy_fn copy);
+/* reader_copy_fn through the shard's buffered fd. */
+int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
+                        uint64_t len);
 
 /* ---- reader.c, for the engines ---- */
 /* Whether records are small: only fixed-size, uncompressed fields, at most
  * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
  * (a batch, typically) at a time. */
 #define SF_SMALL_RECORD (64u << 10)
-int sf_loader_small_records(const sf_reader *r);
+int reader_small_records(const sf_reader *r);
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
  * is at least one or the reader stops. Returns the count; 0 means stop (when
  * blocking) or nothing now (when not). */
-unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
+unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block);
 /* Called by the engine once all of a task's reads have finished (t->err set
  * on failure): checks the record, finishes the slot when it was the last. */
-void sf_loader_task_done(sf_reader *r, sf_task *t);
-/* sf_loader_task_done for n tasks at once (in claim order), with one
+void reader_task_done(sf_reader *r, reader_task *t);
+/* reader_task_done for n tasks at once (in claim order), with one
  * update of the shared counters per slot instead of one per task. */
-void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n);
+void reader_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n);
 /* Sets t->err and its detail on the slot (first error wins). */
-void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
+void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
 /* A value of task t does not decompress (SF_E_CORRUPT, detail in
  * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
  * the batch's error. */
-void sf_loader_task_bad_value(sf_reader *r, sf_task *t);
+void reader_task_bad_value(sf_reader *r, reader_task *t);
 
-static inline uint64_t sf_now_ns(void)
+static inline uint64_t reader_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -306,23 +306,23 @@ static inline uint64_t sf_now_ns(void)
 }
 
 /* The trace being recorded, or NULL (one relaxed load and a flag when off). */
-static inline sf_trace *sf_trace_on(const sf_reader *r)
+static inline reader_trace *reader_trace_on(const sf_reader *r)
 {
-    sf_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
+    reader_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
     return tr && atomic_load_explicit(&tr->on, memory_order_relaxed) ? tr : NULL;
 }
 
 /* I/O threads account their time here: thread-seconds reading (syscalls,
  * ring waits, copies) and hashing, for the stats and the trace's runs. */
-static inline void sf_loader_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
+static inline void reader_account_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
 {
     if (io_ns)
         atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
     if (hash_ns)
         atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     if (tr)
-        sf_trace_io_time(tr, io_ns, hash_ns);
+        reader_trace_io_time(tr, io_ns, hash_ns);
 }
 
 #endif

@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 NOWAIT = ("static void *cuda_device_ptr",
-          "static int cuda_nowait(sf_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
+          "static int cuda_nowait(reader_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
           "    return 0;\n}\n\nstatic void *cuda_device_ptr")
 CUDA = "lib/reader/device_cuda.c"
 STAGE = "lib/reader/device_stage.c"
@@ -52,8 +52,8 @@ MUTATIONS = {
     "copy_set_device": (CUDA, [("    cudaError_t e = cudaSetDevice(d->ordinal);\n",
                                 "    cudaError_t e = cudaSuccess;\n")],
                         "cudaSetDevice(ordinal) in the I/O thread before a copy", None),
-    "close_set_device": (CUDA, [("    sf_device *d = arg;\n    cudaSetDevice(d->ordinal);\n",
-                                 "    sf_device *d = arg;\n")],
+    "close_set_device": (CUDA, [("    reader_device *d = arg;\n    cudaSetDevice(d->ordinal);\n",
+                                 "    reader_device *d = arg;\n")],
                          "cudaSetDevice(ordinal) at close", None),
     "own_thread": (CUDA, [("    if (pthread_create(&t, NULL, fn, arg) == 0)\n        pthread_join(t, NULL);\n"
                            "    else\n        fn(arg);\n", "    (void)t;\n    fn(arg);\n")],
