@@ -26,11 +26,13 @@
  * drop_last / uneven = DROP). See lib/reader/sampler.h for the exact rules.
  *
  * Memory: all batch data lives in one page-aligned anonymous mapping (the
- * slab) of `prefetch` slots allocated at open; nothing proportional to the
- * data is allocated afterwards. A slot holds, for each field, a dense
- * [batch_size, ...] array (fixed and inline fields; each array starts on a
- * page boundary) or packed bytes + offsets (variable-length fields, capacity
- * batch_size × the longest value of that field in the dataset).
+ * slab) of `prefetch` slots allocated at open; nothing is allocated per
+ * batch or per record afterwards (each I/O thread makes its hash state, and
+ * for compressed fields its staging buffer, when it starts). A slot holds,
+ * for each field, a dense [batch_size, ...] array (fixed and inline fields;
+ * each array starts on a page boundary) or packed bytes + offsets
+ * (variable-length fields, capacity batch_size × the longest value of that
+ * field in the dataset).
  *
  * Compressed fields (zstd, SPEC.md "Compression") come out exactly as they
  * would uncompressed. Each such record is read whole -- compressed values

@@ -13,31 +13,10 @@
 #include "fault_guard.h"
 #include "reader_internal.h"
 
-/* ---- shared: copy in pieces, hash each piece while it is hot ---- */
-
-/* The thread's hash state, and for compressed datasets its staging buffer
- * and ZSTD_DCtx (staged.c). */
-static int copy_thread_init(reader_io_thread *t)
-{
-    reader_stager *st = malloc(sizeof *st);
-    if (!st)
-        return sf_fail(-ENOMEM, "out of memory");
-    int rc = reader_stager_init(st, t->r);
-    if (rc) {
-        free(st);
-        return rc;
-    }
-    t->ctx = st;
-    return 0;
-}
-
-static void copy_thread_fini(reader_io_thread *t)
-{
-    if (t->ctx)
-        reader_stager_fini(t->ctx);
-    free(t->ctx);
-    t->ctx = NULL;
-}
+/* ---- shared: copy in pieces, hash each piece while it is hot ----
+ *
+ * Each thread hashes with its stager's XXH3 state and, for compressed
+ * datasets, stages with its buffer and ZSTD_DCtx (t->stager, staged.c). */
 
 typedef reader_copy_fn copy_fn;
 
@@ -45,12 +24,12 @@ typedef reader_copy_fn copy_fn;
 static void staged_task(reader_io_thread *t, reader_task *task, copy_fn copy)
 {
     sf_reader *r = t->r;
-    int rc = reader_stager_load(t->ctx, r, task, copy);
+    int rc = reader_stager_load(&t->stager, r, task, copy);
     if (rc == SF_E_CORRUPT)
         reader_task_bad_value(r, task);
     else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is reader_task_done's to judge */
         reader_task_fail(r, task, rc, "read failed");
-    reader_task_done(r, task);
+    reader_task_done(t, task);
 }
 
 /* Copies every payload field of `task` into its slot with `copy`, SF_HASH_CHUNK
@@ -64,7 +43,7 @@ static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
         staged_task(t, task, copy);
         return;
     }
-    XXH3_state_t *st = ((reader_stager *)t->ctx)->xxh;
+    XXH3_state_t *st = t->stager.xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
     uint64_t io_ns = 0, hash_ns = 0, t0 = reader_now_ns(), t1;
     int rc = 0;
@@ -96,7 +75,7 @@ static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
         task->hashed = 1;
     }
     reader_account_time(r, io_ns, hash_ns);
-    reader_task_done(r, task);
+    reader_task_done(t, task);
 }
 
 /* Small records (reader_small_records) go a claim at a time: copied one
@@ -117,7 +96,7 @@ static void hash_task(reader_io_thread *t, reader_task *task)
     if (task->nreads == 1) {
         task->digest = XXH3_64bits(task->reads[0].dst, task->reads[0].len);
     } else {
-        XXH3_state_t *st = ((reader_stager *)t->ctx)->xxh;
+        XXH3_state_t *st = t->stager.xxh;
         XXH3_64bits_reset(st);
         for (uint32_t k = 0; k < task->nreads; k++)
             XXH3_64bits_update(st, task->reads[k].dst, task->reads[k].len);
@@ -155,7 +134,7 @@ static void copy_small(reader_io_thread *t, reader_task **tasks, unsigned n,
         t2 = reader_now_ns();
     }
     reader_account_time(r, t1 - t0, t2 - t1);
-    reader_tasks_done(r, tasks, n);
+    reader_tasks_done(t, tasks, n);
 }
 
 /* ---- pread ---- */
@@ -219,8 +198,6 @@ static void pread_run(reader_io_thread *t)
 
 const reader_engine_ops reader_engine_pread = {
     .name = "pread",
-    .thread_init = copy_thread_init,
-    .thread_fini = copy_thread_fini,
     .run = pread_run,
 };
 
@@ -367,7 +344,5 @@ const reader_engine_ops reader_engine_mmap = {
     .name = "mmap",
     .open = mmap_open,
     .close = mmap_close,
-    .thread_init = copy_thread_init,
-    .thread_fini = copy_thread_fini,
     .run = mmap_run,
 };

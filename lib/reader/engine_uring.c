@@ -213,7 +213,7 @@ static void req_finish(reader_io_thread *t, uring_thread *u, uring_req *q)
     reader_task *task = q->task;
     req_free(u, q);
     if (--task->inflight == 0 && task->next_read == task->nreads)
-        reader_task_done(t->r, task);
+        reader_task_done(t, task);
 }
 
 static void req_fail(reader_io_thread *t, uring_thread *u, uring_req *q, int err)
@@ -294,7 +294,7 @@ static void uring_run(reader_io_thread *t)
                 u->pend_head = 0;
                 for (unsigned i = 0; i < got; i++) {
                     if (slot[i]->nreads == 0) {
-                        reader_task_done(r, slot[i]); /* inline fields only */
+                        reader_task_done(t, slot[i]); /* inline fields only */
                         continue;
                     }
                     u->pend[u->pend_count++] = slot[i];
@@ -307,7 +307,7 @@ static void uring_run(reader_io_thread *t)
                 pend_pop(u);
             if (task->reads[k].len == 0) { /* an empty variable-length value */
                 if (task->inflight == 0 && task->next_read == task->nreads)
-                    reader_task_done(r, task);
+                    reader_task_done(t, task);
                 continue;
             }
             uring_req *q = &u->reqs[u->free_reqs[--u->nfree]];

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "hash.h"
 
 #include "error_internal.h"
 #include "le.h"
@@ -614,9 +615,9 @@ void reader_task_bad_value(sf_reader *r, reader_task *t)
         task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
 }
 
-/* Hashes the task's payload fields where they landed in the slot.
- * Returns 0, SF_E_CHECKSUM, or -ENOMEM. */
-static int check_task(sf_reader *r, reader_task *t, uint64_t *got)
+/* Hashes the task's payload fields where they landed in the slot, with
+ * the thread's state `xxh`. Returns 0 or SF_E_CHECKSUM. */
+static int check_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t, uint64_t *got)
 {
     if (t->hashed) {
         *got = t->digest;
@@ -629,10 +630,8 @@ static int check_task(sf_reader *r, reader_task *t, uint64_t *got)
         len[k] = t->reads[k].len;
     }
     uint64_t t0 = reader_now_ns();
-    int rc = sf_record_hash(got, ptr, len, t->nreads);
+    *got = sf_record_hash(xxh, ptr, len, t->nreads);
     reader_account_time(r, 0, reader_now_ns() - t0);
-    if (rc)
-        return rc;
     return *got == t->checksum ? 0 : SF_E_CHECKSUM;
 }
 
@@ -665,7 +664,7 @@ static int load_sync(sf_reader *r, reader_task *t, reader_stager *st)
     for (uint32_t k = 0; k < t->nreads; k++)
         atomic_fetch_add_explicit(&r->st_bytes, t->reads[k].len, memory_order_relaxed);
     uint64_t got;
-    return r->opts.verify == SF_VERIFY_ON ? check_task(r, t, &got) : 0;
+    return r->opts.verify == SF_VERIFY_ON ? check_task(r, st->xxh, t, &got) : 0;
 }
 
 /* Whether sample `cand` fits in place of position `pos` of slot s. The slot
@@ -716,24 +715,19 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_stag
                (unsigned long long)tries, (unsigned long long)bad);
 }
 
-/* The batch-ready point: the slot's last task has finished. Substitutes
- * corrupt samples, runs the device stage, and hands the slot to delivery
- * (or frees it when a reposition made it stale). */
-static void batch_ready(sf_reader *r, reader_slot *s)
+/* The batch-ready point, on the I/O thread that finished the slot's last
+ * task (its stager `st` is free again): substitutes corrupt samples, runs
+ * the device stage, and hands the slot to delivery (or frees it when a
+ * reposition made it stale). */
+static void batch_ready(sf_reader *r, reader_slot *s, reader_stager *st)
 {
     pthread_mutex_lock(&r->lock);
     int live = s->gen == r->gen && !r->stop;
     pthread_mutex_unlock(&r->lock);
     if (live && !atomic_load(&s->err) && atomic_load(&s->corrupt)) {
-        /* Rare: a stager of its own rather than one borrowed from the thread. */
-        reader_stager st;
-        int rc = reader_stager_init(&st, r);
-        if (rc)
-            task_failf(r, &s->tasks[0], rc, "substituting a corrupt sample: %s", sf_last_error());
         for (uint32_t pos = 0; pos < s->batch.size && !atomic_load(&s->err); pos++)
             if (s->tasks[pos].corrupt)
-                substitute(r, s, &s->tasks[pos], &st);
-        reader_stager_fini(&st);
+                substitute(r, s, &s->tasks[pos], st);
         set_field_bytes(r, s);
     }
     stamp(s, SF_TS_CHECKSUMMED);
@@ -762,13 +756,14 @@ static void batch_ready(sf_reader *r, reader_slot *s)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* Judges task t's checksum (hashing it first unless the engine did). */
-static void verify_task(sf_reader *r, reader_task *t)
+/* Judges task t's checksum (hashing it first with `xxh` unless the engine
+ * did). */
+static void verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
 {
     if (t->err || t->corrupt || r->opts.verify != SF_VERIFY_ON)
         return;
     uint64_t got;
-    int rc = check_task(r, t, &got);
+    int rc = check_task(r, xxh, t, &got);
     for (uint32_t k = 0; !rc && k < t->nreads; k++) /* SPEC.md "Data types": bools are 0 or 1 */
         rc = sf_payload_value_check(r->schema, k, t->reads[k].dst, t->reads[k].out_len);
     if (rc == SF_E_CORRUPT) {
@@ -778,29 +773,32 @@ static void verify_task(sf_reader *r, reader_task *t)
     } else if (rc == SF_E_CHECKSUM) {
         task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);
-    } else if (rc) {
-        reader_task_fail(r, t, rc, "hashing failed");
+    } else {
+        assert(rc == 0);
     }
 }
 
-/* Tasks of one slot, finished together: one update of the slot's counters
- * (the shared atomics cost more than a small record's copy). */
-static void slot_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n)
+/* Tasks of one slot, finished together on I/O thread `io`: one update of
+ * the slot's counters (the shared atomics cost more than a small record's
+ * copy). */
+static void slot_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n)
 {
+    sf_reader *r = io->r;
     reader_slot *s = tasks[0]->slot;
     if (s->trec && atomic_fetch_sub(&s->reads_left, n) == n)
         stamp(s, SF_TS_READ);
     for (unsigned i = 0; i < n; i++)
-        verify_task(r, tasks[i]);
+        verify_task(r, io->stager.xxh, tasks[i]);
     reader_trace *tr = reader_trace_on(r);
     for (unsigned i = 0; tr && i < n; i++)
         reader_trace_io_task(tr, s->trec);
     if (atomic_fetch_sub(&s->remaining, n) == n)
-        batch_ready(r, s);
+        batch_ready(r, s, &io->stager);
 }
 
-void reader_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n)
+void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n)
 {
+    sf_reader *r = io->r;
     uint64_t bytes = 0;
     for (unsigned i = 0; i < n; i++)
         for (uint32_t k = 0; k < tasks[i]->nreads; k++)
@@ -812,14 +810,14 @@ void reader_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n)
     unsigned first = 0;
     for (unsigned i = 1; i <= n; i++)
         if (i == n || tasks[i]->slot != tasks[first]->slot) {
-            slot_tasks_done(r, tasks + first, i - first);
+            slot_tasks_done(io, tasks + first, i - first);
             first = i;
         }
 }
 
-void reader_task_done(sf_reader *r, reader_task *t)
+void reader_task_done(reader_io_thread *io, reader_task *t)
 {
-    reader_tasks_done(r, &t, 1);
+    reader_tasks_done(io, &t, 1);
 }
 
 /* ---- engine start/stop ------------------------------------------------------ */
@@ -829,7 +827,9 @@ static void *io_main(void *arg)
     reader_io_thread *t = arg;
     sf_reader *r = t->r;
     reader_trace_io_thread(t->idx);
-    int rc = r->engine->thread_init ? r->engine->thread_init(t) : 0;
+    int rc = reader_stager_init(&t->stager, r);
+    if (!rc && r->engine->thread_init)
+        rc = r->engine->thread_init(t);
     if (rc)
         snprintf(t->errmsg, sizeof t->errmsg, "%s", sf_last_error());
     pthread_mutex_lock(&r->lock);
@@ -844,6 +844,7 @@ static void *io_main(void *arg)
         reader_trace_io_idle(tr);
     if (r->engine->thread_fini)
         r->engine->thread_fini(t);
+    reader_stager_fini(&t->stager);
     return NULL;
 }
 

@@ -132,11 +132,22 @@ int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
 
 typedef struct reader_engine_ops reader_engine_ops;
 
+/* What an I/O thread hashes and decompresses with, made when the thread
+ * starts (reader_stager_init) so that nothing is allocated per record: the
+ * XXH3 state of record checksums, and for a dataset with compressed fields
+ * the staging buffer and ZSTD_DCtx of staged.c. */
+typedef struct reader_stager {
+    void *xxh;       /* XXH3_state_t */
+    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
+    uint8_t *stage;  /* r->stage_bytes, or NULL */
+} reader_stager;
+
 /* Per I/O thread. */
 typedef struct reader_io_thread {
     struct sf_reader *r;
     unsigned idx;
     pthread_t tid;
+    reader_stager stager; /* the thread's own, for every engine */
     void *ctx;   /* engine state (a ring, ...) */
     int init_rc; /* result of the engine's thread_init */
     char errmsg[512]; /* its detail */
@@ -253,11 +264,6 @@ void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
 typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8_t *dst,
                               uint64_t off, uint64_t len);
 
-typedef struct reader_stager {
-    void *xxh;       /* XXH3_state_t */
-    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
-    uint8_t *stage;  /* r->stage_bytes, or NULL */
-} reader_stager;
 
 /* At open, before the slab layout: finds the compressed fields and, for the
  * variable-length ones, every value's decompressed length (reading each
@@ -285,12 +291,13 @@ int reader_small_records(const sf_reader *r);
  * is at least one or the reader stops. Returns the count; 0 means stop (when
  * blocking) or nothing now (when not). */
 unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block);
-/* Called by the engine once all of a task's reads have finished (t->err set
- * on failure): checks the record, finishes the slot when it was the last. */
-void reader_task_done(sf_reader *r, reader_task *t);
+/* Called by the engine on I/O thread `io` once all of a task's reads have
+ * finished (t->err set on failure): checks the record (with the thread's
+ * hash state), finishes the slot when it was the last. */
+void reader_task_done(reader_io_thread *io, reader_task *t);
 /* reader_task_done for n tasks at once (in claim order), with one
  * update of the shared counters per slot instead of one per task. */
-void reader_tasks_done(sf_reader *r, reader_task *const *tasks, unsigned n);
+void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n);
 /* Sets t->err and its detail on the slot (first error wins). */
 void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
 /* A value of task t does not decompress (SF_E_CORRUPT, detail in
