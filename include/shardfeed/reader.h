@@ -287,8 +287,8 @@ typedef struct sf_reader_statistics {
     uint64_t device_bytes;    /* device memory held (constant after open) */
     /* Where the time went (for sf_reader_verdict): */
     double elapsed_seconds;   /* from the first sf_reader_next call to the latest return from it */
-    double device_enqueue_seconds; /* I/O thread-seconds in the device stage: enqueuing copies
-                                      (and waiting for the slot's previous copy) */
+    double device_enqueue_seconds; /* I/O thread-seconds enqueuing device copies (and
+                                      waiting for the slot's previous copy) */
     double device_wait_seconds;    /* caller-seconds waiting for copies: in sf_batch_wait and
                                       in releases (CUDA work fenced with release_after is
                                       not seen) */

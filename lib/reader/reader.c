@@ -435,8 +435,7 @@ static void schedule_locked(sf_reader *r)
         if (s->device_busy) {
             /* Freed without a release (read-ahead dropped by a reposition):
              * its copy may still be reading the host slot. Rare and short. */
-            if (r->stage.on_reuse)
-                r->stage.on_reuse(r->stage.ctx, s->index);
+            r->device_ops->reuse(r->device, s->index);
             s->device_busy = 0;
         }
         if (r->sched_index >= r->num_batches) {
@@ -716,9 +715,9 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_stag
 }
 
 /* The batch-ready point, on the I/O thread that finished the slot's last
- * task (its stager `st` is free again): substitutes corrupt samples, runs
- * the device stage, and hands the slot to delivery (or frees it when a
- * reposition made it stale). */
+ * task (its stager `st` is free again): substitutes corrupt samples,
+ * enqueues the device copy, and hands the slot to delivery (or frees it
+ * when a reposition made it stale). */
 static void batch_ready(sf_reader *r, reader_slot *s, reader_stager *st)
 {
     pthread_mutex_lock(&r->lock);
@@ -731,17 +730,17 @@ static void batch_ready(sf_reader *r, reader_slot *s, reader_stager *st)
         set_field_bytes(r, s);
     }
     stamp(s, SF_TS_CHECKSUMMED);
-    if (live && !atomic_load(&s->err) && r->stage.on_ready) {
+    if (live && !atomic_load(&s->err) && r->device) {
         s->device_busy = 1;
         uint64_t t0 = reader_now_ns();
-        int rc = r->stage.on_ready(r->stage.ctx, s->index, &s->batch);
+        int rc = reader_device_copy(r, s);
         uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devenq_ns, t1 - t0, memory_order_relaxed);
         if (s->trec)
             reader_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
         int expected = 0;
         if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
-            snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device stage failed: %s",
+            snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device copy failed: %s",
                      (unsigned long long)s->batch.index, (unsigned long long)s->batch.epoch,
                      sf_strerror(rc));
     }
@@ -981,8 +980,7 @@ static uint32_t batch_cap(const sf_reader *r)
     return per_epoch ? (uint32_t)per_epoch : 1;
 }
 
-int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
-                          const sf_reader_stage *stage)
+int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
 {
     if (!out || !dir)
         return sf_fail(SF_E_INVALID, "sf_reader_open: NULL argument");
@@ -998,9 +996,7 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
-    if (stage)
-        r->stage = *stage;
-    else if (o.device != SF_DEVICE_CPU && (rc = sf_device_stage_create(&r->stage, &o)))
+    if ((rc = reader_device_select(&r->device_ops, &o)))
         goto fail;
     if ((rc = sf_dataset_open(&r->ds, dir)))
         goto fail;
@@ -1047,11 +1043,8 @@ int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts
     int populate = r->layout.exact && r->num_batches >= o.prefetch;
     if ((rc = reader_slab_alloc(&r->slab, r->slab_bytes, populate)) || (rc = slots_init(r)))
         goto fail;
-    if (r->stage.on_slab &&
-        (rc = r->stage.on_slab(r->stage.ctx, r->slab, r->slab_bytes, o.prefetch, r->layout.slot_bytes))) {
-        rc = sf_fail_prefix(rc, "device stage");
-        goto fail; /* close still calls on_close, which frees the stage */
-    }
+    if (r->device_ops && (rc = reader_device_open(r)))
+        goto fail;
     if ((rc = start_io(r)))
         goto fail;
     *out = r;
@@ -1061,11 +1054,6 @@ fail:
     return rc;
 }
 
-int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
-{
-    return sf_reader_open_staged(out, dir, opts, NULL);
-}
-
 void sf_reader_close(sf_reader *r)
 {
     if (!r)
@@ -1073,10 +1061,9 @@ void sf_reader_close(sf_reader *r)
     if (r->engine)
         stop_engine(r);
     reader_trace_free_all(atomic_load(&r->trace));
-    /* Always, once: the stage's context is freed there even when open
-     * failed before the slab existed or the stage refused it. */
-    if (r->stage.on_close)
-        r->stage.on_close(r->stage.ctx, r->slab, r->slab ? r->slab_bytes : 0);
+    /* Before the slab is unmapped: the device unregisters it. */
+    if (r->device)
+        r->device_ops->close(r->device);
     slots_free(r);
     reader_slab_free(r->slab, r->slab_bytes);
     if (r->direct_fds) {
@@ -1265,9 +1252,13 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     /* Still HELD, so no other thread touches the slot: the device may wait
      * here, outside the lock. */
     int rc = 0;
-    if (r->stage.on_release && s->device_busy) {
+    if (r->device && s->device_busy) {
+        /* The next copy into the device buffer waits for the work on
+         * `stream`; the host slot is free once its copy no longer reads it. */
         uint64_t t0 = reader_now_ns();
-        rc = r->stage.on_release(r->stage.ctx, s->index, stream);
+        rc = r->device_ops->release(r->device, s->index, stream);
+        int waited = r->device_ops->reuse(r->device, s->index);
+        rc = rc ? rc : waited;
         uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
         if (s->trec) {
@@ -1305,7 +1296,7 @@ int sf_batch_wait(sf_reader *r, const sf_batch *batch)
         if (&s->batch != batch)
             continue;
         uint64_t t0 = reader_now_ns();
-        int rc = sf_device_stage_wait(&r->stage, i);
+        int rc = r->device ? r->device_ops->wait(r->device, i) : 0;
         uint64_t t1 = reader_now_ns();
         atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
         if (s->trec && !rc) {
@@ -1360,7 +1351,7 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->slab_bytes = r->slab_bytes;
     out->device = r->opts.device == SF_DEVICE_CUDA ? "cuda"
                   : r->opts.device == SF_DEVICE_HOST_COPY ? "host-copy" : "cpu";
-    out->device_bytes = sf_device_stage_bytes(&r->stage);
+    out->device_bytes = r->device ? r->device_ops->bytes(r->device) : 0;
     return 0;
 }
 

@@ -10,7 +10,7 @@
  * it goes in the slot. I/O threads claim tasks in batch order and read them
  * through the engine; when a task's reads are done the thread hashes it
  * (reader_task_done); the thread finishing a slot's last task runs
- * reader_batch_ready (substitution of corrupt samples, the stage hook)
+ * reader_batch_ready (substitution of corrupt samples, the device copy)
  * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
  * order.
  *
@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "dataset_internal.h"
+#include "device.h"
 #include "sampler.h"
 #include "trace.h"
 #include "shardfeed/reader.h"
@@ -73,7 +74,7 @@ enum reader_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
 struct reader_slot {
     uint32_t index;      /* position in r->slots */
     int state;           /* enum reader_slot_state, under r->lock */
-    int device_busy;     /* a device copy may still read the host slot: on_reuse first */
+    int device_busy;     /* a device copy may still read the host slot: reuse first */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
@@ -102,33 +103,14 @@ typedef struct reader_slot_layout {
                                           multiple of SF_DIRECT_ALIGN, or -1 */
 } reader_slot_layout;
 
-/* A device stage (device_stage.c, or a test's): called once at open with
- * the slab (before io_uring registers it: pin it here), at the batch-ready
- * point of every batch from the I/O thread that completed it, before
- * sf_reader_next can return it (enqueue the slot's device copy and fill the
- * batch's device fields here; a nonzero return fails that batch), when the
- * caller releases a slot (on_release: fence the device buffer after work on
- * `stream`, and wait until the copy no longer reads the host slot), and before
- * new reads overwrite a slot that was freed without a release (on_reuse).
- * on_close is called exactly once when the reader closes, also when open
- * failed (slab NULL if it was never made, and after a failed on_slab): it
- * frees ctx. Any member may be NULL. */
-typedef struct sf_reader_stage {
-    void *ctx;
-    int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);
-    int (*on_ready)(void *ctx, uint32_t slot, sf_batch *batch);
-    int (*on_release)(void *ctx, uint32_t slot, void *stream);
-    void (*on_reuse)(void *ctx, uint32_t slot);
-    void (*on_close)(void *ctx, void *slab, uint64_t bytes);
-} sf_reader_stage;
-
-/* The stage that delivers to opts->device (CUDA or host-copy). Fills
- * *stage; on_close frees it. */
-int sf_device_stage_create(sf_reader_stage *stage, const sf_reader_opts *opts);
-/* Device memory the stage holds (0 for other stages). */
-uint64_t sf_device_stage_bytes(const sf_reader_stage *stage);
-/* Waits for slot's copy (0 at once for other stages). */
-int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
+/* ---- device.c: device delivery (device.h is the interface) ---- */
+/* The device implementation opts asks for: NULL for the CPU. */
+int reader_device_select(const reader_device_ops **out, const sf_reader_opts *opts);
+/* Opens r->device_ops on the slab (before io_uring registers it). */
+int reader_device_open(sf_reader *r);
+/* At the batch-ready point: sets the batch's device fields and enqueues the
+ * copy of the slot's used bytes. */
+int reader_device_copy(sf_reader *r, reader_slot *s);
 
 typedef struct reader_engine_ops reader_engine_ops;
 
@@ -184,7 +166,10 @@ struct sf_reader {
     uint8_t *slab;
     uint64_t slab_bytes;
     reader_slot *slots;
-    sf_reader_stage stage;
+
+    /* device delivery: the implementation and its state, NULL for the CPU */
+    const reader_device_ops *device_ops;
+    reader_device *device; /* opened on the slab at open */
 
     /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
     int direct;
@@ -222,7 +207,7 @@ struct sf_reader {
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
-    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads in the device stage's on_ready */
+    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads enqueuing device copies */
     atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
     uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
@@ -230,10 +215,6 @@ struct sf_reader {
     /* tracing (trace.h): the latest trace, older ones chained by prev */
     _Atomic(reader_trace *) trace;
 };
-
-/* sf_reader_open with a device stage (NULL: none). */
-int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
-                          const sf_reader_stage *stage);
 
 /* ---- slab.c ---- */
 /* Computes the slot layout for batches of at most `samples` samples (all
@@ -245,8 +226,6 @@ int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t sam
 /* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
 int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
 void reader_slab_free(uint8_t *slab, uint64_t bytes);
-/* The slab, for a device stage: the one large allocation of the reader. */
-void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
 
 /* ---- staged.c: records with compressed fields ----
  *

@@ -1,7 +1,7 @@
 /* The batch slab: one page-aligned anonymous mapping holding every slot, and
  * the layout of the fields inside a slot. Allocated once at open and never
- * moved; this is what io_uring registers and what a device stage pins
- * (sf_reader_stage.on_slab). */
+ * moved; this is what io_uring registers and what the CUDA device pins
+ * (device.h, open). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,7 +186,7 @@ int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
                        (unsigned long long)bytes);
     /* Pre-faulted only when asked: room sized for the largest batch, which a
      * rank may never meet, costs nothing until a batch fills it. io_uring's
-     * buffer registration and a device stage's cudaHostRegister pin what
+     * buffer registration and the CUDA device's cudaHostRegister pin what
      * they register: the slab is kept small instead (reader_slab_layout). */
     void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
@@ -201,13 +201,4 @@ void reader_slab_free(uint8_t *slab, uint64_t bytes)
 {
     if (slab)
         munmap(slab, (size_t)bytes);
-}
-
-void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes)
-{
-    if (bytes)
-        *bytes = r->slab_bytes;
-    if (slot_bytes)
-        *slot_bytes = r->layout.slot_bytes;
-    return r->slab;
 }

@@ -28,7 +28,7 @@ enum reader_trace_stage {
     SF_TS_CLAIMED,       /* an I/O thread claimed its first sample */
     SF_TS_READ,          /* every sample's reads are complete */
     SF_TS_CHECKSUMMED,   /* every record hashed (and corrupt samples substituted) */
-    SF_TS_DEV_ENQUEUED,  /* the device stage returned: the copy is enqueued */
+    SF_TS_DEV_ENQUEUED,  /* the device copy was enqueued */
     SF_TS_DEV_DONE,      /* the copy was seen complete (sf_batch_wait or the release) */
     SF_TS_HANDED,        /* sf_reader_next returned it */
     SF_TS_RELEASED,      /* the slot was given back */
