@@ -62,6 +62,32 @@ int reader_device_copy(sf_reader *r, reader_slot *s)
     return ops->copy(r->device, s->index, ranges, n);
 }
 
+int sf_batch_wait(sf_reader *r, const sf_batch *batch)
+{
+    if (!r || !batch)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait: NULL argument");
+    if (batch->device == SF_DEVICE_CPU)
+        return 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        reader_slot *s = &r->slots[i];
+        if (&s->batch != batch)
+            continue;
+        uint64_t t0 = reader_now_ns();
+        int rc = r->device ? r->device_ops->wait(r->device, i) : 0;
+        uint64_t t1 = reader_now_ns();
+        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec && !rc) {
+            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            reader_trace *tr = reader_trace_on(r);
+            if (tr)
+                reader_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
+        }
+        return rc;
+    }
+    return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
+}
+
 int sf_has_feature(const char *name)
 {
     if (!name)

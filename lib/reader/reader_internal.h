@@ -1,6 +1,23 @@
-/* The streaming reader's internals, shared by reader.c (scheduling, the
- * consumer side, checksums), slab.c (the batch memory) and the I/O engines
- * (engine_*.c).
+/* The streaming reader's internals, shared by the files of lib/reader, one
+ * job each:
+ *
+ *   reader.c        the reader's life: open (the jobs below, in order), close
+ *   options.c       options: defaults and ranges
+ *   direct.c        the O_DIRECT policy and descriptors
+ *   engine.c        engine selection (mincore residency), the I/O threads
+ *   engine_uring.c  the io_uring engine
+ *   engine_pread.c  the pread and mmap engines
+ *   slab.c          the slab: the slot layout and the one mapping
+ *   slots.c         a slot's arrays; where each sample of a batch goes in it
+ *   schedule.c      the slot life cycle: scheduling, claims, the batch-ready
+ *                   point, delivery and release
+ *   records.c       record checks, failed reads, substitution of corrupt samples
+ *   staged.c        records with compressed fields: staging, decompression
+ *   device.c        device delivery, the reader's side (device.h: the
+ *                   interface; device_host.c, device_cuda.c: implementations)
+ *   stats.c         statistics and the verdict
+ *   sampler.c       the order of samples (sampler.h)
+ *   trace.c         tracing (trace.h)
  *
  * Pipeline. The slab holds K slots. A slot is FREE, LOADING (assigned to a
  * batch; its sample tasks are being read by the I/O threads), READY, or HELD
@@ -9,8 +26,8 @@
  * task per sample: where each payload field lies in the shard file and where
  * it goes in the slot. I/O threads claim tasks in batch order and read them
  * through the engine; when a task's reads are done the thread hashes it
- * (reader_task_done); the thread finishing a slot's last task runs
- * reader_batch_ready (substitution of corrupt samples, the device copy)
+ * (reader_task_done); the thread finishing a slot's last task runs the
+ * batch-ready point (substitution of corrupt samples, the device copy)
  * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
  * order.
  *
@@ -102,15 +119,6 @@ typedef struct reader_slot_layout {
     int var_unaligned;                 /* a var field whose length in some record is not a
                                           multiple of SF_DIRECT_ALIGN, or -1 */
 } reader_slot_layout;
-
-/* ---- device.c: device delivery (device.h is the interface) ---- */
-/* The device implementation opts asks for: NULL for the CPU. */
-int reader_device_select(const reader_device_ops **out, const sf_reader_opts *opts);
-/* Opens r->device_ops on the slab (before io_uring registers it). */
-int reader_device_open(sf_reader *r);
-/* At the batch-ready point: sets the batch's device fields and enqueues the
- * copy of the slot's used bytes. */
-int reader_device_copy(sf_reader *r, reader_slot *s);
 
 typedef struct reader_engine_ops reader_engine_ops;
 
@@ -216,6 +224,30 @@ struct sf_reader {
     _Atomic(reader_trace *) trace;
 };
 
+/* ---- options.c ---- */
+/* Copies `in` (NULL: the defaults) to *o with every 0 replaced by its
+ * default; SF_E_INVALID naming the field when one is out of range. */
+int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in);
+
+/* ---- direct.c ---- */
+/* Checks that every read can be O_DIRECT (SF_E_UNSUPPORTED saying why not)
+ * and opens the shards' O_DIRECT descriptors; sets r->direct. */
+int reader_direct_open(sf_reader *r);
+void reader_direct_close(sf_reader *r); /* nothing opened ok */
+
+/* ---- engine.c ---- */
+/* Whether records are small: only fixed-size, uncompressed fields, at most
+ * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
+ * (a batch, typically) at a time. */
+#define SF_SMALL_RECORD (64u << 10)
+int reader_small_records(const sf_reader *r);
+/* Chooses the engine (opts, the records, whether the shards are in the page
+ * cache) and starts its I/O threads; auto falls back from io_uring to pread
+ * where io_uring is not available. */
+int reader_engine_start(sf_reader *r);
+/* Stops and joins the I/O threads (their reads in flight finish first). */
+void reader_engine_stop(sf_reader *r);
+
 /* ---- slab.c ---- */
 /* Computes the slot layout for batches of at most `samples` samples (all
  * distinct): fixed fields take samples * item_size, each variable-length
@@ -226,6 +258,58 @@ int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t sam
 /* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
 int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
 void reader_slab_free(uint8_t *slab, uint64_t bytes);
+
+/* ---- slots.c ---- */
+/* The most samples one batch holds (slots are sized for it): batch_size,
+ * or fewer when the only batch is short. */
+uint32_t reader_batch_cap(const sf_reader *r);
+/* Allocates every slot's arrays and points its batch's fields into the
+ * slab; reader_slots_free frees them (none made ok). */
+int reader_slots_init(sf_reader *r);
+void reader_slots_free(sf_reader *r);
+/* The batch_cap + 1 offsets of variable-length field f in slot s. */
+uint64_t *reader_slot_var_off(const sf_reader *r, const reader_slot *s, uint32_t f);
+/* Bytes the value of payload field f of sample `id` (index entry e) takes
+ * in a slot: its stored length, or its decompressed length when compressed. */
+uint64_t reader_slot_value_len(const sf_reader *r, uint32_t f, uint64_t id,
+                               const sf_index_entry *e);
+/* Points position `pos` of slot s at sample `id` (task, reads, inline
+ * values); `repack` moves the packed variable-length bytes after it to fit
+ * a substitute's lengths. */
+void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id, int repack);
+/* Places claimed tasks of a schema without variable-length fields, outside
+ * r->lock (schedule.c places the others when it prepares a slot). */
+void reader_place_claimed(sf_reader *r, reader_task **tasks, unsigned n);
+/* Sets each field's `bytes` for the slot's batch. */
+void reader_set_field_bytes(sf_reader *r, reader_slot *s);
+
+/* ---- schedule.c, for the engines ---- */
+/* Claims up to `max` tasks in batch order. With `block`, waits until there
+ * is at least one or the reader stops. Returns the count; 0 means stop (when
+ * blocking) or nothing now (when not). */
+unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block);
+/* Called by the engine on I/O thread `io` once all of a task's reads have
+ * finished (t->err set on failure): checks the record (with the thread's
+ * hash state), finishes the slot when it was the last. */
+void reader_task_done(reader_io_thread *io, reader_task *t);
+/* reader_task_done for n tasks at once (in claim order), with one
+ * update of the shared counters per slot instead of one per task. */
+void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n);
+
+/* ---- records.c ---- */
+/* Sets t->err and its detail on the slot (first error wins); a shard cut
+ * short makes the record corrupt instead (substituted, or SF_E_TRUNCATED). */
+void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
+/* A value of task t does not decompress (SF_E_CORRUPT, detail in
+ * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
+ * the batch's error. */
+void reader_task_bad_value(sf_reader *r, reader_task *t);
+/* Judges finished task t: its checksum (hashed with `xxh` unless the engine
+ * did) and its bool values; marks it corrupt or fails it. */
+void reader_verify_task(sf_reader *r, struct XXH3_state_s *xxh, reader_task *t);
+/* At the batch-ready point: reads an intact sample in place of each corrupt
+ * one of slot s, with the finishing thread's stager. */
+void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_stager *st);
 
 /* ---- staged.c: records with compressed fields ----
  *
@@ -243,7 +327,6 @@ void reader_slab_free(uint8_t *slab, uint64_t bytes);
 typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8_t *dst,
                               uint64_t off, uint64_t len);
 
-
 /* At open, before the slab layout: finds the compressed fields and, for the
  * variable-length ones, every value's decompressed length (reading each
  * frame header: one small pread per value) and the longest per field. */
@@ -260,29 +343,14 @@ int reader_stager_load(reader_stager *st, sf_reader *r, reader_task *t, reader_c
 int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                         uint64_t len);
 
-/* ---- reader.c, for the engines ---- */
-/* Whether records are small: only fixed-size, uncompressed fields, at most
- * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
- * (a batch, typically) at a time. */
-#define SF_SMALL_RECORD (64u << 10)
-int reader_small_records(const sf_reader *r);
-/* Claims up to `max` tasks in batch order. With `block`, waits until there
- * is at least one or the reader stops. Returns the count; 0 means stop (when
- * blocking) or nothing now (when not). */
-unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block);
-/* Called by the engine on I/O thread `io` once all of a task's reads have
- * finished (t->err set on failure): checks the record (with the thread's
- * hash state), finishes the slot when it was the last. */
-void reader_task_done(reader_io_thread *io, reader_task *t);
-/* reader_task_done for n tasks at once (in claim order), with one
- * update of the shared counters per slot instead of one per task. */
-void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n);
-/* Sets t->err and its detail on the slot (first error wins). */
-void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
-/* A value of task t does not decompress (SF_E_CORRUPT, detail in
- * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
- * the batch's error. */
-void reader_task_bad_value(sf_reader *r, reader_task *t);
+/* ---- device.c: device delivery (device.h is the interface) ---- */
+/* The device implementation opts asks for: NULL for the CPU. */
+int reader_device_select(const reader_device_ops **out, const sf_reader_opts *opts);
+/* Opens r->device_ops on the slab (before io_uring registers it). */
+int reader_device_open(sf_reader *r);
+/* At the batch-ready point: sets the batch's device fields and enqueues the
+ * copy of the slot's used bytes. */
+int reader_device_copy(sf_reader *r, reader_slot *s);
 
 static inline uint64_t reader_now_ns(void)
 {

@@ -26,7 +26,7 @@ NOWAIT = ("static void *cuda_device_ptr",
           "static int cuda_nowait(reader_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
           "    return 0;\n}\n\nstatic void *cuda_device_ptr")
 CUDA = "lib/reader/device_cuda.c"
-READER = "lib/reader/reader.c"
+SCHEDULE = "lib/reader/schedule.c"
 
 # name: (file, [(old, new)], what it removes, None or why it is equivalent)
 MUTATIONS = {
@@ -70,10 +70,10 @@ MUTATIONS = {
                        "cudaStreamDestroy at close", None),
     "event_destroy": (CUDA, [("            cudaEventDestroy(d->released[i]);\n", "            (void)0;\n")],
                       "cudaEventDestroy of the release events at close", None),
-    "release_reuse": (READER, [("        int waited = r->device_ops->reuse(r->device, s->index);",
+    "release_reuse": (SCHEDULE, [("        int waited = r->device_ops->reuse(r->device, s->index);",
                                 "        int waited = 0;")],
                       "the wait for the copy when a slot is released", None),
-    "reposition_reuse": (READER, [("            r->device_ops->reuse(r->device, s->index);\n"
+    "reposition_reuse": (SCHEDULE, [("            r->device_ops->reuse(r->device, s->index);\n"
                                    "            s->device_busy = 0;\n", "            s->device_busy = 0;\n")],
                          "the wait for dropped read-ahead copies after a reposition", None),
 }
