@@ -231,8 +231,9 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
 
-/* Gives a batch's slot back. SF_E_INVALID for a batch not held. With a
- * device, the caller must be done with device_data: use
+/* Gives a batch's slot back. SF_E_INVALID for a batch not held: one released
+ * already, also by another thread at the same time (the slot is given back
+ * once). With a device, the caller must be done with device_data: use
  * sf_reader_release_after when work using it may still be queued. */
 SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
 

@@ -19,9 +19,8 @@
  *   sampler.c       the order of samples (sampler.h)
  *   trace.c         tracing (trace.h)
  *
- * Pipeline. The slab holds K slots. A slot is FREE, LOADING (assigned to a
- * batch; its sample tasks are being read by the I/O threads), READY, or HELD
- * (delivered to the caller). The scheduler (under r->lock) gives free slots
+ * Pipeline. The slab holds K slots, each in one state of its life cycle
+ * (below, at enum reader_slot_state). The scheduler (under r->lock) gives free slots
  * to the next batches of the schedule position, in order, and prepares one
  * task per sample: where each payload field lies in the shard file and where
  * it goes in the slot. I/O threads claim tasks in batch order and read them
@@ -86,11 +85,59 @@ typedef struct reader_task {
     reader_read *reads; /* nreads entries (into slot->reads) */
 } reader_task;
 
-enum reader_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
+/* Slot life cycle. Every change of a slot's state is made under r->lock by
+ * slot_set_state (schedule.c), which asserts that the slot is in `from` and
+ * that the change is one of this table's.
+ *
+ *                 schedule_locked            batch_ready
+ *        FREE ----------------------> LOADING -----------> READY
+ *         ^                              |                   |  |
+ *         +<-----------------------------+                   |  | sf_reader_next
+ *         |  batch_ready (stale), reposition_locked          |  v
+ *         +<-------------------------------------------------+ HELD
+ *         |  sf_reader_next (failed batch), reposition_locked   |
+ *         |                                                     | sf_reader_release,
+ *         |                                                     v first lock
+ *         +<-------------------------------------------- RELEASING
+ *            sf_reader_release, second lock
+ *
+ *   from       to         by                  when
+ *   FREE       LOADING    schedule_locked     the slot gets the next batch of the schedule
+ *   LOADING    READY      batch_ready         its samples are read, checked, substituted and
+ *                                             (with a device) their copy enqueued
+ *   LOADING    FREE       batch_ready         the same, but a reposition made the batch stale
+ *   LOADING    FREE       reposition_locked   the reposition took back its unclaimed tasks and
+ *                                             none was in flight
+ *   READY      HELD       sf_reader_next      delivered to the caller
+ *   READY      FREE       sf_reader_next      the batch failed: dropped with the read-ahead
+ *   READY      FREE       reposition_locked   read-ahead of the old position, dropped
+ *   HELD       RELEASING  sf_reader_release   the first of two locks: a concurrent second
+ *                                             release of the batch finds it not HELD
+ *   RELEASING  FREE       sf_reader_release   the second lock, after the device's release and
+ *                                             wait, which run outside the lock
+ *
+ * r->held counts the slots in HELD or RELEASING: the caller's. */
+enum reader_slot_state {
+    SLOT_FREE = 0,
+    SLOT_LOADING,   /* its batch's samples are being read by the I/O threads */
+    SLOT_READY,     /* read and checked, waiting for sf_reader_next */
+    SLOT_HELD,      /* delivered: the caller's until sf_reader_release */
+    SLOT_RELEASING, /* a release is waiting for the device, outside r->lock */
+    SLOT_STATES
+};
+/* reader_slot_next[from]: the states a slot may go to from `from`. */
+#define SLOT_TO(state) (1u << (state))
+static const unsigned reader_slot_next[SLOT_STATES] = {
+    [SLOT_FREE] = SLOT_TO(SLOT_LOADING),
+    [SLOT_LOADING] = SLOT_TO(SLOT_READY) | SLOT_TO(SLOT_FREE),
+    [SLOT_READY] = SLOT_TO(SLOT_HELD) | SLOT_TO(SLOT_FREE),
+    [SLOT_HELD] = SLOT_TO(SLOT_RELEASING),
+    [SLOT_RELEASING] = SLOT_TO(SLOT_FREE),
+};
 
 struct reader_slot {
     uint32_t index;      /* position in r->slots */
-    int state;           /* enum reader_slot_state, under r->lock */
+    int state;           /* enum reader_slot_state: slot_set_state, under r->lock */
     int device_busy;     /* a device copy may still read the host slot: reuse first */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
@@ -211,7 +258,7 @@ struct sf_reader {
                                  delivered since: set_epoch of that epoch keeps it */
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
-    uint32_t held;
+    uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;

@@ -2,8 +2,9 @@
  * slot holds (schedule_locked, reposition_locked), the I/O threads' claims
  * of its samples, the batch-ready point when its last sample is done, and
  * the consumer's side (sf_reader_next, release, set_epoch, restore).
- * reader_internal.h describes the pipeline. */
+ * reader_internal.h draws the slot life cycle that these follow. */
 #include <assert.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,12 +18,30 @@ static inline void stamp(reader_slot *s, int stage)
         reader_trace_stamp(s->trec, stage, reader_now_ns());
 }
 
+/* The one place a slot's state changes (reader_internal.h, "Slot life
+ * cycle"): from the state the slot is in to one the table allows, under
+ * r->lock. Keeps r->held, the slots that are the caller's. */
+static void slot_set_state(sf_reader *r, reader_slot *s, int from, int to)
+{
+    /* Every caller holds r->lock (trylock only sees that someone does). */
+    assert(pthread_mutex_trylock(&r->lock) == EBUSY);
+    assert(from >= 0 && from < SLOT_STATES && to >= 0 && to < SLOT_STATES);
+    assert(s->state == from && "the slot is not in the state this transition starts from");
+    assert((reader_slot_next[from] & SLOT_TO(to)) && "not a transition of the slot life cycle");
+    if (to == SLOT_HELD)
+        r->held++;
+    else if (from == SLOT_RELEASING)
+        r->held--;
+    assert(r->held <= r->opts.prefetch);
+    s->state = to;
+}
+
 /* Under r->lock: gives free slot `s` the batch (epoch, index) of the
  * sampler's current epoch. */
 static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t index)
 {
     uint32_t count = reader_sampler_batch(r->sampler, index, s->ids);
-    s->state = SLOT_LOADING;
+    slot_set_state(r, s, SLOT_FREE, SLOT_LOADING);
     s->gen = r->gen;
     s->claimed = 0;
     s->batch.epoch = epoch;
@@ -102,12 +121,12 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         reader_slot *s = &r->slots[i];
         if (s->state == SLOT_READY) {
-            s->state = SLOT_FREE;
+            slot_set_state(r, s, SLOT_READY, SLOT_FREE);
         } else if (s->state == SLOT_LOADING) {
             unsigned unclaimed = s->batch.size - s->claimed;
             s->claimed = s->batch.size;
             if (unclaimed && atomic_fetch_sub(&s->remaining, unclaimed) == unclaimed)
-                s->state = SLOT_FREE;
+                slot_set_state(r, s, SLOT_LOADING, SLOT_FREE);
         }
     }
     r->del_epoch = r->sched_epoch = epoch;
@@ -192,10 +211,10 @@ static void batch_ready(sf_reader *r, reader_slot *s, reader_stager *st)
     }
     pthread_mutex_lock(&r->lock);
     if (s->gen != r->gen) {
-        s->state = SLOT_FREE;
+        slot_set_state(r, s, SLOT_LOADING, SLOT_FREE);
         schedule_locked(r);
     } else {
-        s->state = SLOT_READY;
+        slot_set_state(r, s, SLOT_LOADING, SLOT_READY);
         pthread_cond_broadcast(&r->ready_cv);
     }
     pthread_mutex_unlock(&r->lock);
@@ -294,7 +313,7 @@ static const char *describe_held_locked(const sf_reader *r, char *buf, size_t ca
     uint32_t n = 0, more = 0;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         const sf_batch *b = &r->slots[i].batch;
-        if (r->slots[i].state != SLOT_HELD)
+        if (r->slots[i].state != SLOT_HELD && r->slots[i].state != SLOT_RELEASING)
             continue;
         /* Insertion into the sorted list, dropping the latest past its end. */
         uint32_t j = n < HELD_LISTED ? n++ : HELD_LISTED;
@@ -359,12 +378,11 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             if (err) {
                 /* Drop it and everything read ahead; the next call retries. */
                 rc = sf_fail(err, "%s", s->errmsg);
-                s->state = SLOT_FREE;
+                slot_set_state(r, s, SLOT_READY, SLOT_FREE);
                 reposition_locked(r, r->del_epoch, r->del_index, 1);
                 break;
             }
-            s->state = SLOT_HELD;
-            r->held++;
+            slot_set_state(r, s, SLOT_READY, SLOT_HELD);
             r->del_index++;
             r->st_batches++;
             r->st_samples += s->batch.size;
@@ -396,13 +414,18 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     for (uint32_t i = 0; i < r->opts.prefetch; i++)
         if (&r->slots[i].batch == batch)
             s = &r->slots[i];
+    /* The first lock marks the slot RELEASING: a second release of the same
+     * batch, from another thread at the same time, finds it not HELD. */
     pthread_mutex_lock(&r->lock);
     int held = s && s->state == SLOT_HELD;
+    if (held)
+        slot_set_state(r, s, SLOT_HELD, SLOT_RELEASING);
     pthread_mutex_unlock(&r->lock);
     if (!held)
-        return sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds");
-    /* Still HELD, so no other thread touches the slot: the device may wait
-     * here, outside the lock. */
+        return sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds (released "
+                                     "already, or being released by another call)");
+    /* RELEASING: nothing else touches the slot, so the device may wait here,
+     * outside the lock. */
     int rc = 0;
     if (r->device && s->device_busy) {
         /* The next copy into the device buffer waits for the work on
@@ -425,8 +448,7 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     pthread_mutex_lock(&r->lock);
     stamp(s, SF_TS_RELEASED);
     s->device_busy = 0;
-    s->state = SLOT_FREE;
-    r->held--;
+    slot_set_state(r, s, SLOT_RELEASING, SLOT_FREE);
     schedule_locked(r);
     pthread_mutex_unlock(&r->lock);
     return rc;

@@ -954,6 +954,71 @@ Test(reader, the_state_error_lists_the_first_eight_batches_held_in_order)
     sf_reader_close(r);
 }
 
+/* Two threads releasing one batch at once (release may be called from any
+ * thread): exactly one succeeds, the other is told the batch is not held,
+ * and the slot is given back once. Afterwards exactly `prefetch` batches can
+ * be held, no more and no fewer. With the host-copy device and slow copies,
+ * the first release waits for the slot's copy outside the reader's lock,
+ * which leaves the second one a wide window. */
+typedef struct release_race {
+    sf_reader *r;
+    const sf_batch *b;
+    pthread_barrier_t *go;
+    int rc;
+} release_race;
+
+static void *release_racer(void *arg)
+{
+    release_race *x = arg;
+    pthread_barrier_wait(x->go);
+    x->rc = sf_reader_release(x->r, x->b);
+    return NULL;
+}
+
+Test(reader, two_threads_releasing_one_batch_give_its_slot_back_once)
+{
+    test_ds d = make_ds("a", 64, 256, 64);
+    for (int device = 0; device < 2; device++) {
+        sf_reader_opts o = SF_READER_OPTS_INIT;
+        o.batch_size = 4;
+        o.prefetch = 3;
+        o.device = device ? SF_DEVICE_HOST_COPY : SF_DEVICE_CPU;
+        reader_device_host_set_delay_us(device ? 500 : 0);
+        sf_reader *r = open_reader(&d, &o);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        for (int round = 0; round < 200;) {
+            const sf_batch *b;
+            cr_assert_eq(sf_reader_next(&b, r), 0, "round %d: %s", round, sf_last_error());
+            if (!b)
+                continue; /* end of an epoch */
+            round++;
+            release_race x[2] = {{r, b, &go, 1}, {r, b, &go, 1}};
+            pthread_t t;
+            cr_assert_eq(pthread_create(&t, NULL, release_racer, &x[1]), 0);
+            release_racer(&x[0]);
+            pthread_join(t, NULL);
+            cr_assert((x[0].rc == 0 && x[1].rc == SF_E_INVALID) ||
+                          (x[1].rc == 0 && x[0].rc == SF_E_INVALID),
+                      "round %d (device %d): the two releases returned %d and %d", round, device,
+                      x[0].rc, x[1].rc);
+        }
+        pthread_barrier_destroy(&go);
+        /* 200 batches in, at batch 8 of a 16-batch epoch: these four calls
+         * meet no end of an epoch. */
+        const sf_batch *held[3], *x;
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(sf_reader_next(&held[i], r), 0, "%s", sf_last_error());
+            cr_assert_not_null(held[i]);
+        }
+        cr_assert_eq(sf_reader_next(&x, r), SF_E_STATE, "a fourth batch with prefetch = 3");
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(sf_reader_release(r, held[i]), 0);
+        sf_reader_close(r);
+    }
+    reader_device_host_set_delay_us(0);
+}
+
 Test(reader, bad_arguments)
 {
     test_ds d = make_ds("a", 10, 64, 64);
