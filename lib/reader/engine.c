@@ -1,7 +1,7 @@
 /* Engine selection and the I/O threads: which engine reads a dataset
  * (io_uring, pread, or mmap for small records already in the page cache, by
  * a mincore sample of the shards), how many threads, starting them (each
- * with its stager) and stopping them. The engines themselves are
+ * with its scratch) and stopping them. The engines themselves are
  * engine_uring.c and engine_pread.c behind reader_engine_ops. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -51,7 +51,7 @@ static void *io_main(void *arg)
     reader_io_thread *t = arg;
     sf_reader *r = t->r;
     reader_trace_io_thread(t->idx);
-    int rc = reader_stager_init(&t->stager, r);
+    int rc = reader_scratch_init(&t->scratch, r);
     if (!rc && r->engine->thread_init)
         rc = r->engine->thread_init(t);
     if (rc)
@@ -68,7 +68,7 @@ static void *io_main(void *arg)
         reader_trace_io_idle(tr);
     if (r->engine->thread_fini)
         r->engine->thread_fini(t);
-    reader_stager_fini(&t->stager);
+    reader_scratch_fini(&t->scratch);
     return NULL;
 }
 

@@ -15,8 +15,8 @@
 
 /* ---- shared: copy in pieces, hash each piece while it is hot ----
  *
- * Each thread hashes with its stager's XXH3 state and, for compressed
- * datasets, stages with its buffer and ZSTD_DCtx (t->stager, staged.c). */
+ * Each thread hashes with its scratch's XXH3 state and, for compressed
+ * datasets, stages with its buffer and ZSTD_DCtx (t->scratch, staged.c). */
 
 typedef reader_copy_fn copy_fn;
 
@@ -24,7 +24,7 @@ typedef reader_copy_fn copy_fn;
 static void staged_task(reader_io_thread *t, reader_task *task, copy_fn copy)
 {
     sf_reader *r = t->r;
-    int rc = reader_stager_load(&t->stager, r, task, copy);
+    int rc = reader_staged_load(&t->scratch, r, task, copy);
     if (rc == SF_E_CORRUPT)
         reader_task_bad_value(r, task);
     else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is reader_task_done's to judge */
@@ -43,7 +43,7 @@ static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
         staged_task(t, task, copy);
         return;
     }
-    XXH3_state_t *st = t->stager.xxh;
+    XXH3_state_t *st = t->scratch.xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
     uint64_t io_ns = 0, hash_ns = 0, t0 = reader_now_ns(), t1;
     int rc = 0;
@@ -96,7 +96,7 @@ static void hash_task(reader_io_thread *t, reader_task *task)
     if (task->nreads == 1) {
         task->digest = XXH3_64bits(task->reads[0].dst, task->reads[0].len);
     } else {
-        XXH3_state_t *st = t->stager.xxh;
+        XXH3_state_t *st = t->scratch.xxh;
         XXH3_64bits_reset(st);
         for (uint32_t k = 0; k < task->nreads; k++)
             XXH3_64bits_update(st, task->reads[k].dst, task->reads[k].len);

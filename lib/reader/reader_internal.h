@@ -170,21 +170,21 @@ typedef struct reader_slot_layout {
 typedef struct reader_engine_ops reader_engine_ops;
 
 /* What an I/O thread hashes and decompresses with, made when the thread
- * starts (reader_stager_init) so that nothing is allocated per record: the
+ * starts (reader_scratch_init) so that nothing is allocated per record: the
  * XXH3 state of record checksums, and for a dataset with compressed fields
  * the staging buffer and ZSTD_DCtx of staged.c. */
-typedef struct reader_stager {
+typedef struct reader_scratch {
     void *xxh;       /* XXH3_state_t */
     void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
     uint8_t *stage;  /* r->stage_bytes, or NULL */
-} reader_stager;
+} reader_scratch;
 
 /* Per I/O thread. */
 typedef struct reader_io_thread {
     struct sf_reader *r;
     unsigned idx;
     pthread_t tid;
-    reader_stager stager; /* the thread's own, for every engine */
+    reader_scratch scratch; /* the thread's own, for every engine */
     void *ctx;   /* engine state (a ring, ...) */
     int init_rc; /* result of the engine's thread_init */
     char errmsg[512]; /* its detail */
@@ -355,8 +355,8 @@ void reader_task_bad_value(sf_reader *r, reader_task *t);
  * did) and its bool values; marks it corrupt or fails it. */
 void reader_verify_task(sf_reader *r, struct XXH3_state_s *xxh, reader_task *t);
 /* At the batch-ready point: reads an intact sample in place of each corrupt
- * one of slot s, with the finishing thread's stager. */
-void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_stager *st);
+ * one of slot s, with the finishing thread's scratch. */
+void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st);
 
 /* ---- staged.c: records with compressed fields ----
  *
@@ -378,14 +378,16 @@ typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8
  * variable-length ones, every value's decompressed length (reading each
  * frame header: one small pread per value) and the longest per field. */
 int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
-int reader_stager_init(reader_stager *st, const sf_reader *r);
-void reader_stager_fini(reader_stager *st); /* zeroed or initialised */
+/* Makes an I/O thread's scratch (its XXH3 state; the staging buffer and
+ * ZSTD_DCtx when records are compressed): 0 or -ENOMEM. */
+int reader_scratch_init(reader_scratch *st, const sf_reader *r);
+void reader_scratch_fini(reader_scratch *st); /* zeroed or initialised */
 /* Reads task t's record with `copy`, hashes its stored bytes and, when the
  * checksum holds (or verify is off), decompresses its compressed values into
  * the slot. Sets t->digest/hashed when verifying. Returns 0, SF_E_CHECKSUM
  * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
  * sf_last_error() names the field), or a read error. */
-int reader_stager_load(reader_stager *st, sf_reader *r, reader_task *t, reader_copy_fn copy);
+int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy);
 /* reader_copy_fn through the shard's buffered fd. */
 int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                         uint64_t len);

@@ -100,12 +100,12 @@ static int check_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t, uint64_t 
 /* Reads task t synchronously through the buffered fd for substitute():
  * 0, SF_E_CHECKSUM, SF_E_CORRUPT or SF_E_TRUNCATED (not usable), or a read
  * error. */
-static int load_sync(sf_reader *r, reader_task *t, reader_stager *st)
+static int load_sync(sf_reader *r, reader_task *t, reader_scratch *st)
 {
     int rc = 0;
     t->hashed = 0;
     if (r->compressed) {
-        rc = reader_stager_load(st, r, t, reader_staged_pread);
+        rc = reader_staged_load(st, r, t, reader_staged_pread);
     } else {
         int fd = r->ds->shards[t->shard].fd;
         uint64_t t0 = reader_now_ns();
@@ -150,7 +150,7 @@ static int substitute_fits(const sf_reader *r, const reader_slot *s, uint32_t po
  * position of corrupt task `t`, synchronously through the buffered fd,
  * until one is intact. Runs at the batch-ready point, so the rest of the
  * batch is complete and packed variable-length bytes can be moved. */
-static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_stager *st)
+static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scratch *st)
 {
     uint64_t bad = t->id, cand = bad;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
@@ -199,7 +199,7 @@ void reader_verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
     }
 }
 
-void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_stager *st)
+void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st)
 {
     for (uint32_t pos = 0; pos < s->batch.size && !atomic_load(&s->err); pos++)
         if (s->tasks[pos].corrupt)

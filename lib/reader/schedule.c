@@ -184,10 +184,10 @@ unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
 }
 
 /* The batch-ready point, on the I/O thread that finished the slot's last
- * task (its stager `st` is free again): substitutes corrupt samples,
+ * task (its scratch `st` is free again): substitutes corrupt samples,
  * enqueues the device copy, and hands the slot to delivery (or frees it
  * when a reposition made it stale). */
-static void batch_ready(sf_reader *r, reader_slot *s, reader_stager *st)
+static void batch_ready(sf_reader *r, reader_slot *s, reader_scratch *st)
 {
     pthread_mutex_lock(&r->lock);
     int live = s->gen == r->gen && !r->stop;
@@ -230,12 +230,12 @@ static void slot_tasks_done(reader_io_thread *io, reader_task *const *tasks, uns
     if (s->trec && atomic_fetch_sub(&s->reads_left, n) == n)
         stamp(s, SF_TS_READ);
     for (unsigned i = 0; i < n; i++)
-        reader_verify_task(r, io->stager.xxh, tasks[i]);
+        reader_verify_task(r, io->scratch.xxh, tasks[i]);
     reader_trace *tr = reader_trace_on(r);
     for (unsigned i = 0; tr && i < n; i++)
         reader_trace_io_task(tr, s->trec);
     if (atomic_fetch_sub(&s->remaining, n) == n)
-        batch_ready(r, s, &io->stager);
+        batch_ready(r, s, &io->scratch);
 }
 
 void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n)

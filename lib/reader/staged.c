@@ -141,7 +141,7 @@ int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
     return r->n_zvar ? scan_lengths(r, dec_max) : 0;
 }
 
-int reader_stager_init(reader_stager *st, const sf_reader *r)
+int reader_scratch_init(reader_scratch *st, const sf_reader *r)
 {
     memset(st, 0, sizeof *st);
     st->xxh = XXH3_createState();
@@ -151,14 +151,14 @@ int reader_stager_init(reader_stager *st, const sf_reader *r)
         return 0;
     if (r->stage_bytes > SIZE_MAX || !(st->stage = malloc((size_t)r->stage_bytes)) ||
         !(st->dctx = ZSTD_createDCtx())) {
-        reader_stager_fini(st);
+        reader_scratch_fini(st);
         return sf_fail(-ENOMEM, "out of memory for a %llu-byte staging buffer",
                        (unsigned long long)r->stage_bytes);
     }
     return 0;
 }
 
-void reader_stager_fini(reader_stager *st)
+void reader_scratch_fini(reader_scratch *st)
 {
     XXH3_freeState(st->xxh);
     ZSTD_freeDCtx(st->dctx);
@@ -172,7 +172,7 @@ int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *ds
     return sf_pread_full(r->ds->shards[task->shard].fd, dst, len, off);
 }
 
-int reader_stager_load(reader_stager *st, sf_reader *r, reader_task *t, reader_copy_fn copy)
+int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy)
 {
     const sf_schema *s = r->schema;
     XXH3_state_t *xxh = st->xxh;
