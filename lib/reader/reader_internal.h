@@ -351,9 +351,11 @@ void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
  * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
  * the batch's error. */
 void reader_task_bad_value(sf_reader *r, reader_task *t);
-/* Judges finished task t: its checksum (hashed with `xxh` unless the engine
- * did) and its bool values; marks it corrupt or fails it. */
-void reader_verify_task(sf_reader *r, struct XXH3_state_s *xxh, reader_task *t);
+/* Judges finished tasks: each one's checksum (hashed with `xxh` unless the
+ * engine did) and its bool values; marks it corrupt or fails it. All n at
+ * once: one call per claim's run of a slot, not per record. */
+void reader_verify_tasks(sf_reader *r, struct XXH3_state_s *xxh, reader_task *const *tasks,
+                         unsigned n);
 /* At the batch-ready point: reads an intact sample in place of each corrupt
  * one of slot s, with the finishing thread's scratch. */
 void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st);

@@ -179,7 +179,7 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
 
 /* Judges task t's checksum (hashing it first with `xxh` unless the engine
  * did). */
-void reader_verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
+static void verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
 {
     if (t->err || t->corrupt || r->opts.verify != SF_VERIFY_ON)
         return;
@@ -197,6 +197,12 @@ void reader_verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
     } else {
         assert(rc == 0);
     }
+}
+
+void reader_verify_tasks(sf_reader *r, XXH3_state_t *xxh, reader_task *const *tasks, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        verify_task(r, xxh, tasks[i]);
 }
 
 void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st)

@@ -229,8 +229,7 @@ static void slot_tasks_done(reader_io_thread *io, reader_task *const *tasks, uns
     reader_slot *s = tasks[0]->slot;
     if (s->trec && atomic_fetch_sub(&s->reads_left, n) == n)
         stamp(s, SF_TS_READ);
-    for (unsigned i = 0; i < n; i++)
-        reader_verify_task(r, io->scratch.xxh, tasks[i]);
+    reader_verify_tasks(r, io->scratch.xxh, tasks, n);
     reader_trace *tr = reader_trace_on(r);
     for (unsigned i = 0; tr && i < n; i++)
         reader_trace_io_task(tr, s->trec);
