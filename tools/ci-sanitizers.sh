@@ -3,7 +3,7 @@
 #  1. the whole C test suite (unit, CLI, fuzz replays, reliability) built with
 #     AddressSanitizer + UndefinedBehaviorSanitizer;
 #  2. the threaded paths (pack -j, verify -j, the reader's I/O threads with
-#     every engine, the host-copy device stage) under ThreadSanitizer;
+#     every engine, the host-copy device) under ThreadSanitizer;
 #  3. valgrind memcheck on a pack + verify + read + export run, zero errors;
 #  4. the CUDA delivery code (lib/reader/device_cuda.c, tools/gpu/gpu_check.cu)
 #     on the fake CUDA runtime (tests/fakecuda, -DSHARDFEED_CUDA=FAKE): its

@@ -26,11 +26,13 @@
  * drop_last / uneven = DROP). See lib/reader/sampler.h for the exact rules.
  *
  * Memory: all batch data lives in one page-aligned anonymous mapping (the
- * slab) of `prefetch` slots allocated at open; nothing proportional to the
- * data is allocated afterwards. A slot holds, for each field, a dense
- * [batch_size, ...] array (fixed and inline fields; each array starts on a
- * page boundary) or packed bytes + offsets (variable-length fields, capacity
- * batch_size × the longest value of that field in the dataset).
+ * slab) of `prefetch` slots allocated at open; nothing is allocated per
+ * batch or per record afterwards (each I/O thread makes its hash state, and
+ * for compressed fields its staging buffer, when it starts). A slot holds,
+ * for each field, a dense [batch_size, ...] array (fixed and inline fields;
+ * each array starts on a page boundary) or packed bytes + offsets
+ * (variable-length fields, capacity batch_size × the longest value of that
+ * field in the dataset).
  *
  * Compressed fields (zstd, SPEC.md "Compression") come out exactly as they
  * would uncompressed. Each such record is read whole -- compressed values
@@ -229,8 +231,9 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * batch. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
 
-/* Gives a batch's slot back. SF_E_INVALID for a batch not held. With a
- * device, the caller must be done with device_data: use
+/* Gives a batch's slot back. SF_E_INVALID for a batch not held: one released
+ * already, also by another thread at the same time (the slot is given back
+ * once). With a device, the caller must be done with device_data: use
  * sf_reader_release_after when work using it may still be queued. */
 SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
 
@@ -285,8 +288,8 @@ typedef struct sf_reader_statistics {
     uint64_t device_bytes;    /* device memory held (constant after open) */
     /* Where the time went (for sf_reader_verdict): */
     double elapsed_seconds;   /* from the first sf_reader_next call to the latest return from it */
-    double device_enqueue_seconds; /* I/O thread-seconds in the device stage: enqueuing copies
-                                      (and waiting for the slot's previous copy) */
+    double device_enqueue_seconds; /* I/O thread-seconds enqueuing device copies (and
+                                      waiting for the slot's previous copy) */
     double device_wait_seconds;    /* caller-seconds waiting for copies: in sf_batch_wait and
                                       in releases (CUDA work fenced with release_after is
                                       not seen) */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "hash.h"
 
 #include "value_codec.h"
 #include "dataset_internal.h"
@@ -306,9 +307,16 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
         const uint8_t *ptr[SF_MAX_FIELDS];
         for (uint32_t k = 0; k < s->n_payload; k++)
             ptr[k] = sh->map + e.offset + off[k];
+        /* Random access has no thread of its own to keep a hash state in:
+         * each checked read of a record of several payload fields makes one. */
+        XXH3_state_t *scratch = NULL;
+        if (s->n_payload > 1 && !(scratch = XXH3_createState()))
+            return sf_fail(-ENOMEM, "out of memory");
         uint64_t digest;
-        if ((rc = sf_guarded_hash(&digest, ptr, len, s->n_payload)))
-            return rc == -ENOMEM ? sf_fail(rc, "out of memory") : mapped_fail(ds, sample);
+        rc = sf_guarded_hash(&digest, scratch, ptr, len, s->n_payload);
+        XXH3_freeState(scratch);
+        if (rc)
+            return mapped_fail(ds, sample);
         if (digest != e.checksum)
             return sf_fail(SF_E_CHECKSUM, "%s/%s: record %llu (sample %llu) at byte %llu: checksum mismatch",
                            ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,

@@ -235,15 +235,22 @@ void sf_manifest_clear(sf_manifest *m);
 /* XXH3-64, seed 0, of buf[0..len). */
 uint64_t sf_hash(const void *buf, size_t len);
 
+/* XXH3_state_t of hash.h: a streaming state from XXH3_createState. */
+struct XXH3_state_s;
+
 /* Record checksum (SPEC.md "Checksums"): XXH3-64 over the payload fields'
  * bytes in schema order, padding excluded. field_ptr[k] points at payload
- * field k's bytes, field_size[k] is its length. Returns 0 and sets *out, or
- * -ENOMEM. */
-int sf_record_hash(uint64_t *out, const uint8_t *const *field_ptr, const uint64_t *field_size,
-                   uint32_t n_payload);
+ * field k's bytes, field_size[k] is its length. A record of two or more
+ * payload fields is hashed through `scratch`, a state the caller owns and
+ * reuses (one per thread, made before its hot loop), so nothing is
+ * allocated here and nothing can fail; with one field or none, scratch may
+ * be NULL. */
+uint64_t sf_record_hash(struct XXH3_state_s *scratch, const uint8_t *const *field_ptr,
+                        const uint64_t *field_size, uint32_t n_payload);
 /* sf_record_hash of ranges in a file mapping, under the fault guard
- * (fault_guard.h): 0, SF_E_TRUNCATED, -EIO, or -ENOMEM. */
-int sf_guarded_hash(uint64_t *out, const uint8_t *const *ptr, const uint64_t *len, uint32_t n);
+ * (fault_guard.h): 0, SF_E_TRUNCATED or -EIO. */
+int sf_guarded_hash(uint64_t *out, struct XXH3_state_s *scratch, const uint8_t *const *ptr,
+                    const uint64_t *len, uint32_t n);
 
 /* First record offset in a shard with this alignment. */
 static inline uint64_t sf_data_offset(uint32_t align)

@@ -17,24 +17,18 @@ uint64_t sf_hash(const void *buf, size_t len)
     return XXH3_64bits(buf, len);
 }
 
-int sf_record_hash(uint64_t *out, const uint8_t *const *field_ptr, const uint64_t *field_size,
-                   uint32_t n_payload)
+uint64_t sf_record_hash(XXH3_state_t *scratch, const uint8_t *const *field_ptr,
+                        const uint64_t *field_size, uint32_t n_payload)
 {
     /* Streaming XXH3 over several ranges equals one-shot XXH3 over their
      * concatenation; one range (the usual case) needs no state. */
-    if (n_payload <= 1) {
-        *out = XXH3_64bits(n_payload ? field_ptr[0] : NULL, n_payload ? field_size[0] : 0);
-        return 0;
-    }
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return -ENOMEM;
-    XXH3_64bits_reset(st);
+    if (n_payload <= 1)
+        return XXH3_64bits(n_payload ? field_ptr[0] : NULL, n_payload ? field_size[0] : 0);
+    assert(scratch && "a record of several payload fields needs the caller's XXH3 state");
+    XXH3_64bits_reset(scratch);
     for (uint32_t k = 0; k < n_payload; k++)
-        XXH3_64bits_update(st, field_ptr[k], field_size[k]);
-    *out = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return 0;
+        XXH3_64bits_update(scratch, field_ptr[k], field_size[k]);
+    return XXH3_64bits_digest(scratch);
 }
 
 /* Shard header, 128 bytes:
@@ -376,7 +370,7 @@ int sf_index_check(const sf_schema *s, const sf_shard_header *h, const uint8_t *
 /* ---- the record hash under the fault guard ---- */
 
 typedef struct hash_job {
-    XXH3_state_t *st;
+    XXH3_state_t *scratch;
     const uint8_t *const *ptr;
     const uint64_t *len;
     uint32_t n;
@@ -386,26 +380,17 @@ typedef struct hash_job {
 static int hash_ranges(void *arg)
 {
     hash_job *j = arg;
-    if (!j->st) {
-        j->digest = XXH3_64bits(j->n ? j->ptr[0] : NULL, j->n ? j->len[0] : 0);
-        return 0;
-    }
-    XXH3_64bits_reset(j->st);
-    for (uint32_t k = 0; k < j->n; k++)
-        XXH3_64bits_update(j->st, j->ptr[k], j->len[k]);
-    j->digest = XXH3_64bits_digest(j->st);
+    j->digest = sf_record_hash(j->scratch, j->ptr, j->len, j->n);
     return 0;
 }
 
-int sf_guarded_hash(uint64_t *out, const uint8_t *const *ptr, const uint64_t *len, uint32_t n)
+int sf_guarded_hash(uint64_t *out, XXH3_state_t *scratch, const uint8_t *const *ptr,
+                    const uint64_t *len, uint32_t n)
 {
-    /* The state is allocated outside the guarded call: a jump out of it
-     * must not leak memory. */
-    hash_job j = {NULL, ptr, len, n, 0};
-    if (n > 1 && !(j.st = XXH3_createState()))
-        return -ENOMEM;
+    /* The state is the caller's: a jump out of the guarded call leaves
+     * nothing to free. */
+    hash_job j = {scratch, ptr, len, n, 0};
     int rc = sf_fault_guarded(hash_ranges, &j);
-    XXH3_freeState(j.st);
     if (!rc)
         *out = j.digest;
     return rc;

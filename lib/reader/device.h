@@ -28,45 +28,45 @@
 
 #include <stdint.h>
 
-typedef struct sf_device sf_device;
+typedef struct reader_device reader_device;
 
-typedef struct sf_copy_range {
+typedef struct reader_copy_range {
     uint64_t off; /* offset within the slot (host and device alike) */
     uint64_t len;
-} sf_copy_range;
+} reader_copy_range;
 
-typedef struct sf_device_ops {
+typedef struct reader_device_ops {
     const char *name;
     /* Page-locks the slab (once), allocates one device buffer of slot_bytes
      * per slot and the per-slot stream and event. */
-    int (*open)(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes, uint32_t slots,
-                uint64_t slot_bytes);
-    int (*copy)(sf_device *d, uint32_t slot, const sf_copy_range *ranges, uint32_t n);
-    int (*release)(sf_device *d, uint32_t slot, void *stream);
-    int (*reuse)(sf_device *d, uint32_t slot);
+    int (*open)(reader_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+                uint32_t slots, uint64_t slot_bytes);
+    int (*copy)(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n);
+    int (*release)(reader_device *d, uint32_t slot, void *stream);
+    int (*reuse)(reader_device *d, uint32_t slot);
     /* Blocks until the slot's copy is complete (for consumers without a
      * stream of their own, and for tests). */
-    int (*wait)(sf_device *d, uint32_t slot);
-    void *(*device_ptr)(sf_device *d, uint32_t slot);
-    void *(*stream)(sf_device *d, uint32_t slot); /* cudaStream_t, or NULL on host */
-    void *(*event)(sf_device *d, uint32_t slot);  /* cudaEvent_t recorded after the copy */
+    int (*wait)(reader_device *d, uint32_t slot);
+    void *(*device_ptr)(reader_device *d, uint32_t slot);
+    void *(*stream)(reader_device *d, uint32_t slot); /* cudaStream_t, or NULL on host */
+    void *(*event)(reader_device *d, uint32_t slot);  /* cudaEvent_t recorded after the copy */
     /* Device memory the implementation holds (for the constant-memory check). */
-    uint64_t (*bytes)(sf_device *d);
-    void (*close)(sf_device *d);
-} sf_device_ops;
+    uint64_t (*bytes)(reader_device *d);
+    void (*close)(reader_device *d);
+} reader_device_ops;
 
-extern const sf_device_ops sf_device_host;
-extern const sf_device_ops sf_device_cuda;
+extern const reader_device_ops reader_device_host;
+extern const reader_device_ops reader_device_cuda;
 
 /* Test hooks of the host implementation: each copy sleeps this long first;
  * how many copies found their host slot changed since they were enqueued. */
-void sf_device_host_set_delay_us(unsigned us);
-unsigned long sf_device_host_violations(void);
+void reader_device_host_set_delay_us(unsigned us);
+unsigned long reader_device_host_violations(void);
 /* Test hook: while on, the copy thread starts no copy (they stay queued),
  * so a test can see that copies are asynchronous without timing them. */
-void sf_device_host_hold(sf_device *d, int on);
+void reader_device_host_hold(reader_device *d, int on);
 
 /* 1 when CUDA support was compiled in. */
-int sf_device_cuda_compiled(void);
+int reader_device_cuda_compiled(void);
 
 #endif

@@ -17,12 +17,12 @@
 #if SF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-int sf_device_cuda_compiled(void)
+int reader_device_cuda_compiled(void)
 {
     return 1;
 }
 
-struct sf_device {
+struct reader_device {
     int ordinal;
     uint8_t *slab;
     uint64_t slab_bytes, slot_bytes;
@@ -56,7 +56,7 @@ static void run_on_own_thread(void *(*fn)(void *), void *arg)
 
 static void *close_on_device(void *arg)
 {
-    sf_device *d = arg;
+    reader_device *d = arg;
     cudaSetDevice(d->ordinal);
     for (uint32_t i = 0; i < d->slots; i++) {
         if (d->stream && d->stream[i]) {
@@ -75,7 +75,7 @@ static void *close_on_device(void *arg)
     return NULL;
 }
 
-static void cuda_close(sf_device *d)
+static void cuda_close(reader_device *d)
 {
     if (!d)
         return;
@@ -89,7 +89,7 @@ static void cuda_close(sf_device *d)
 
 /* The CUDA side of open; the first failing call and what it was for. */
 typedef struct open_job {
-    sf_device *d;
+    reader_device *d;
     cudaError_t e;
     const char *what;
 } open_job;
@@ -97,7 +97,7 @@ typedef struct open_job {
 static void *open_on_device(void *arg)
 {
     open_job *j = arg;
-    sf_device *d = j->d;
+    reader_device *d = j->d;
     cudaError_t e;
     if ((e = cudaSetDevice(d->ordinal)) != cudaSuccess) {
         j->what = "cudaSetDevice";
@@ -118,7 +118,7 @@ static void *open_on_device(void *arg)
     return NULL;
 }
 
-static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
                      uint32_t slots, uint64_t slot_bytes)
 {
     int count = 0;
@@ -128,7 +128,7 @@ static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_
     if (ordinal < 0 || ordinal >= count)
         return sf_fail(SF_E_NOT_SUPPORTED, "no CUDA device cuda:%d (this machine has %d)", ordinal,
                        count);
-    sf_device *d = calloc(1, sizeof *d);
+    reader_device *d = calloc(1, sizeof *d);
     if (!d)
         return sf_fail(-ENOMEM, "out of memory");
     d->ordinal = ordinal;
@@ -156,7 +156,7 @@ static int cuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_
     return 0;
 }
 
-static int cuda_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, uint32_t n)
+static int cuda_copy(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n)
 {
     /* Called from I/O threads: the device is per thread in the runtime. */
     cudaError_t e = cudaSetDevice(d->ordinal);
@@ -172,7 +172,7 @@ static int cuda_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, u
     return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemcpyAsync of a batch");
 }
 
-static int cuda_release(sf_device *d, uint32_t slot, void *stream)
+static int cuda_release(reader_device *d, uint32_t slot, void *stream)
 {
     d->fenced[slot] = 0;
     if (!stream)
@@ -184,33 +184,33 @@ static int cuda_release(sf_device *d, uint32_t slot, void *stream)
     return 0;
 }
 
-static int cuda_wait(sf_device *d, uint32_t slot)
+static int cuda_wait(reader_device *d, uint32_t slot)
 {
     cudaError_t e = cudaEventSynchronize(d->copied[slot]);
     return e == cudaSuccess ? 0 : cuda_err(e, "waiting for a batch copy");
 }
 
-static void *cuda_device_ptr(sf_device *d, uint32_t slot)
+static void *cuda_device_ptr(reader_device *d, uint32_t slot)
 {
     return d->pool + (uint64_t)slot * d->slot_bytes;
 }
 
-static void *cuda_stream(sf_device *d, uint32_t slot)
+static void *cuda_stream(reader_device *d, uint32_t slot)
 {
     return d->stream[slot];
 }
 
-static void *cuda_event(sf_device *d, uint32_t slot)
+static void *cuda_event(reader_device *d, uint32_t slot)
 {
     return d->copied[slot];
 }
 
-static uint64_t cuda_bytes(sf_device *d)
+static uint64_t cuda_bytes(reader_device *d)
 {
     return d->slot_bytes * d->slots;
 }
 
-const sf_device_ops sf_device_cuda = {
+const reader_device_ops reader_device_cuda = {
     .name = "cuda",
     .open = cuda_open,
     .copy = cuda_copy,
@@ -226,12 +226,12 @@ const sf_device_ops sf_device_cuda = {
 
 #else /* !SF_HAVE_CUDA: the same symbols, failing cleanly. */
 
-int sf_device_cuda_compiled(void)
+int reader_device_cuda_compiled(void)
 {
     return 0;
 }
 
-static int nocuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+static int nocuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
                        uint32_t slots, uint64_t slot_bytes)
 {
     (void)out, (void)ordinal, (void)slab, (void)slab_bytes, (void)slots, (void)slot_bytes;
@@ -239,6 +239,6 @@ static int nocuda_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t sla
                    "this shardfeed was built without CUDA (configure with -DSHARDFEED_CUDA=ON)");
 }
 
-const sf_device_ops sf_device_cuda = {.name = "cuda", .open = nocuda_open};
+const reader_device_ops reader_device_cuda = {.name = "cuda", .open = nocuda_open};
 
 #endif

@@ -15,7 +15,7 @@
 static atomic_uint copy_delay_us;
 static atomic_ulong copy_violations;
 
-unsigned long sf_device_host_violations(void)
+unsigned long reader_device_host_violations(void)
 {
     return atomic_load(&copy_violations);
 }
@@ -23,7 +23,7 @@ unsigned long sf_device_host_violations(void)
 /* What the slot's ranges hold: a copy must deliver the bytes the slot held
  * when it was enqueued. A difference means the reader overwrote a host slot
  * whose copy was still pending: the bug this implementation exists to catch. */
-static uint64_t ranges_hash(const uint8_t *base, const sf_copy_range *r, uint32_t n)
+static uint64_t ranges_hash(const uint8_t *base, const reader_copy_range *r, uint32_t n)
 {
     uint64_t h = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -31,7 +31,7 @@ static uint64_t ranges_hash(const uint8_t *base, const sf_copy_range *r, uint32_
     return h;
 }
 
-void sf_device_host_set_delay_us(unsigned us)
+void reader_device_host_set_delay_us(unsigned us)
 {
     atomic_store(&copy_delay_us, us);
 }
@@ -40,14 +40,14 @@ enum { MAX_RANGES = 64 };
 
 typedef struct host_slot {
     uint8_t *dev;                /* "device" buffer */
-    sf_copy_range ranges[MAX_RANGES];
+    reader_copy_range ranges[MAX_RANGES];
     uint32_t nranges;
     uint64_t expect;             /* ranges_hash of the host slot at enqueue time */
     int pending;                 /* a copy is queued or running */
     uint64_t seq;                /* copies enqueued, for FIFO order */
 } host_slot;
 
-struct sf_device {
+struct reader_device {
     uint8_t *slab;
     uint64_t slot_bytes;
     uint32_t slots;
@@ -61,7 +61,7 @@ struct sf_device {
     int hold; /* test hook: copies wait until released */
 };
 
-void sf_device_host_hold(sf_device *d, int on)
+void reader_device_host_hold(reader_device *d, int on)
 {
     pthread_mutex_lock(&d->lock);
     d->hold = on;
@@ -71,7 +71,7 @@ void sf_device_host_hold(sf_device *d, int on)
 
 static void *copy_thread(void *arg)
 {
-    sf_device *d = arg;
+    reader_device *d = arg;
     pthread_mutex_lock(&d->lock);
     for (;;) {
         /* The oldest pending copy first, like one stream per slot on one
@@ -89,7 +89,7 @@ static void *copy_thread(void *arg)
             pthread_cond_wait(&d->work, &d->lock);
             continue;
         }
-        sf_copy_range ranges[MAX_RANGES];
+        reader_copy_range ranges[MAX_RANGES];
         uint32_t n = pick->nranges;
         memcpy(ranges, pick->ranges, n * sizeof ranges[0]);
         pthread_mutex_unlock(&d->lock);
@@ -111,13 +111,13 @@ static void *copy_thread(void *arg)
     return NULL;
 }
 
-static int host_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
+static int host_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t slab_bytes,
                      uint32_t slots, uint64_t slot_bytes)
 {
     (void)slab_bytes;
     if (ordinal != 0)
         return sf_fail(SF_E_NOT_SUPPORTED, "host device: only device 0 exists");
-    sf_device *d = calloc(1, sizeof *d);
+    reader_device *d = calloc(1, sizeof *d);
     if (!d)
         return sf_fail(-ENOMEM, "out of memory");
     d->slab = slab;
@@ -149,7 +149,7 @@ static int host_open(sf_device **out, int ordinal, uint8_t *slab, uint64_t slab_
     return 0;
 }
 
-static int host_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, uint32_t n)
+static int host_copy(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n)
 {
     if (slot >= d->slots || n > MAX_RANGES)
         return sf_fail(SF_E_INVALID, "host device: bad copy request");
@@ -168,7 +168,7 @@ static int host_copy(sf_device *d, uint32_t slot, const sf_copy_range *ranges, u
     return 0;
 }
 
-static int host_wait(sf_device *d, uint32_t slot)
+static int host_wait(reader_device *d, uint32_t slot)
 {
     pthread_mutex_lock(&d->lock);
     while (d->s[slot].pending)
@@ -177,30 +177,30 @@ static int host_wait(sf_device *d, uint32_t slot)
     return 0;
 }
 
-static int host_release(sf_device *d, uint32_t slot, void *stream)
+static int host_release(reader_device *d, uint32_t slot, void *stream)
 {
     /* Host "kernels" run synchronously: nothing to fence. */
     (void)d, (void)slot, (void)stream;
     return 0;
 }
 
-static void *host_device_ptr(sf_device *d, uint32_t slot)
+static void *host_device_ptr(reader_device *d, uint32_t slot)
 {
     return d->s[slot].dev;
 }
 
-static void *host_none(sf_device *d, uint32_t slot)
+static void *host_none(reader_device *d, uint32_t slot)
 {
     (void)d, (void)slot;
     return NULL;
 }
 
-static uint64_t host_bytes(sf_device *d)
+static uint64_t host_bytes(reader_device *d)
 {
     return d->slot_bytes * d->slots;
 }
 
-static void host_close(sf_device *d)
+static void host_close(reader_device *d)
 {
     if (!d)
         return;
@@ -217,7 +217,7 @@ static void host_close(sf_device *d)
     free(d);
 }
 
-const sf_device_ops sf_device_host = {
+const reader_device_ops reader_device_host = {
     .name = "host",
     .open = host_open,
     .copy = host_copy,

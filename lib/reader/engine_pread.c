@@ -13,79 +13,58 @@
 #include "fault_guard.h"
 #include "reader_internal.h"
 
-/* ---- shared: copy in pieces, hash each piece while it is hot ---- */
+/* ---- shared: copy in pieces, hash each piece while it is hot ----
+ *
+ * Each thread hashes with its scratch's XXH3 state and, for compressed
+ * datasets, stages with its buffer and ZSTD_DCtx (t->scratch, staged.c). */
 
-/* The thread's hash state, and for compressed datasets its staging buffer
- * and ZSTD_DCtx (staged.c). */
-static int copy_thread_init(sf_io_thread *t)
-{
-    sf_stager *st = malloc(sizeof *st);
-    if (!st)
-        return sf_fail(-ENOMEM, "out of memory");
-    int rc = sf_stager_init(st, t->r);
-    if (rc) {
-        free(st);
-        return rc;
-    }
-    t->ctx = st;
-    return 0;
-}
-
-static void copy_thread_fini(sf_io_thread *t)
-{
-    if (t->ctx)
-        sf_stager_fini(t->ctx);
-    free(t->ctx);
-    t->ctx = NULL;
-}
-
-typedef sf_copy_fn copy_fn;
+typedef reader_copy_fn copy_fn;
 
 /* A record with compressed fields: read whole, hashed, then decompressed. */
-static void staged_task(sf_io_thread *t, sf_task *task, copy_fn copy)
+static void staged_task(reader_io_thread *t, reader_task *task, copy_fn copy)
 {
     sf_reader *r = t->r;
-    int rc = sf_stager_load(t->ctx, r, task, copy);
+    int rc = reader_staged_load(&t->scratch, r, task, copy);
     if (rc == SF_E_CORRUPT)
-        sf_loader_task_bad_value(r, task);
-    else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is sf_loader_task_done's to judge */
-        sf_loader_task_fail(r, task, rc, "read failed");
-    sf_loader_task_done(r, task);
+        reader_task_bad_value(r, task);
+    else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is reader_task_done's to judge */
+        reader_task_fail(r, task, rc, "read failed");
+    reader_task_done(t, task);
 }
 
 /* Copies every payload field of `task` into its slot with `copy`, SF_HASH_CHUNK
  * bytes at a time, feeding each piece to the record hash right after it
  * lands (the same XXH3-64 as sf_record_hash: streaming over the fields in
  * order equals hashing their concatenation). */
-static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
+static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
 {
     sf_reader *r = t->r;
     if (r->compressed) {
         staged_task(t, task, copy);
         return;
     }
-    XXH3_state_t *st = ((sf_stager *)t->ctx)->xxh;
+    XXH3_state_t *st = t->scratch.xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
-    uint64_t io_ns = 0, hash_ns = 0, t0 = sf_now_ns(), t1;
+    uint64_t io_ns = 0, hash_ns = 0, t0 = reader_now_ns(), t1;
     int rc = 0;
     if (verify)
         XXH3_64bits_reset(st);
     for (uint32_t k = 0; k < task->nreads && !rc; k++) {
-        sf_read *rd = &task->reads[k];
+        reader_read *rd = &task->reads[k];
         while (rd->done < rd->len) {
             uint64_t left = rd->len - rd->done;
             uint64_t n = verify && left > SF_HASH_CHUNK ? SF_HASH_CHUNK : left;
             rc = copy(r, task, rd->dst + rd->done, rd->off + rd->done, n);
             if (rc) {
-                sf_loader_task_fail(r, task, rc, "read failed");
+                reader_task_fail(r, task, rc, "read failed");
                 break;
             }
-            t1 = sf_now_ns();
+            t1 = reader_now_ns();
             io_ns += t1 - t0;
             t0 = t1;
             if (verify) {
                 XXH3_64bits_update(st, rd->dst + rd->done, n);
-                t0 = sf_now_ns();
+                t0 = reader_now_ns();
                 hash_ns += t0 - t1;
             }
             rd->done += n;
@@ -95,29 +74,29 @@ static void copy_task(sf_io_thread *t, sf_task *task, copy_fn copy)
         task->digest = XXH3_64bits_digest(st);
         task->hashed = 1;
     }
-    sf_loader_time(r, io_ns, hash_ns);
-    sf_loader_task_done(r, task);
+    reader_account_time(r, io_ns, hash_ns);
+    reader_task_done(t, task);
 }
 
-/* Small records (sf_loader_small_records) go a claim at a time: copied one
+/* Small records (reader_small_records) go a claim at a time: copied one
  * after another, then hashed one-shot while the claim (at most CLAIM_BYTES)
  * is still in L2, with the clock read twice per claim and the shared
  * counters updated once. Per record, the clock readings, the streaming hash
  * state and the atomics cost more than copying 1 KiB. */
 
 /* Copies the payload fields of tasks[0..n) into their slots, failing a
- * task whose read fails (sf_loader_task_fail). */
-typedef void (*claim_copy_fn)(sf_reader *r, sf_task *const *tasks, unsigned n);
+ * task whose read fails (reader_task_fail). */
+typedef void (*claim_copy_fn)(sf_reader *r, reader_task *const *tasks, unsigned n);
 
 /* Tasks whose source is prefetched ahead of the copy (mmap). */
 #define COPY_AHEAD 2u
 
-static void hash_task(sf_io_thread *t, sf_task *task)
+static void hash_task(reader_io_thread *t, reader_task *task)
 {
     if (task->nreads == 1) {
         task->digest = XXH3_64bits(task->reads[0].dst, task->reads[0].len);
     } else {
-        XXH3_state_t *st = ((sf_stager *)t->ctx)->xxh;
+        XXH3_state_t *st = t->scratch.xxh;
         XXH3_64bits_reset(st);
         for (uint32_t k = 0; k < task->nreads; k++)
             XXH3_64bits_update(st, task->reads[k].dst, task->reads[k].len);
@@ -128,45 +107,46 @@ static void hash_task(sf_io_thread *t, sf_task *task)
 
 /* Copies every read of `task` whole with `copy`, or fails the task at the
  * first read that fails. */
-static void copy_reads(sf_reader *r, sf_task *task, copy_fn copy)
+static void copy_reads(sf_reader *r, reader_task *task, copy_fn copy)
 {
     for (uint32_t k = 0; k < task->nreads; k++) {
-        sf_read *rd = &task->reads[k];
+        reader_read *rd = &task->reads[k];
         int rc = copy(r, task, rd->dst, rd->off, rd->len);
         if (rc) {
-            sf_loader_task_fail(r, task, rc, "read failed");
+            reader_task_fail(r, task, rc, "read failed");
             return;
         }
         rd->done = rd->len;
     }
 }
 
-static void copy_small(sf_io_thread *t, sf_task **tasks, unsigned n, claim_copy_fn copy_claim)
+static void copy_small(reader_io_thread *t, reader_task **tasks, unsigned n,
+                       claim_copy_fn copy_claim)
 {
     sf_reader *r = t->r;
-    uint64_t t0 = sf_now_ns();
+    uint64_t t0 = reader_now_ns();
     copy_claim(r, tasks, n);
-    uint64_t t1 = sf_now_ns(), t2 = t1;
+    uint64_t t1 = reader_now_ns(), t2 = t1;
     if (r->opts.verify == SF_VERIFY_ON) {
         for (unsigned i = 0; i < n; i++)
             if (!tasks[i]->err && !tasks[i]->corrupt)
                 hash_task(t, tasks[i]);
-        t2 = sf_now_ns();
+        t2 = reader_now_ns();
     }
-    sf_loader_time(r, t1 - t0, t2 - t1);
-    sf_loader_tasks_done(r, tasks, n);
+    reader_account_time(r, t1 - t0, t2 - t1);
+    reader_tasks_done(t, tasks, n);
 }
 
 /* ---- pread ---- */
 
-static int pread_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+static int pread_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                       uint64_t len)
 {
     (void)r;
     return sf_pread_full(task->fd, dst, len, off);
 }
 
-static void pread_claim(sf_reader *r, sf_task *const *tasks, unsigned n)
+static void pread_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
         copy_reads(r, tasks[i], pread_copy);
@@ -195,13 +175,13 @@ static unsigned claim_size(const sf_reader *r)
 
 /* The thread's loop: small records a claim at a time with copy_claim, the
  * rest task by task with copy. */
-static void copy_run(sf_io_thread *t, copy_fn copy, claim_copy_fn copy_claim)
+static void copy_run(reader_io_thread *t, copy_fn copy, claim_copy_fn copy_claim)
 {
     sf_reader *r = t->r;
-    sf_task *tasks[CLAIM_MAX];
+    reader_task *tasks[CLAIM_MAX];
     unsigned want = claim_size(r), got;
-    int small = sf_loader_small_records(r);
-    while ((got = sf_loader_claim(r, tasks, want, 1)) > 0) {
+    int small = reader_small_records(r);
+    while ((got = reader_claim(r, tasks, want, 1)) > 0) {
         if (small) {
             copy_small(t, tasks, got, copy_claim);
             continue;
@@ -211,15 +191,13 @@ static void copy_run(sf_io_thread *t, copy_fn copy, claim_copy_fn copy_claim)
     }
 }
 
-static void pread_run(sf_io_thread *t)
+static void pread_run(reader_io_thread *t)
 {
     copy_run(t, pread_copy, pread_claim);
 }
 
-const sf_engine_ops sf_engine_pread = {
+const reader_engine_ops reader_engine_pread = {
     .name = "pread",
-    .thread_init = copy_thread_init,
-    .thread_fini = copy_thread_fini,
     .run = pread_run,
 };
 
@@ -279,7 +257,7 @@ static int mmap_open(sf_reader *r)
 }
 
 /* The error for a fault (rc from the guard) copying from task's shard. */
-static int mapped_error(const sf_reader *r, const sf_task *task, int rc)
+static int mapped_error(const sf_reader *r, const reader_task *task, int rc)
 {
     uint64_t now;
     if (rc == SF_E_TRUNCATED && !sf_dataset_shard_shrank(r->ds, task->shard, &now))
@@ -290,7 +268,7 @@ static int mapped_error(const sf_reader *r, const sf_task *task, int rc)
 /* Ranges are inside the file as it was when the dataset was opened
  * (sf_index_check placed every record before the index); a file cut shorter
  * since faults, which the fault guard turns into an error. */
-static int mmap_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
+static int mmap_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                      uint64_t len)
 {
     const mmap_ctx *c = r->engine_ctx;
@@ -300,7 +278,7 @@ static int mmap_copy(const sf_reader *r, const sf_task *task, uint8_t *dst, uint
 
 /* Shuffled records are scattered over the map: each one's lines are cache
  * (and TLB) misses that the copy would otherwise wait for one by one. */
-static void mmap_prefetch(const sf_reader *r, const sf_task *task)
+static void mmap_prefetch(const sf_reader *r, const reader_task *task)
 {
     const mmap_ctx *c = r->engine_ctx;
     for (uint32_t k = 0; k < task->nreads; k++) {
@@ -314,7 +292,7 @@ static void mmap_prefetch(const sf_reader *r, const sf_task *task)
  * being copied (volatile: read after a fault jumps back out). */
 typedef struct claim_job {
     const sf_reader *r;
-    sf_task *const *tasks;
+    reader_task *const *tasks;
     unsigned n;
     volatile unsigned next;
 } claim_job;
@@ -326,10 +304,10 @@ static int mmap_claim_copy(void *arg)
     for (unsigned i = c->next; i < c->n; c->next = ++i) {
         if (i + COPY_AHEAD < c->n)
             mmap_prefetch(c->r, c->tasks[i + COPY_AHEAD]);
-        sf_task *task = c->tasks[i];
+        reader_task *task = c->tasks[i];
         const uint8_t *map = m->maps[task->shard];
         for (uint32_t k = 0; k < task->nreads; k++) {
-            sf_read *rd = &task->reads[k];
+            reader_read *rd = &task->reads[k];
             memcpy(rd->dst, map + rd->off, rd->len);
             rd->done = rd->len;
         }
@@ -342,7 +320,7 @@ static int mmap_claim_copy(void *arg)
  * copying a 784-byte record from the page cache, and nothing per claim
  * (README, "Small records"). A fault fails the task it hit, and the copy goes
  * on with the next. */
-static void mmap_claim(sf_reader *r, sf_task *const *tasks, unsigned n)
+static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
     for (unsigned i = 0; i < n && i < COPY_AHEAD; i++)
         mmap_prefetch(r, tasks[i]);
@@ -351,22 +329,20 @@ static void mmap_claim(sf_reader *r, sf_task *const *tasks, unsigned n)
         int rc = sf_fault_guarded(mmap_claim_copy, &c);
         if (!rc)
             break;
-        sf_task *task = tasks[c.next];
-        sf_loader_task_fail(r, task, mapped_error(r, task, rc), "read failed");
+        reader_task *task = tasks[c.next];
+        reader_task_fail(r, task, mapped_error(r, task, rc), "read failed");
         c.next = c.next + 1;
     }
 }
 
-static void mmap_run(sf_io_thread *t)
+static void mmap_run(reader_io_thread *t)
 {
     copy_run(t, mmap_copy, mmap_claim);
 }
 
-const sf_engine_ops sf_engine_mmap = {
+const reader_engine_ops reader_engine_mmap = {
     .name = "mmap",
     .open = mmap_open,
     .close = mmap_close,
-    .thread_init = copy_thread_init,
-    .thread_fini = copy_thread_fini,
     .run = mmap_run,
 };

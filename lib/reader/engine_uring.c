@@ -22,7 +22,7 @@
 #define MAX_REG_BUF (1ull << 30)
 
 typedef struct uring_req {
-    sf_task *task;
+    reader_task *task;
     uint32_t k; /* read index within the task */
 } uring_req;
 
@@ -37,7 +37,7 @@ typedef struct uring_thread {
     unsigned *free_reqs, nfree;
     uring_req **retry; /* reads to resubmit (short, -EAGAIN, -EINTR) */
     unsigned nretry;
-    sf_task **pend;    /* claimed tasks with reads not yet submitted (FIFO) */
+    reader_task **pend; /* claimed tasks with reads not yet submitted (FIFO) */
     unsigned pend_head, pend_count;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
 } uring_thread;
@@ -83,7 +83,7 @@ static void memlock_notice(uint64_t slab_bytes, unsigned registered, unsigned to
             registered, total, (unsigned long long)(slab_bytes >> 20), sf_strerror(rc), lim);
 }
 
-static void register_slab(sf_io_thread *t, uring_thread *u)
+static void register_slab(reader_io_thread *t, uring_thread *u)
 {
     sf_reader *r = t->r;
     uint64_t chunk = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
@@ -116,7 +116,7 @@ static void register_slab(sf_io_thread *t, uring_thread *u)
     pthread_mutex_unlock(&r->lock);
 }
 
-static void uring_thread_fini(sf_io_thread *t)
+static void uring_thread_fini(reader_io_thread *t)
 {
     uring_thread *u = t->ctx;
     if (!u)
@@ -131,7 +131,7 @@ static void uring_thread_fini(sf_io_thread *t)
     t->ctx = NULL;
 }
 
-static int uring_thread_init(sf_io_thread *t)
+static int uring_thread_init(reader_io_thread *t)
 {
     sf_reader *r = t->r;
     uring_thread *u = calloc(1, sizeof *u);
@@ -168,7 +168,7 @@ static int uring_thread_init(sf_io_thread *t)
     return 0;
 }
 
-static unsigned submit_read(sf_io_thread *t, uring_thread *u, uring_req *q)
+static unsigned submit_read(reader_io_thread *t, uring_thread *u, uring_req *q)
 {
     sf_reader *r = t->r;
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
@@ -178,8 +178,8 @@ static unsigned submit_read(sf_io_thread *t, uring_thread *u, uring_req *q)
         io_uring_submit(&u->ring);
         sqe = io_uring_get_sqe(&u->ring);
     }
-    sf_task *task = q->task;
-    sf_read *rd = &task->reads[q->k];
+    reader_task *task = q->task;
+    reader_read *rd = &task->reads[q->k];
     uint64_t left = rd->len - rd->done;
     unsigned len = (unsigned)(left < SF_IO_CHUNK ? left : SF_IO_CHUNK);
     uint8_t *dst = rd->dst + rd->done;
@@ -208,18 +208,18 @@ static void req_free(uring_thread *u, uring_req *q)
 }
 
 /* One read finished (successfully or not) for good. */
-static void req_finish(sf_io_thread *t, uring_thread *u, uring_req *q)
+static void req_finish(reader_io_thread *t, uring_thread *u, uring_req *q)
 {
-    sf_task *task = q->task;
+    reader_task *task = q->task;
     req_free(u, q);
     if (--task->inflight == 0 && task->next_read == task->nreads)
-        sf_loader_task_done(t->r, task);
+        reader_task_done(t, task);
 }
 
-static void req_fail(sf_io_thread *t, uring_thread *u, uring_req *q, int err)
+static void req_fail(reader_io_thread *t, uring_thread *u, uring_req *q, int err)
 {
-    sf_task *task = q->task;
-    sf_loader_task_fail(t->r, task, err, "read failed");
+    reader_task *task = q->task;
+    reader_task_fail(t->r, task, err, "read failed");
     /* Submit nothing more for it; it can only be the FIFO's head. */
     if (task->next_read < task->nreads) {
         task->next_read = task->nreads;
@@ -229,10 +229,10 @@ static void req_fail(sf_io_thread *t, uring_thread *u, uring_req *q, int err)
     req_finish(t, u, q);
 }
 
-static void complete(sf_io_thread *t, uring_thread *u, struct io_uring_cqe *cqe)
+static void complete(reader_io_thread *t, uring_thread *u, struct io_uring_cqe *cqe)
 {
     uring_req *q = io_uring_cqe_get_data(cqe);
-    sf_read *rd = &q->task->reads[q->k];
+    reader_read *rd = &q->task->reads[q->k];
     int res = cqe->res;
     if (res == -EAGAIN || res == -EINTR) {
         u->retry[u->nretry++] = q;
@@ -249,7 +249,7 @@ static void complete(sf_io_thread *t, uring_thread *u, struct io_uring_cqe *cqe)
     }
 }
 
-static void reap(sf_io_thread *t, uring_thread *u)
+static void reap(reader_io_thread *t, uring_thread *u)
 {
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
@@ -261,19 +261,19 @@ static void reap(sf_io_thread *t, uring_thread *u)
     io_uring_cq_advance(&u->ring, seen);
 }
 
-static void enter(sf_io_thread *t, uring_thread *u, int wait)
+static void enter(reader_io_thread *t, uring_thread *u, int wait)
 {
-    uint64_t t0 = sf_now_ns();
+    uint64_t t0 = reader_now_ns();
     int rc;
     do
         rc = wait ? io_uring_submit_and_wait(&u->ring, 1) : io_uring_submit_and_get_events(&u->ring);
     while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
-    sf_loader_time(t->r, sf_now_ns() - t0, 0);
+    reader_account_time(t->r, reader_now_ns() - t0, 0);
     u->unsubmitted = 0;
     reap(t, u);
 }
 
-static void uring_run(sf_io_thread *t)
+static void uring_run(reader_io_thread *t)
 {
     sf_reader *r = t->r;
     uring_thread *u = t->ctx;
@@ -284,8 +284,8 @@ static void uring_run(sf_io_thread *t)
         while (u->nfree) {
             if (!u->pend_count) {
                 int idle = u->nfree == u->qd && !u->nretry;
-                sf_task **slot = u->pend;
-                unsigned got = sf_loader_claim(r, slot, u->nfree, idle);
+                reader_task **slot = u->pend;
+                unsigned got = reader_claim(r, slot, u->nfree, idle);
                 if (!got) {
                     if (idle)
                         return; /* stop, and nothing in flight */
@@ -294,20 +294,20 @@ static void uring_run(sf_io_thread *t)
                 u->pend_head = 0;
                 for (unsigned i = 0; i < got; i++) {
                     if (slot[i]->nreads == 0) {
-                        sf_loader_task_done(r, slot[i]); /* inline fields only */
+                        reader_task_done(t, slot[i]); /* inline fields only */
                         continue;
                     }
                     u->pend[u->pend_count++] = slot[i];
                 }
                 continue;
             }
-            sf_task *task = u->pend[u->pend_head];
+            reader_task *task = u->pend[u->pend_head];
             uint32_t k = task->next_read++;
             if (task->next_read == task->nreads)
                 pend_pop(u);
             if (task->reads[k].len == 0) { /* an empty variable-length value */
                 if (task->inflight == 0 && task->next_read == task->nreads)
-                    sf_loader_task_done(r, task);
+                    reader_task_done(t, task);
                 continue;
             }
             uring_req *q = &u->reqs[u->free_reqs[--u->nfree]];
@@ -330,7 +330,7 @@ static void uring_run(sf_io_thread *t)
     }
 }
 
-const sf_engine_ops sf_engine_uring = {
+const reader_engine_ops reader_engine_uring = {
     .name = "uring",
     .thread_init = uring_thread_init,
     .thread_fini = uring_thread_fini,

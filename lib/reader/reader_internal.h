@@ -1,16 +1,32 @@
-/* The streaming reader's internals, shared by reader.c (scheduling, the
- * consumer side, checksums), slab.c (the batch memory) and the I/O engines
- * (engine_*.c).
+/* The streaming reader's internals, shared by the files of lib/reader, one
+ * job each:
  *
- * Pipeline. The slab holds K slots. A slot is FREE, LOADING (assigned to a
- * batch; its sample tasks are being read by the I/O threads), READY, or HELD
- * (delivered to the caller). The scheduler (under r->lock) gives free slots
+ *   reader.c        the reader's life: open (the jobs below, in order), close
+ *   options.c       options: defaults and ranges
+ *   direct.c        the O_DIRECT policy and descriptors
+ *   engine.c        engine selection (mincore residency), the I/O threads
+ *   engine_uring.c  the io_uring engine
+ *   engine_pread.c  the pread and mmap engines
+ *   slab.c          the slab: the slot layout and the one mapping
+ *   slots.c         a slot's arrays; where each sample of a batch goes in it
+ *   schedule.c      the slot life cycle: scheduling, claims, the batch-ready
+ *                   point, delivery and release
+ *   records.c       record checks, failed reads, substitution of corrupt samples
+ *   staged.c        records with compressed fields: staging, decompression
+ *   device.c        device delivery, the reader's side (device.h: the
+ *                   interface; device_host.c, device_cuda.c: implementations)
+ *   stats.c         statistics and the verdict
+ *   sampler.c       the order of samples (sampler.h)
+ *   trace.c         tracing (trace.h)
+ *
+ * Pipeline. The slab holds K slots, each in one state of its life cycle
+ * (below, at enum reader_slot_state). The scheduler (under r->lock) gives free slots
  * to the next batches of the schedule position, in order, and prepares one
  * task per sample: where each payload field lies in the shard file and where
  * it goes in the slot. I/O threads claim tasks in batch order and read them
  * through the engine; when a task's reads are done the thread hashes it
- * (sf_loader_task_done); the thread finishing a slot's last task runs
- * sf_loader_batch_ready (substitution of corrupt samples, the stage hook)
+ * (reader_task_done); the thread finishing a slot's last task runs the
+ * batch-ready point (substitution of corrupt samples, the device copy)
  * and marks the slot READY. sf_reader_next hands slots out in (epoch, index)
  * order.
  *
@@ -18,8 +34,8 @@
  * the old generation give back their unclaimed tasks and are freed as soon
  * as their claimed reads finish; held slots stay valid.
  */
-#ifndef SF_READER_LOADER_INTERNAL_H
-#define SF_READER_LOADER_INTERNAL_H
+#ifndef SF_READER_INTERNAL_H
+#define SF_READER_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +43,7 @@
 #include <time.h>
 
 #include "dataset_internal.h"
+#include "device.h"
 #include "sampler.h"
 #include "trace.h"
 #include "shardfeed/reader.h"
@@ -38,19 +55,19 @@
 #define SF_HASH_CHUNK (256u << 10)
 
 /* One read of one payload field of one sample. */
-typedef struct sf_read {
+typedef struct reader_read {
     uint64_t off;  /* file offset */
     uint64_t len;  /* bytes */
     uint64_t done; /* bytes read so far (engines resubmit the remainder) */
     uint8_t *dst;  /* in the slab */
     uint64_t out_len; /* bytes the value takes at dst: len, or its decompressed size */
-} sf_read;
+} reader_read;
 
-typedef struct sf_slot sf_slot;
+typedef struct reader_slot reader_slot;
 
 /* One sample of a batch being loaded. */
-typedef struct sf_task {
-    sf_slot *slot;
+typedef struct reader_task {
+    reader_slot *slot;
     uint32_t pos;       /* position in the batch */
     uint32_t nreads;    /* = schema n_payload */
     uint64_t id;        /* sample id being read */
@@ -65,34 +82,82 @@ typedef struct sf_task {
     uint64_t digest;
     uint32_t next_read; /* engine use: first read not yet submitted */
     uint32_t inflight;  /* engine use: reads submitted and not completed */
-    sf_read *reads;     /* nreads entries (into slot->reads) */
-} sf_task;
+    reader_read *reads; /* nreads entries (into slot->reads) */
+} reader_task;
 
-enum sf_slot_state { SLOT_FREE = 0, SLOT_LOADING, SLOT_READY, SLOT_HELD };
+/* Slot life cycle. Every change of a slot's state is made under r->lock by
+ * slot_set_state (schedule.c), which asserts that the slot is in `from` and
+ * that the change is one of this table's.
+ *
+ *                 schedule_locked            batch_ready
+ *        FREE ----------------------> LOADING -----------> READY
+ *         ^                              |                   |  |
+ *         +<-----------------------------+                   |  | sf_reader_next
+ *         |  batch_ready (stale), reposition_locked          |  v
+ *         +<-------------------------------------------------+ HELD
+ *         |  sf_reader_next (failed batch), reposition_locked   |
+ *         |                                                     | sf_reader_release,
+ *         |                                                     v first lock
+ *         +<-------------------------------------------- RELEASING
+ *            sf_reader_release, second lock
+ *
+ *   from       to         by                  when
+ *   FREE       LOADING    schedule_locked     the slot gets the next batch of the schedule
+ *   LOADING    READY      batch_ready         its samples are read, checked, substituted and
+ *                                             (with a device) their copy enqueued
+ *   LOADING    FREE       batch_ready         the same, but a reposition made the batch stale
+ *   LOADING    FREE       reposition_locked   the reposition took back its unclaimed tasks and
+ *                                             none was in flight
+ *   READY      HELD       sf_reader_next      delivered to the caller
+ *   READY      FREE       sf_reader_next      the batch failed: dropped with the read-ahead
+ *   READY      FREE       reposition_locked   read-ahead of the old position, dropped
+ *   HELD       RELEASING  sf_reader_release   the first of two locks: a concurrent second
+ *                                             release of the batch finds it not HELD
+ *   RELEASING  FREE       sf_reader_release   the second lock, after the device's release and
+ *                                             wait, which run outside the lock
+ *
+ * r->held counts the slots in HELD or RELEASING: the caller's. */
+enum reader_slot_state {
+    SLOT_FREE = 0,
+    SLOT_LOADING,   /* its batch's samples are being read by the I/O threads */
+    SLOT_READY,     /* read and checked, waiting for sf_reader_next */
+    SLOT_HELD,      /* delivered: the caller's until sf_reader_release */
+    SLOT_RELEASING, /* a release is waiting for the device, outside r->lock */
+    SLOT_STATES
+};
+/* reader_slot_next[from]: the states a slot may go to from `from`. */
+#define SLOT_TO(state) (1u << (state))
+static const unsigned reader_slot_next[SLOT_STATES] = {
+    [SLOT_FREE] = SLOT_TO(SLOT_LOADING),
+    [SLOT_LOADING] = SLOT_TO(SLOT_READY) | SLOT_TO(SLOT_FREE),
+    [SLOT_READY] = SLOT_TO(SLOT_HELD) | SLOT_TO(SLOT_FREE),
+    [SLOT_HELD] = SLOT_TO(SLOT_RELEASING),
+    [SLOT_RELEASING] = SLOT_TO(SLOT_FREE),
+};
 
-struct sf_slot {
+struct reader_slot {
     uint32_t index;      /* position in r->slots */
-    int state;           /* enum sf_slot_state, under r->lock */
-    int device_busy;     /* a device copy may still read the host slot: on_reuse first */
+    int state;           /* enum reader_slot_state: slot_set_state, under r->lock */
+    int device_busy;     /* a device copy may still read the host slot: reuse first */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
     sf_batch_field *fields;
     uint64_t *ids, *source_ids;
     uint64_t *var_off;   /* n_var arrays of batch_size + 1 offsets */
-    sf_task *tasks;      /* batch_size */
-    sf_read *reads;      /* batch_size * n_payload */
+    reader_task *tasks;  /* batch_size */
+    reader_read *reads;  /* batch_size * n_payload */
     uint32_t claimed;    /* tasks handed to I/O threads, under r->lock */
     atomic_uint remaining; /* tasks not finished (claimed or not) */
     atomic_int err;      /* first hard error of the batch */
     atomic_uint corrupt; /* tasks that failed their checksum */
     char errmsg[512];    /* detail of err (written by the thread that set err) */
-    sf_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
+    reader_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
     atomic_uint reads_left; /* tracing: tasks whose reads are not complete */
 };
 
 /* Where fields live inside a slot (slab.c). */
-typedef struct sf_slot_layout {
+typedef struct reader_slot_layout {
     uint64_t field_off[SF_MAX_FIELDS]; /* offset of each field's array in the slot */
     uint64_t field_cap[SF_MAX_FIELDS]; /* capacity in bytes: what the largest batch needs */
     uint64_t slot_bytes;               /* page multiple */
@@ -100,86 +165,72 @@ typedef struct sf_slot_layout {
                                           byte of a slot */
     int var_unaligned;                 /* a var field whose length in some record is not a
                                           multiple of SF_DIRECT_ALIGN, or -1 */
-} sf_slot_layout;
+} reader_slot_layout;
 
-/* A device stage (device_stage.c, or a test's): called once at open with
- * the slab (before io_uring registers it: pin it here), at the batch-ready
- * point of every batch from the I/O thread that completed it, before
- * sf_reader_next can return it (enqueue the slot's device copy and fill the
- * batch's device fields here; a nonzero return fails that batch), when the
- * caller releases a slot (on_release: fence the device buffer after work on
- * `stream`, and wait until the copy no longer reads the host slot), and before
- * new reads overwrite a slot that was freed without a release (on_reuse).
- * on_close is called exactly once when the reader closes, also when open
- * failed (slab NULL if it was never made, and after a failed on_slab): it
- * frees ctx. Any member may be NULL. */
-typedef struct sf_reader_stage {
-    void *ctx;
-    int (*on_slab)(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes);
-    int (*on_ready)(void *ctx, uint32_t slot, sf_batch *batch);
-    int (*on_release)(void *ctx, uint32_t slot, void *stream);
-    void (*on_reuse)(void *ctx, uint32_t slot);
-    void (*on_close)(void *ctx, void *slab, uint64_t bytes);
-} sf_reader_stage;
+typedef struct reader_engine_ops reader_engine_ops;
 
-/* The stage that delivers to opts->device (CUDA or host-copy). Fills
- * *stage; on_close frees it. */
-int sf_device_stage_create(sf_reader_stage *stage, const sf_reader_opts *opts);
-/* Device memory the stage holds (0 for other stages). */
-uint64_t sf_device_stage_bytes(const sf_reader_stage *stage);
-/* Waits for slot's copy (0 at once for other stages). */
-int sf_device_stage_wait(const sf_reader_stage *stage, uint32_t slot);
-
-typedef struct sf_engine_ops sf_engine_ops;
+/* What an I/O thread hashes and decompresses with, made when the thread
+ * starts (reader_scratch_init) so that nothing is allocated per record: the
+ * XXH3 state of record checksums, and for a dataset with compressed fields
+ * the staging buffer and ZSTD_DCtx of staged.c. */
+typedef struct reader_scratch {
+    void *xxh;       /* XXH3_state_t */
+    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
+    uint8_t *stage;  /* r->stage_bytes, or NULL */
+} reader_scratch;
 
 /* Per I/O thread. */
-typedef struct sf_io_thread {
+typedef struct reader_io_thread {
     struct sf_reader *r;
     unsigned idx;
     pthread_t tid;
+    reader_scratch scratch; /* the thread's own, for every engine */
     void *ctx;   /* engine state (a ring, ...) */
     int init_rc; /* result of the engine's thread_init */
     char errmsg[512]; /* its detail */
-} sf_io_thread;
+} reader_io_thread;
 
-struct sf_engine_ops {
+struct reader_engine_ops {
     const char *name;
     /* Once per reader, after the slab exists (maps, ...). May be NULL. */
     int (*open)(struct sf_reader *r);
     void (*close)(struct sf_reader *r);
     /* In the I/O thread, before it runs. Returns 0 or a negative code with
      * sf_fail detail (ENOSYS/EPERM from io_uring setup make auto fall back). */
-    int (*thread_init)(sf_io_thread *t);
-    void (*thread_fini)(sf_io_thread *t);
-    /* The thread's loop: claim tasks with sf_loader_claim, read them, call
-     * sf_loader_task_done for each; return when claim says stop (after all
+    int (*thread_init)(reader_io_thread *t);
+    void (*thread_fini)(reader_io_thread *t);
+    /* The thread's loop: claim tasks with reader_claim, read them, call
+     * reader_task_done for each; return when claim says stop (after all
      * reads in flight have completed). */
-    void (*run)(sf_io_thread *t);
+    void (*run)(reader_io_thread *t);
 };
 
-extern const sf_engine_ops sf_engine_uring, sf_engine_pread, sf_engine_mmap;
+extern const reader_engine_ops reader_engine_uring, reader_engine_pread, reader_engine_mmap;
 
 struct sf_reader {
     sf_dataset *ds;
     const sf_schema *schema;
     sf_reader_opts opts;  /* defaults resolved */
-    sf_sampler *sampler;
+    reader_sampler *sampler;
     uint64_t num_batches;
     uint64_t n;           /* samples in the dataset */
     uint32_t batch_cap;   /* the most samples one batch holds: slots are sized for it */
 
     /* slab */
-    sf_slot_layout layout;
+    reader_slot_layout layout;
     uint8_t *slab;
     uint64_t slab_bytes;
-    sf_slot *slots;
-    sf_reader_stage stage;
+    reader_slot *slots;
+
+    /* device delivery: the implementation and its state, NULL for the CPU */
+    const reader_device_ops *device_ops;
+    reader_device *device; /* opened on the slab at open */
 
     /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
     int direct;
     int *direct_fds;      /* shard_count, or NULL */
 
-    /* compressed fields (staged.c): set by sf_staged_plan */
+    /* compressed fields (staged.c): set by reader_staged_plan */
     int compressed;       /* some field has a codec: records go through a staging buffer */
     uint32_t payload_field[SF_MAX_FIELDS]; /* payload position -> field */
     int8_t zvar_slot[SF_MAX_FIELDS]; /* compressed variable-length field -> column of zlen, or -1 */
@@ -188,9 +239,9 @@ struct sf_reader {
     uint64_t stage_bytes; /* most compressed stored bytes in one record */
 
     /* engine */
-    const sf_engine_ops *engine;
+    const reader_engine_ops *engine;
     void *engine_ctx;     /* per-reader engine state */
-    sf_io_thread *threads;
+    reader_io_thread *threads;
     uint32_t nthreads;
     uint64_t registered;  /* uring: bytes of the slab registered in every ring */
 
@@ -207,35 +258,107 @@ struct sf_reader {
                                  delivered since: set_epoch of that epoch keeps it */
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
-    uint32_t held;
+    uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
-    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads in the device stage's on_ready */
+    atomic_uint_fast64_t st_devenq_ns;  /* I/O threads enqueuing device copies */
     atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
     uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
 
     /* tracing (trace.h): the latest trace, older ones chained by prev */
-    _Atomic(sf_trace *) trace;
+    _Atomic(reader_trace *) trace;
 };
 
-/* sf_reader_open with a device stage (NULL: none). */
-int sf_reader_open_staged(sf_reader **out, const char *dir, const sf_reader_opts *opts,
-                          const sf_reader_stage *stage);
+/* ---- options.c ---- */
+/* Copies `in` (NULL: the defaults) to *o with every 0 replaced by its
+ * default; SF_E_INVALID naming the field when one is out of range. */
+int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in);
+
+/* ---- direct.c ---- */
+/* Checks that every read can be O_DIRECT (SF_E_UNSUPPORTED saying why not)
+ * and opens the shards' O_DIRECT descriptors; sets r->direct. */
+int reader_direct_open(sf_reader *r);
+void reader_direct_close(sf_reader *r); /* nothing opened ok */
+
+/* ---- engine.c ---- */
+/* Whether records are small: only fixed-size, uncompressed fields, at most
+ * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
+ * (a batch, typically) at a time. */
+#define SF_SMALL_RECORD (64u << 10)
+int reader_small_records(const sf_reader *r);
+/* Chooses the engine (opts, the records, whether the shards are in the page
+ * cache) and starts its I/O threads; auto falls back from io_uring to pread
+ * where io_uring is not available. */
+int reader_engine_start(sf_reader *r);
+/* Stops and joins the I/O threads (their reads in flight finish first). */
+void reader_engine_stop(sf_reader *r);
 
 /* ---- slab.c ---- */
 /* Computes the slot layout for batches of at most `samples` samples (all
  * distinct): fixed fields take samples * item_size, each variable-length
  * field the largest sum of `samples` of its values (a scan of the indexes;
  * for a compressed field its decompressed lengths, r->zlen, which
- * sf_staged_plan read). */
-int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples);
+ * reader_staged_plan read). */
+int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t samples);
 /* Maps `bytes` of page-aligned anonymous memory, pre-faulted with `populate`. */
-int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
-void sf_slab_free(uint8_t *slab, uint64_t bytes);
-/* The slab, for a device stage: the one large allocation of the reader. */
-void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
+int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate);
+void reader_slab_free(uint8_t *slab, uint64_t bytes);
+
+/* ---- slots.c ---- */
+/* The most samples one batch holds (slots are sized for it): batch_size,
+ * or fewer when the only batch is short. */
+uint32_t reader_batch_cap(const sf_reader *r);
+/* Allocates every slot's arrays and points its batch's fields into the
+ * slab; reader_slots_free frees them (none made ok). */
+int reader_slots_init(sf_reader *r);
+void reader_slots_free(sf_reader *r);
+/* The batch_cap + 1 offsets of variable-length field f in slot s. */
+uint64_t *reader_slot_var_off(const sf_reader *r, const reader_slot *s, uint32_t f);
+/* Bytes the value of payload field f of sample `id` (index entry e) takes
+ * in a slot: its stored length, or its decompressed length when compressed. */
+uint64_t reader_slot_value_len(const sf_reader *r, uint32_t f, uint64_t id,
+                               const sf_index_entry *e);
+/* Points position `pos` of slot s at sample `id` (task, reads, inline
+ * values); `repack` moves the packed variable-length bytes after it to fit
+ * a substitute's lengths. */
+void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id, int repack);
+/* Places claimed tasks of a schema without variable-length fields, outside
+ * r->lock (schedule.c places the others when it prepares a slot). */
+void reader_place_claimed(sf_reader *r, reader_task **tasks, unsigned n);
+/* Sets each field's `bytes` for the slot's batch. */
+void reader_set_field_bytes(sf_reader *r, reader_slot *s);
+
+/* ---- schedule.c, for the engines ---- */
+/* Claims up to `max` tasks in batch order. With `block`, waits until there
+ * is at least one or the reader stops. Returns the count; 0 means stop (when
+ * blocking) or nothing now (when not). */
+unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block);
+/* Called by the engine on I/O thread `io` once all of a task's reads have
+ * finished (t->err set on failure): checks the record (with the thread's
+ * hash state), finishes the slot when it was the last. */
+void reader_task_done(reader_io_thread *io, reader_task *t);
+/* reader_task_done for n tasks at once (in claim order), with one
+ * update of the shared counters per slot instead of one per task. */
+void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n);
+
+/* ---- records.c ---- */
+/* Sets t->err and its detail on the slot (first error wins); a shard cut
+ * short makes the record corrupt instead (substituted, or SF_E_TRUNCATED). */
+void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
+/* A value of task t does not decompress (SF_E_CORRUPT, detail in
+ * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
+ * the batch's error. */
+void reader_task_bad_value(sf_reader *r, reader_task *t);
+/* Judges finished tasks: each one's checksum (hashed with `xxh` unless the
+ * engine did) and its bool values; marks it corrupt or fails it. All n at
+ * once: one call per claim's run of a slot, not per record. */
+void reader_verify_tasks(sf_reader *r, struct XXH3_state_s *xxh, reader_task *const *tasks,
+                         unsigned n);
+/* At the batch-ready point: reads an intact sample in place of each corrupt
+ * one of slot s, with the finishing thread's scratch. */
+void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st);
 
 /* ---- staged.c: records with compressed fields ----
  *
@@ -250,55 +373,37 @@ void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes);
  * compressed variable-length value). */
 
 /* Copies len bytes at file offset off of task's shard to dst. */
-typedef int (*sf_copy_fn)(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                          uint64_t len);
-
-typedef struct sf_stager {
-    void *xxh;       /* XXH3_state_t */
-    void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
-    uint8_t *stage;  /* r->stage_bytes, or NULL */
-} sf_stager;
+typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8_t *dst,
+                              uint64_t off, uint64_t len);
 
 /* At open, before the slab layout: finds the compressed fields and, for the
  * variable-length ones, every value's decompressed length (reading each
  * frame header: one small pread per value) and the longest per field. */
-int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
-int sf_stager_init(sf_stager *st, const sf_reader *r);
-void sf_stager_fini(sf_stager *st); /* zeroed or initialised */
+int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS]);
+/* Makes an I/O thread's scratch (its XXH3 state; the staging buffer and
+ * ZSTD_DCtx when records are compressed): 0 or -ENOMEM. */
+int reader_scratch_init(reader_scratch *st, const sf_reader *r);
+void reader_scratch_fini(reader_scratch *st); /* zeroed or initialised */
 /* Reads task t's record with `copy`, hashes its stored bytes and, when the
  * checksum holds (or verify is off), decompresses its compressed values into
  * the slot. Sets t->digest/hashed when verifying. Returns 0, SF_E_CHECKSUM
  * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
  * sf_last_error() names the field), or a read error. */
-int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy);
-/* sf_copy_fn through the shard's buffered fd. */
-int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                    uint64_t len);
+int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy);
+/* reader_copy_fn through the shard's buffered fd. */
+int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
+                        uint64_t len);
 
-/* ---- reader.c, for the engines ---- */
-/* Whether records are small: only fixed-size, uncompressed fields, at most
- * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
- * (a batch, typically) at a time. */
-#define SF_SMALL_RECORD (64u << 10)
-int sf_loader_small_records(const sf_reader *r);
-/* Claims up to `max` tasks in batch order. With `block`, waits until there
- * is at least one or the reader stops. Returns the count; 0 means stop (when
- * blocking) or nothing now (when not). */
-unsigned sf_loader_claim(sf_reader *r, sf_task **out, unsigned max, int block);
-/* Called by the engine once all of a task's reads have finished (t->err set
- * on failure): checks the record, finishes the slot when it was the last. */
-void sf_loader_task_done(sf_reader *r, sf_task *t);
-/* sf_loader_task_done for n tasks at once (in claim order), with one
- * update of the shared counters per slot instead of one per task. */
-void sf_loader_tasks_done(sf_reader *r, sf_task *const *tasks, unsigned n);
-/* Sets t->err and its detail on the slot (first error wins). */
-void sf_loader_task_fail(sf_reader *r, sf_task *t, int err, const char *what);
-/* A value of task t does not decompress (SF_E_CORRUPT, detail in
- * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
- * the batch's error. */
-void sf_loader_task_bad_value(sf_reader *r, sf_task *t);
+/* ---- device.c: device delivery (device.h is the interface) ---- */
+/* The device implementation opts asks for: NULL for the CPU. */
+int reader_device_select(const reader_device_ops **out, const sf_reader_opts *opts);
+/* Opens r->device_ops on the slab (before io_uring registers it). */
+int reader_device_open(sf_reader *r);
+/* At the batch-ready point: sets the batch's device fields and enqueues the
+ * copy of the slot's used bytes. */
+int reader_device_copy(sf_reader *r, reader_slot *s);
 
-static inline uint64_t sf_now_ns(void)
+static inline uint64_t reader_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -306,23 +411,23 @@ static inline uint64_t sf_now_ns(void)
 }
 
 /* The trace being recorded, or NULL (one relaxed load and a flag when off). */
-static inline sf_trace *sf_trace_on(const sf_reader *r)
+static inline reader_trace *reader_trace_on(const sf_reader *r)
 {
-    sf_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
+    reader_trace *tr = atomic_load_explicit(&((sf_reader *)r)->trace, memory_order_acquire);
     return tr && atomic_load_explicit(&tr->on, memory_order_relaxed) ? tr : NULL;
 }
 
 /* I/O threads account their time here: thread-seconds reading (syscalls,
  * ring waits, copies) and hashing, for the stats and the trace's runs. */
-static inline void sf_loader_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
+static inline void reader_account_time(sf_reader *r, uint64_t io_ns, uint64_t hash_ns)
 {
     if (io_ns)
         atomic_fetch_add_explicit(&r->st_io_ns, io_ns, memory_order_relaxed);
     if (hash_ns)
         atomic_fetch_add_explicit(&r->st_hash_ns, hash_ns, memory_order_relaxed);
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     if (tr)
-        sf_trace_io_time(tr, io_ns, hash_ns);
+        reader_trace_io_time(tr, io_ns, hash_ns);
 }
 
 #endif

@@ -6,8 +6,8 @@
 #include "error_internal.h"
 #include "sampler.h"
 
-struct sf_sampler {
-    sf_sampler_config cfg; /* defaults resolved (block_size, window) */
+struct reader_sampler {
+    reader_sampler_config cfg; /* defaults resolved (block_size, window) */
     uint64_t epoch;
     uint32_t *perm;        /* S, n entries; NULL in NONE mode */
     uint64_t global_batch; /* G = batch_size * world_size */
@@ -104,7 +104,7 @@ static void shuffle_u32(rng *r, uint32_t *a, uint64_t len)
 
 /* ---- epoch order --------------------------------------------------------- */
 
-static void build_global(sf_sampler *s, rng *r)
+static void build_global(reader_sampler *s, rng *r)
 {
     uint64_t n = s->cfg.n;
     for (uint64_t i = 0; i < n; i++)
@@ -122,7 +122,7 @@ static void build_global(sf_sampler *s, rng *r)
  * length of the first k+1 blocks; the nb-k-1 blocks after it hold at least
  * one id each, so pos+len <= n-(nb-k-1) = n-nb+k+1, the slot of the next
  * unread block index. Index k itself is read before its block is written. */
-static void build_block(sf_sampler *s, rng *r)
+static void build_block(reader_sampler *s, rng *r)
 {
     uint64_t n = s->cfg.n, bs = s->cfg.block_size, nb = s->nblocks;
     uint32_t *order = s->perm + (n - nb);
@@ -143,7 +143,7 @@ static void build_block(sf_sampler *s, rng *r)
         shuffle_u32(r, s->perm + start, n - start < w ? n - start : w);
 }
 
-int sf_sampler_set_epoch(sf_sampler *s, uint64_t epoch)
+int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
 {
     if (!s)
         return sf_fail(SF_E_INVALID, "sampler: NULL sampler");
@@ -164,7 +164,7 @@ int sf_sampler_set_epoch(sf_sampler *s, uint64_t epoch)
 
 /* ---- lifetime ------------------------------------------------------------ */
 
-int sf_sampler_create(sf_sampler **out, const sf_sampler_config *cfg)
+int reader_sampler_create(reader_sampler **out, const reader_sampler_config *cfg)
 {
     if (!out)
         return sf_fail(SF_E_INVALID, "sampler: NULL out");
@@ -190,7 +190,7 @@ int sf_sampler_create(sf_sampler **out, const sf_sampler_config *cfg)
                        "sampler: n %llu exceeds %llu for a shuffled order (4-byte ids)",
                        (unsigned long long)cfg->n, (unsigned long long)UINT32_MAX);
 
-    sf_sampler *s = calloc(1, sizeof *s);
+    reader_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return sf_fail(-ENOMEM, "sampler: out of memory");
     s->cfg = *cfg;
@@ -225,16 +225,16 @@ int sf_sampler_create(sf_sampler **out, const sf_sampler_config *cfg)
                            (unsigned long long)n);
         }
     }
-    int rc = sf_sampler_set_epoch(s, 0);
+    int rc = reader_sampler_set_epoch(s, 0);
     if (rc < 0) {
-        sf_sampler_free(s);
+        reader_sampler_free(s);
         return rc;
     }
     *out = s;
     return 0;
 }
 
-void sf_sampler_free(sf_sampler *s)
+void reader_sampler_free(reader_sampler *s)
 {
     if (!s)
         return;
@@ -244,33 +244,33 @@ void sf_sampler_free(sf_sampler *s)
 
 /* ---- queries ------------------------------------------------------------- */
 
-uint64_t sf_sampler_epoch(const sf_sampler *s)
+uint64_t reader_sampler_epoch(const reader_sampler *s)
 {
     return s ? s->epoch : 0;
 }
 
-uint64_t sf_sampler_num_batches(const sf_sampler *s)
+uint64_t reader_sampler_num_batches(const reader_sampler *s)
 {
     if (!s)
         return 0;
     return s->full + (s->last > 0);
 }
 
-uint64_t sf_sampler_samples_per_epoch(const sf_sampler *s)
+uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s)
 {
     if (!s)
         return 0;
     return s->full * s->cfg.batch_size + s->last;
 }
 
-uint64_t sf_sampler_at(const sf_sampler *s, uint64_t pos)
+uint64_t reader_sampler_at(const reader_sampler *s, uint64_t pos)
 {
     if (!s || pos >= s->cfg.n)
         return UINT64_MAX;
     return s->perm ? s->perm[pos] : pos;
 }
 
-uint32_t sf_sampler_batch(const sf_sampler *s, uint64_t b, uint64_t *ids)
+uint32_t reader_sampler_batch(const reader_sampler *s, uint64_t b, uint64_t *ids)
 {
     if (!s || !ids)
         return 0;
@@ -278,7 +278,7 @@ uint32_t sf_sampler_batch(const sf_sampler *s, uint64_t b, uint64_t *ids)
     if (b < s->full) {
         uint64_t base = b * s->global_batch + r * B;
         for (uint64_t i = 0; i < B; i++)
-            ids[i] = sf_sampler_at(s, base + i);
+            ids[i] = reader_sampler_at(s, base + i);
         return (uint32_t)B;
     }
     if (b > s->full || s->last == 0)
@@ -290,7 +290,7 @@ uint32_t sf_sampler_batch(const sf_sampler *s, uint64_t b, uint64_t *ids)
     uint64_t rem = n - base;
     for (uint64_t i = 0; i < c; i++) {
         uint64_t t = r * c + i; /* offset in the tail; < W*c < rem + W */
-        ids[i] = sf_sampler_at(s, t < rem ? base + t : (t - rem) % n);
+        ids[i] = reader_sampler_at(s, t < rem ? base + t : (t - rem) % n);
     }
     return (uint32_t)c;
 }

@@ -23,10 +23,10 @@
  * nothing is padded or dropped except by drop_last.
  *
  * Resume state is O(1): (epoch, next batch index). After set_epoch, any batch
- * is produced in O(batch_size) (sf_sampler_batch is random access).
+ * is produced in O(batch_size) (reader_sampler_batch is random access).
  *
  * Memory: GLOBAL and BLOCK modes materialize S as a uint32_t array, 4 bytes
- * per sample, allocated once by sf_sampler_create and reused every epoch
+ * per sample, allocated once by reader_sampler_create and reused every epoch
  * (so n is limited to UINT32_MAX in those modes: SF_E_LIMIT above). NONE
  * mode allocates no per-sample memory and takes any n.
  *
@@ -38,55 +38,55 @@
 
 #include <stdint.h>
 
-enum sf_shuffle { SF_SHUFFLE_NONE = 0, SF_SHUFFLE_GLOBAL = 1, SF_SHUFFLE_BLOCK = 2 };
-enum sf_uneven { SF_UNEVEN_PAD = 0, SF_UNEVEN_DROP = 1 };
+enum reader_shuffle { SF_SHUFFLE_NONE = 0, SF_SHUFFLE_GLOBAL = 1, SF_SHUFFLE_BLOCK = 2 };
+enum reader_uneven { SF_UNEVEN_PAD = 0, SF_UNEVEN_DROP = 1 };
 
 #define SF_SAMPLER_DEFAULT_BLOCK 64u      /* block_size when 0 */
 #define SF_SAMPLER_DEFAULT_WINDOW_MULT 16u /* window = this * block_size when 0 */
 
-typedef struct sf_sampler_config {
+typedef struct reader_sampler_config {
     uint64_t n;            /* samples in the dataset, > 0 */
     uint64_t seed;
-    int shuffle;           /* enum sf_shuffle */
+    int shuffle;           /* enum reader_shuffle */
     uint32_t block_size;   /* BLOCK mode: consecutive ids per run (0 → default 64) */
     uint32_t window;       /* BLOCK mode: positions shuffled together (0 → default 16*block_size) */
     uint32_t batch_size;   /* > 0 */
     uint32_t rank, world_size; /* world_size > 0, rank < world_size */
     int drop_last;         /* nonzero: drop the last partial global batch */
-    int uneven;            /* enum sf_uneven */
-} sf_sampler_config;
+    int uneven;            /* enum reader_uneven */
+} reader_sampler_config;
 
-typedef struct sf_sampler sf_sampler;
+typedef struct reader_sampler reader_sampler;
 
 /* Validates cfg and creates a sampler with epoch 0's order already built.
  * SF_E_INVALID (message names the bad field) for bad arguments, SF_E_LIMIT
  * for n > UINT32_MAX in GLOBAL/BLOCK mode, -ENOMEM. *out is NULL on failure. */
-int sf_sampler_create(sf_sampler **out, const sf_sampler_config *cfg);
+int reader_sampler_create(reader_sampler **out, const reader_sampler_config *cfg);
 
 /* NULL ok. */
-void sf_sampler_free(sf_sampler *s);
+void reader_sampler_free(reader_sampler *s);
 
 /* Builds that epoch's order (O(n) for GLOBAL/BLOCK, O(1) for NONE; a no-op if
  * it is already the current epoch). Returns 0, SF_E_INVALID for s == NULL,
  * or -ENOMEM (not currently possible: all memory is taken at create). */
-int sf_sampler_set_epoch(sf_sampler *s, uint64_t epoch);
+int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch);
 
 /* The current epoch (0 after create). */
-uint64_t sf_sampler_epoch(const sf_sampler *s);
+uint64_t reader_sampler_epoch(const reader_sampler *s);
 
 /* Batches per epoch for this rank (same every epoch, same for every rank). */
-uint64_t sf_sampler_num_batches(const sf_sampler *s);
+uint64_t reader_sampler_num_batches(const reader_sampler *s);
 
 /* Samples per epoch for this rank (same every epoch, same for every rank). */
-uint64_t sf_sampler_samples_per_epoch(const sf_sampler *s);
+uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s);
 
 /* Writes the global ids of this rank's batch `b` of the current epoch into
  * ids[] (capacity batch_size) and returns the count (batch_size, or fewer for
  * a short last batch); returns 0 when b >= num_batches. O(batch_size). */
-uint32_t sf_sampler_batch(const sf_sampler *s, uint64_t b, uint64_t *ids);
+uint32_t reader_sampler_batch(const reader_sampler *s, uint64_t b, uint64_t *ids);
 
 /* The id at position `pos` of the epoch's permuted sequence S
  * (0 <= pos < n); UINT64_MAX when pos >= n. */
-uint64_t sf_sampler_at(const sf_sampler *s, uint64_t pos);
+uint64_t reader_sampler_at(const reader_sampler *s, uint64_t pos);
 
 #endif

@@ -1,7 +1,7 @@
 /* The batch slab: one page-aligned anonymous mapping holding every slot, and
  * the layout of the fields inside a slot. Allocated once at open and never
- * moved; this is what io_uring registers and what a device stage pins
- * (sf_reader_stage.on_slab). */
+ * moved; this is what io_uring registers and what the CUDA device pins
+ * (device.h, open). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +105,7 @@ static uint64_t top_sum_done(top_sum *t)
  * into bytes[f]: from the index for stored values, from the decompressed
  * lengths read at open (r->zlen) for compressed ones. Also finds a field
  * with a value whose length is not a multiple of SF_DIRECT_ALIGN. */
-static int var_bounds(sf_slot_layout *out, const sf_reader *r, uint64_t k, uint64_t bytes[])
+static int var_bounds(reader_slot_layout *out, const sf_reader *r, uint64_t k, uint64_t bytes[])
 {
     const sf_dataset *ds = r->ds;
     const sf_schema *s = &ds->manifest.schema;
@@ -141,12 +141,12 @@ static int var_bounds(sf_slot_layout *out, const sf_reader *r, uint64_t k, uint6
     return rc;
 }
 
-int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
+int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t samples)
 {
     const sf_schema *s = r->schema;
     memset(out, 0, sizeof *out);
     out->var_unaligned = -1;
-    /* A batch holds at most `samples` samples, all distinct (sf_sampler_batch
+    /* A batch holds at most `samples` samples, all distinct (reader_sampler_batch
      * pads a short last batch by wrapping around only up to the samples
      * there are), so a variable-length field needs room for its `samples`
      * longest values, not `samples` times its longest: one 12 MB image among
@@ -178,7 +178,7 @@ int sf_slab_layout(sf_slot_layout *out, const sf_reader *r, uint32_t samples)
     return 0;
 }
 
-int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
+int reader_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
 {
     *out = NULL;
     if (bytes > SIZE_MAX)
@@ -186,8 +186,8 @@ int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
                        (unsigned long long)bytes);
     /* Pre-faulted only when asked: room sized for the largest batch, which a
      * rank may never meet, costs nothing until a batch fills it. io_uring's
-     * buffer registration and a device stage's cudaHostRegister pin what
-     * they register: the slab is kept small instead (sf_slab_layout). */
+     * buffer registration and the CUDA device's cudaHostRegister pin what
+     * they register: the slab is kept small instead (reader_slab_layout). */
     void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED)
@@ -197,17 +197,8 @@ int sf_slab_alloc(uint8_t **out, uint64_t bytes, int populate)
     return 0;
 }
 
-void sf_slab_free(uint8_t *slab, uint64_t bytes)
+void reader_slab_free(uint8_t *slab, uint64_t bytes)
 {
     if (slab)
         munmap(slab, (size_t)bytes);
-}
-
-void *sf_reader_slab(const sf_reader *r, uint64_t *bytes, uint64_t *slot_bytes)
-{
-    if (bytes)
-        *bytes = r->slab_bytes;
-    if (slot_bytes)
-        *slot_bytes = r->layout.slot_bytes;
-    return r->slab;
 }

@@ -1,6 +1,6 @@
 /* Records with compressed fields: the open-time plan (which fields, how long
  * each variable-length value is once decompressed) and the staged load of a
- * record (loader_internal.h, "staged.c"). */
+ * record (reader_internal.h, "staged.c"). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +101,7 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
     return rc;
 }
 
-int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
+int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
 {
     const sf_schema *s = r->schema;
     memset(dec_max, 0, SF_MAX_FIELDS * sizeof *dec_max);
@@ -141,7 +141,7 @@ int sf_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
     return r->n_zvar ? scan_lengths(r, dec_max) : 0;
 }
 
-int sf_stager_init(sf_stager *st, const sf_reader *r)
+int reader_scratch_init(reader_scratch *st, const sf_reader *r)
 {
     memset(st, 0, sizeof *st);
     st->xxh = XXH3_createState();
@@ -151,14 +151,14 @@ int sf_stager_init(sf_stager *st, const sf_reader *r)
         return 0;
     if (r->stage_bytes > SIZE_MAX || !(st->stage = malloc((size_t)r->stage_bytes)) ||
         !(st->dctx = ZSTD_createDCtx())) {
-        sf_stager_fini(st);
+        reader_scratch_fini(st);
         return sf_fail(-ENOMEM, "out of memory for a %llu-byte staging buffer",
                        (unsigned long long)r->stage_bytes);
     }
     return 0;
 }
 
-void sf_stager_fini(sf_stager *st)
+void reader_scratch_fini(reader_scratch *st)
 {
     XXH3_freeState(st->xxh);
     ZSTD_freeDCtx(st->dctx);
@@ -166,25 +166,25 @@ void sf_stager_fini(sf_stager *st)
     memset(st, 0, sizeof *st);
 }
 
-int sf_staged_pread(const sf_reader *r, const sf_task *task, uint8_t *dst, uint64_t off,
-                    uint64_t len)
+int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
+                        uint64_t len)
 {
     return sf_pread_full(r->ds->shards[task->shard].fd, dst, len, off);
 }
 
-int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy)
+int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy)
 {
     const sf_schema *s = r->schema;
     XXH3_state_t *xxh = st->xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
-    uint64_t t0 = sf_now_ns(), io_ns = 0, hash_ns = 0, t1;
+    uint64_t t0 = reader_now_ns(), io_ns = 0, hash_ns = 0, t1;
     uint8_t *src[SF_MAX_FIELDS];
     uint64_t staged = 0;
     int rc = 0;
     if (verify)
         XXH3_64bits_reset(xxh);
     for (uint32_t k = 0; k < t->nreads && !rc; k++) {
-        sf_read *rd = &t->reads[k];
+        reader_read *rd = &t->reads[k];
         int z = s->fields[r->payload_field[k]].codec != SF_CODEC_NONE;
         /* Sized from the index at open: every record's values fit. */
         src[k] = z ? st->stage + staged : rd->dst;
@@ -193,12 +193,12 @@ int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy)
         if (rc)
             break;
         rd->done = rd->len;
-        t1 = sf_now_ns();
+        t1 = reader_now_ns();
         io_ns += t1 - t0;
         t0 = t1;
         if (verify) {
             XXH3_64bits_update(xxh, src[k], rd->len);
-            t0 = sf_now_ns();
+            t0 = reader_now_ns();
             hash_ns += t0 - t1;
         }
     }
@@ -215,6 +215,6 @@ int sf_stager_load(sf_stager *st, sf_reader *r, sf_task *t, sf_copy_fn copy)
                                      t->reads[k].len, st->dctx);
     }
     /* Decompression counts as I/O time: it is the read of a compressed field. */
-    sf_loader_time(r, io_ns + (sf_now_ns() - t0), hash_ns);
+    reader_account_time(r, io_ns + (reader_now_ns() - t0), hash_ns);
     return rc;
 }

@@ -33,7 +33,7 @@ static atomic_uint_fast64_t g_trace_ids;
 
 /* ---- records ---------------------------------------------------------------- */
 
-int sf_trace_create(sf_trace **out, const sf_reader *r, uint64_t max_batches)
+int reader_trace_create(reader_trace **out, const sf_reader *r, uint64_t max_batches)
 {
     uint64_t cap_b = max_batches && max_batches < SF_TRACE_MAX_BATCHES ? max_batches : SF_TRACE_MAX_BATCHES;
     uint64_t threads = r->nthreads ? r->nthreads : 1;
@@ -43,7 +43,7 @@ int sf_trace_create(sf_trace **out, const sf_reader *r, uint64_t max_batches)
     uint64_t cap_s = cap_b * (2 * threads + 3) + SPAN_BLOCK * (threads + 2);
     if (cap_s > SF_TRACE_MAX_SPANS)
         cap_s = SF_TRACE_MAX_SPANS;
-    sf_trace *tr = calloc(1, sizeof *tr);
+    reader_trace *tr = calloc(1, sizeof *tr);
     if (!tr)
         return sf_fail(-ENOMEM, "trace: out of memory");
     tr->b = calloc(cap_b, sizeof *tr->b);
@@ -58,16 +58,16 @@ int sf_trace_create(sf_trace **out, const sf_reader *r, uint64_t max_batches)
     tr->cap_b = cap_b;
     tr->cap_s = cap_s;
     tr->id = atomic_fetch_add(&g_trace_ids, 1) + 1;
-    tr->t0 = sf_now_ns();
+    tr->t0 = reader_now_ns();
     atomic_store(&tr->on, 1);
     *out = tr;
     return 0;
 }
 
-void sf_trace_free_all(sf_trace *tr)
+void reader_trace_free_all(reader_trace *tr)
 {
     while (tr) {
-        sf_trace *prev = tr->prev;
+        reader_trace *prev = tr->prev;
         free(tr->b);
         free(tr->sp);
         free(tr);
@@ -75,13 +75,13 @@ void sf_trace_free_all(sf_trace *tr)
     }
 }
 
-static uint64_t spans_used(const sf_trace *tr)
+static uint64_t spans_used(const reader_trace *tr)
 {
-    uint64_t n = atomic_load(&((sf_trace *)tr)->ns);
+    uint64_t n = atomic_load(&((reader_trace *)tr)->ns);
     return n < tr->cap_s ? n : tr->cap_s;
 }
 
-void sf_trace_counts(const sf_trace *tr, uint64_t *kept, uint64_t *dropped)
+void reader_trace_counts(const reader_trace *tr, uint64_t *kept, uint64_t *dropped)
 {
     *kept = *dropped = 0;
     if (!tr)
@@ -93,12 +93,12 @@ void sf_trace_counts(const sf_trace *tr, uint64_t *kept, uint64_t *dropped)
     }
     uint64_t spans = 0, n = spans_used(tr);
     for (uint64_t i = 0; i < n; i++)
-        spans += atomic_load_explicit(&((sf_trace *)tr)->sp[i].t1, memory_order_acquire) != 0;
+        spans += atomic_load_explicit(&((reader_trace *)tr)->sp[i].t1, memory_order_acquire) != 0;
     *kept = tr->nb + spans;
-    *dropped = tr->dropped_b + atomic_load(&((sf_trace *)tr)->dropped_s);
+    *dropped = tr->dropped_b + atomic_load(&((reader_trace *)tr)->dropped_s);
 }
 
-static sf_trace_span *span_reserve_one(sf_trace *tr)
+static reader_trace_span *span_reserve_one(reader_trace *tr)
 {
     uint64_t k = atomic_fetch_add_explicit(&tr->ns, 1, memory_order_relaxed);
     if (k >= tr->cap_s) {
@@ -108,16 +108,17 @@ static sf_trace_span *span_reserve_one(sf_trace *tr)
     return &tr->sp[k];
 }
 
-static int64_t batch_ref(const sf_trace *tr, const sf_trace_batch *b)
+static int64_t batch_ref(const reader_trace *tr, const reader_trace_batch *b)
 {
     /* A record of an older trace (a batch scheduled before this one
      * started) is not this trace's: -1. */
     return b && b >= tr->b && b < tr->b + tr->cap_b ? (int64_t)(b - tr->b) : -1;
 }
 
-void sf_trace_span_add(sf_trace *tr, int kind, uint64_t t0, uint64_t t1, const sf_trace_batch *b)
+void reader_trace_span_add(reader_trace *tr, int kind, uint64_t t0, uint64_t t1,
+                           const reader_trace_batch *b)
 {
-    sf_trace_span *s = span_reserve_one(tr);
+    reader_trace_span *s = span_reserve_one(tr);
     if (!s)
         return;
     s->t0 = t0;
@@ -134,24 +135,24 @@ void sf_trace_span_add(sf_trace *tr, int kind, uint64_t t0, uint64_t t1, const s
 typedef struct io_tls {
     uint64_t id; /* the trace this state belongs to */
     unsigned thread;
-    sf_trace_span *cur, *end; /* reserved, unused spans */
-    int active;               /* a run is open */
-    uint64_t start, last;     /* run start; end of its last sample */
-    uint64_t io, hash;        /* the run's time */
-    uint64_t pend_io, pend_hash; /* accounted, not yet given to a sample */
+    reader_trace_span *cur, *end; /* reserved, unused spans */
+    int active;                   /* a run is open */
+    uint64_t start, last;         /* run start; end of its last sample */
+    uint64_t io, hash;            /* the run's time */
+    uint64_t pend_io, pend_hash;  /* accounted, not yet given to a sample */
     uint32_t samples;
-    const sf_trace_batch *batch;
+    const reader_trace_batch *batch;
 } io_tls;
 
 static _Thread_local io_tls tls;
 
-void sf_trace_io_thread(unsigned idx)
+void reader_trace_io_thread(unsigned idx)
 {
     memset(&tls, 0, sizeof tls);
     tls.thread = idx;
 }
 
-static void tls_sync(sf_trace *tr)
+static void tls_sync(reader_trace *tr)
 {
     if (tls.id == tr->id)
         return;
@@ -161,7 +162,7 @@ static void tls_sync(sf_trace *tr)
     tls.id = tr->id;
 }
 
-static void run_flush(sf_trace *tr, uint64_t end)
+static void run_flush(reader_trace *tr, uint64_t end)
 {
     if (tls.cur == tls.end) {
         uint64_t k = atomic_fetch_add_explicit(&tr->ns, SPAN_BLOCK, memory_order_relaxed);
@@ -173,7 +174,7 @@ static void run_flush(sf_trace *tr, uint64_t end)
         tls.cur = &tr->sp[k];
         tls.end = &tr->sp[k + SPAN_BLOCK < tr->cap_s ? k + SPAN_BLOCK : tr->cap_s];
     }
-    sf_trace_span *s = tls.cur++;
+    reader_trace_span *s = tls.cur++;
     s->t0 = tls.start;
     s->io_ns = tls.io;
     s->hash_ns = tls.hash;
@@ -184,29 +185,29 @@ static void run_flush(sf_trace *tr, uint64_t end)
     atomic_store_explicit(&s->t1, end > tls.start ? end : tls.start + 1, memory_order_release);
 }
 
-void sf_trace_io_claimed(sf_trace *tr)
+void reader_trace_io_claimed(reader_trace *tr)
 {
     tls_sync(tr);
     if (tls.active)
         return;
     tls.active = 1;
-    tls.start = tls.last = sf_now_ns();
+    tls.start = tls.last = reader_now_ns();
     tls.io = tls.hash = tls.pend_io = tls.pend_hash = 0;
     tls.samples = 0;
     tls.batch = NULL;
 }
 
-void sf_trace_io_time(sf_trace *tr, uint64_t io_ns, uint64_t hash_ns)
+void reader_trace_io_time(reader_trace *tr, uint64_t io_ns, uint64_t hash_ns)
 {
     tls_sync(tr);
     tls.pend_io += io_ns;
     tls.pend_hash += hash_ns;
 }
 
-void sf_trace_io_task(sf_trace *tr, const sf_trace_batch *b)
+void reader_trace_io_task(reader_trace *tr, const reader_trace_batch *b)
 {
     tls_sync(tr);
-    uint64_t now = sf_now_ns();
+    uint64_t now = reader_now_ns();
     if (!tls.active) {
         /* The trace started while this thread was busy. */
         uint64_t spent = tls.pend_io + tls.pend_hash;
@@ -229,11 +230,11 @@ void sf_trace_io_task(sf_trace *tr, const sf_trace_batch *b)
     tls.last = now;
 }
 
-void sf_trace_io_idle(sf_trace *tr)
+void reader_trace_io_idle(reader_trace *tr)
 {
     tls_sync(tr);
     if (tls.active && tls.samples)
-        run_flush(tr, sf_now_ns());
+        run_flush(tr, reader_now_ns());
     tls.active = 0;
     tls.samples = 0;
 }
@@ -245,7 +246,7 @@ static const char *const stage_names[SF_TS_COUNT] = {
 
 /* Microseconds since the trace started, with nanosecond digits: exact, so
  * nesting survives the decimal round trip. */
-static void put_us(FILE *f, const sf_trace *tr, uint64_t t)
+static void put_us(FILE *f, const reader_trace *tr, uint64_t t)
 {
     uint64_t ns = t > tr->t0 ? t - tr->t0 : 0;
     fprintf(f, "%" PRIu64 ".%03u", ns / 1000, (unsigned)(ns % 1000));
@@ -283,13 +284,13 @@ static void put_meta(FILE *f, int pid, int tid, const char *what, const char *na
 }
 
 /* Clamps to the trace's start: times before it show at 0. */
-static uint64_t clamp(const sf_trace *tr, uint64_t t)
+static uint64_t clamp(const reader_trace *tr, uint64_t t)
 {
     return t && t < tr->t0 ? tr->t0 : t;
 }
 
-static void put_x(FILE *f, const sf_trace *tr, int pid, int tid, const char *cat, const char *name,
-                  uint64_t a, uint64_t b)
+static void put_x(FILE *f, const reader_trace *tr, int pid, int tid, const char *cat,
+                  const char *name, uint64_t a, uint64_t b)
 {
     fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":", name, cat,
             pid, tid);
@@ -298,7 +299,7 @@ static void put_x(FILE *f, const sf_trace *tr, int pid, int tid, const char *cat
     put_dur(f, a, b);
 }
 
-static void write_batches(FILE *f, const sf_trace *tr, int pid, uint64_t nb)
+static void write_batches(FILE *f, const reader_trace *tr, int pid, uint64_t nb)
 {
     static const struct {
         int from, to;
@@ -310,7 +311,7 @@ static void write_batches(FILE *f, const sf_trace *tr, int pid, uint64_t nb)
                   {-1, SF_TS_HANDED, "ready"},
                   {SF_TS_HANDED, SF_TS_RELEASED, "held"}};
     for (uint64_t i = 0; i < nb; i++) {
-        sf_trace_batch *b = &tr->b[i];
+        reader_trace_batch *b = &tr->b[i];
         uint64_t t[SF_TS_COUNT], end = 0;
         for (int k = 0; k < SF_TS_COUNT; k++) {
             t[k] = clamp(tr, atomic_load_explicit(&b->t[k], memory_order_relaxed));
@@ -354,14 +355,14 @@ static void write_batches(FILE *f, const sf_trace *tr, int pid, uint64_t nb)
     }
 }
 
-static void write_spans(FILE *f, const sf_trace *tr, int pid, uint64_t nb)
+static void write_spans(FILE *f, const reader_trace *tr, int pid, uint64_t nb)
 {
     static const char *const kind_names[] = {"read+hash", "wait for batch", "wait for copy",
                                              "release: wait for copy"};
     uint64_t n = spans_used(tr);
     for (uint64_t i = 0; i < n; i++) {
-        const sf_trace_span *s = &tr->sp[i];
-        uint64_t t1 = atomic_load_explicit(&((sf_trace_span *)s)->t1, memory_order_acquire);
+        const reader_trace_span *s = &tr->sp[i];
+        uint64_t t1 = atomic_load_explicit(&((reader_trace_span *)s)->t1, memory_order_acquire);
         if (!t1 || s->kind > SF_SPAN_RELEASE_WAIT)
             continue;
         int tid = s->kind == SF_SPAN_IO_RUN         ? TID_IO + (int)s->thread
@@ -385,7 +386,7 @@ static void write_spans(FILE *f, const sf_trace *tr, int pid, uint64_t nb)
     }
 }
 
-int sf_trace_write_json(const sf_trace *tr, const sf_reader *r, const char *path)
+int reader_trace_write_json(const reader_trace *tr, const sf_reader *r, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -431,7 +432,8 @@ int sf_trace_write_json(const sf_trace *tr, const sf_reader *r, const char *path
             r->engine ? r->engine->name : "none", r->nthreads, r->opts.prefetch, r->opts.batch_size,
             r->opts.verify == SF_VERIFY_ON ? "true" : "false", r->direct ? "true" : "false",
             r->opts.device == SF_DEVICE_CUDA ? "cuda" : r->opts.device == SF_DEVICE_HOST_COPY ? "host-copy" : "cpu",
-            nb, dropped_b, tr->cap_b, (uint64_t)atomic_load(&((sf_trace *)tr)->dropped_s), tr->cap_s);
+            nb, dropped_b, tr->cap_b, (uint64_t)atomic_load(&((reader_trace *)tr)->dropped_s),
+            tr->cap_s);
     int bad = ferror(f);
     int e = bad ? (errno ? errno : EIO) : 0;
     if (fclose(f) != 0 && !bad) {
@@ -449,11 +451,11 @@ int sf_reader_trace_start(sf_reader *r, uint64_t max_batches)
 {
     if (!r)
         return sf_fail(SF_E_INVALID, "sf_reader_trace_start: NULL reader");
-    if (sf_trace_on(r))
+    if (reader_trace_on(r))
         return sf_fail(SF_E_STATE, "sf_reader_trace_start: a trace is already being recorded "
                                    "(sf_reader_trace_write ends it)");
-    sf_trace *tr;
-    int rc = sf_trace_create(&tr, r, max_batches);
+    reader_trace *tr;
+    int rc = reader_trace_create(&tr, r, max_batches);
     if (rc)
         return rc;
     pthread_mutex_lock(&r->lock);
@@ -467,18 +469,18 @@ int sf_reader_trace_write(sf_reader *r, const char *path)
 {
     if (!r || !path)
         return sf_fail(SF_E_INVALID, "sf_reader_trace_write: NULL argument");
-    sf_trace *tr = sf_trace_on(r);
+    reader_trace *tr = reader_trace_on(r);
     if (!tr)
         return sf_fail(SF_E_STATE, "sf_reader_trace_write: no trace is being recorded "
                                    "(sf_reader_trace_start starts one)");
     pthread_mutex_lock(&r->lock);
     atomic_store(&tr->on, 0);
     pthread_mutex_unlock(&r->lock);
-    int rc = sf_trace_write_json(tr, r, path);
+    int rc = reader_trace_write_json(tr, r, path);
     /* Stopped: the counts no longer change but for a span or two being
      * finished right now; keep them, so stats need not count again. */
     uint64_t kept, dropped;
-    sf_trace_counts(tr, &kept, &dropped);
+    reader_trace_counts(tr, &kept, &dropped);
     pthread_mutex_lock(&r->lock);
     tr->final_kept = kept;
     tr->final_dropped = dropped;

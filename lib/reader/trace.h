@@ -1,11 +1,11 @@
 /* Tracing of the reader's pipeline (sf_reader_trace_start/write), internal.
  *
  * Two kinds of records, both in memory allocated when the trace starts:
- *  - one sf_trace_batch per scheduled batch (up to cap_b), handed out in
+ *  - one reader_trace_batch per scheduled batch (up to cap_b), handed out in
  *    prepare_slot under r->lock; every stage stores its CLOCK_MONOTONIC time
  *    into its slot of t[] (relaxed atomic stores: the writer may read while
  *    the I/O threads still run);
- *  - sf_trace_span: an interval on one thread's track. I/O threads reserve
+ *  - reader_trace_span: an interval on one thread's track. I/O threads reserve
  *    blocks of spans with one atomic add per SPAN_BLOCK spans and fill them
  *    without locking; a span's t1 is stored last (release), so the writer
  *    skips spans still being written (t1 == 0).
@@ -23,81 +23,82 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-enum sf_trace_stage {
+enum reader_trace_stage {
     SF_TS_SUBMITTED = 0, /* prepare_slot: the batch got its slot, its reads are queued */
     SF_TS_CLAIMED,       /* an I/O thread claimed its first sample */
     SF_TS_READ,          /* every sample's reads are complete */
     SF_TS_CHECKSUMMED,   /* every record hashed (and corrupt samples substituted) */
-    SF_TS_DEV_ENQUEUED,  /* the device stage returned: the copy is enqueued */
+    SF_TS_DEV_ENQUEUED,  /* the device copy was enqueued */
     SF_TS_DEV_DONE,      /* the copy was seen complete (sf_batch_wait or the release) */
     SF_TS_HANDED,        /* sf_reader_next returned it */
     SF_TS_RELEASED,      /* the slot was given back */
     SF_TS_COUNT
 };
 
-typedef struct sf_trace_batch {
+typedef struct reader_trace_batch {
     uint64_t epoch, index;
     uint32_t slot, size;
     _Atomic uint64_t t[SF_TS_COUNT]; /* 0: not reached */
-} sf_trace_batch;
+} reader_trace_batch;
 
-enum sf_span_kind {
+enum reader_span_kind {
     SF_SPAN_IO_RUN = 0,   /* an I/O thread reading and hashing samples of one batch */
     SF_SPAN_WAIT,         /* the caller blocked in sf_reader_next */
     SF_SPAN_DEVICE_WAIT,  /* the caller blocked in sf_batch_wait */
     SF_SPAN_RELEASE_WAIT  /* a release waiting for the slot's copy */
 };
 
-typedef struct sf_trace_span {
+typedef struct reader_trace_span {
     uint64_t t0;
     uint64_t io_ns, hash_ns; /* IO_RUN: time in reads and in hashing */
     int64_t batch;           /* index into the trace's batch records, or -1 */
     uint32_t thread;         /* IO_RUN: the I/O thread's index */
-    uint32_t kind;           /* enum sf_span_kind */
+    uint32_t kind;           /* enum reader_span_kind */
     uint32_t samples;        /* IO_RUN: samples finished in the run */
     uint32_t pad;
     _Atomic uint64_t t1;     /* stored last; 0 while being written */
-} sf_trace_span;
+} reader_trace_span;
 
-typedef struct sf_trace {
-    struct sf_trace *prev; /* the reader's older traces */
+typedef struct reader_trace {
+    struct reader_trace *prev; /* the reader's older traces */
     uint64_t id;           /* process-wide unique: keys the I/O threads' thread-local state */
     uint64_t t0;           /* when the trace started */
     atomic_int on;
-    sf_trace_batch *b;
+    reader_trace_batch *b;
     uint64_t cap_b, nb;    /* nb under r->lock */
     uint64_t dropped_b;    /* under r->lock */
-    sf_trace_span *sp;
+    reader_trace_span *sp;
     uint64_t cap_s;
     atomic_uint_fast64_t ns;        /* spans reserved (may exceed cap_s) */
     atomic_uint_fast64_t dropped_s; /* spans not recorded: full */
     int final;             /* stopped and counted (under r->lock): */
     uint64_t final_kept, final_dropped;
-} sf_trace;
+} reader_trace;
 
 struct sf_reader;
-struct sf_task;
+struct reader_task;
 
 /* Creates a trace for up to max_batches batches (0: SF_TRACE_MAX_BATCHES),
  * sized for the reader's threads. */
-int sf_trace_create(sf_trace **out, const struct sf_reader *r, uint64_t max_batches);
-void sf_trace_free_all(sf_trace *tr);
+int reader_trace_create(reader_trace **out, const struct sf_reader *r, uint64_t max_batches);
+void reader_trace_free_all(reader_trace *tr);
 /* Writes tr as trace-event JSON. */
-int sf_trace_write_json(const sf_trace *tr, const struct sf_reader *r, const char *path);
+int reader_trace_write_json(const reader_trace *tr, const struct sf_reader *r, const char *path);
 /* Records kept and dropped so far. */
-void sf_trace_counts(const sf_trace *tr, uint64_t *kept, uint64_t *dropped);
+void reader_trace_counts(const reader_trace *tr, uint64_t *kept, uint64_t *dropped);
 
 /* Appends a span (any thread; one atomic add). */
-void sf_trace_span_add(sf_trace *tr, int kind, uint64_t t0, uint64_t t1, const sf_trace_batch *b);
+void reader_trace_span_add(reader_trace *tr, int kind, uint64_t t0, uint64_t t1,
+                           const reader_trace_batch *b);
 
 /* The I/O thread hooks (thread-local run state). */
-void sf_trace_io_thread(unsigned idx);                 /* once, when the thread starts */
-void sf_trace_io_claimed(sf_trace *tr);                /* claim returned tasks */
-void sf_trace_io_time(sf_trace *tr, uint64_t io_ns, uint64_t hash_ns);
-void sf_trace_io_task(sf_trace *tr, const sf_trace_batch *b); /* a task finished */
-void sf_trace_io_idle(sf_trace *tr);                   /* about to block for work, or exit */
+void reader_trace_io_thread(unsigned idx);       /* once, when the thread starts */
+void reader_trace_io_claimed(reader_trace *tr);  /* claim returned tasks */
+void reader_trace_io_time(reader_trace *tr, uint64_t io_ns, uint64_t hash_ns);
+void reader_trace_io_task(reader_trace *tr, const reader_trace_batch *b); /* a task finished */
+void reader_trace_io_idle(reader_trace *tr);     /* about to block for work, or exit */
 
-static inline void sf_trace_stamp(sf_trace_batch *b, int stage, uint64_t now)
+static inline void reader_trace_stamp(reader_trace_batch *b, int stage, uint64_t now)
 {
     if (b)
         atomic_store_explicit(&b->t[stage], now, memory_order_relaxed);

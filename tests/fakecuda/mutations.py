@@ -2,7 +2,7 @@
 """Mutation checks of the CUDA glue, on the fake CUDA runtime.
 
 Removes each wait, fence, device switch and teardown step of
-lib/reader/device_cuda.c (and the slot waits of lib/reader/device_stage.c), one at a
+lib/reader/device_cuda.c (and the reader's slot waits on the device), one at a
 time, in a scratch copy of the tree; rebuilds with -DSHARDFEED_CUDA=FAKE; runs
 tests/unit/test_device_cuda.c and the GPU check on the fake. Every mutation
 must make a test fail, except the ones marked equivalent (with the reason):
@@ -11,7 +11,8 @@ a surviving one means a test is missing.
     tests/fakecuda/mutations.py [NAME...]     (all when none given)
 
 Not part of CI (about ten minutes on two cores): run it after changing
-device_cuda.c or device_stage.c, and update the table below with the code.
+device_cuda.c or the reader's calls of the device interface, and update the
+table below with the code.
 Exit status 1 when a mutation that should be caught survives.
 """
 import os
@@ -22,10 +23,10 @@ import sys
 import tempfile
 
 NOWAIT = ("static void *cuda_device_ptr",
-          "static int cuda_nowait(sf_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
+          "static int cuda_nowait(reader_device *d, uint32_t slot)\n{\n    (void)d, (void)slot;\n"
           "    return 0;\n}\n\nstatic void *cuda_device_ptr")
 CUDA = "lib/reader/device_cuda.c"
-STAGE = "lib/reader/device_stage.c"
+SCHEDULE = "lib/reader/schedule.c"
 
 # name: (file, [(old, new)], what it removes, None or why it is equivalent)
 MUTATIONS = {
@@ -52,8 +53,8 @@ MUTATIONS = {
     "copy_set_device": (CUDA, [("    cudaError_t e = cudaSetDevice(d->ordinal);\n",
                                 "    cudaError_t e = cudaSuccess;\n")],
                         "cudaSetDevice(ordinal) in the I/O thread before a copy", None),
-    "close_set_device": (CUDA, [("    sf_device *d = arg;\n    cudaSetDevice(d->ordinal);\n",
-                                 "    sf_device *d = arg;\n")],
+    "close_set_device": (CUDA, [("    reader_device *d = arg;\n    cudaSetDevice(d->ordinal);\n",
+                                 "    reader_device *d = arg;\n")],
                          "cudaSetDevice(ordinal) at close", None),
     "own_thread": (CUDA, [("    if (pthread_create(&t, NULL, fn, arg) == 0)\n        pthread_join(t, NULL);\n"
                            "    else\n        fn(arg);\n", "    (void)t;\n    fn(arg);\n")],
@@ -69,11 +70,12 @@ MUTATIONS = {
                        "cudaStreamDestroy at close", None),
     "event_destroy": (CUDA, [("            cudaEventDestroy(d->released[i]);\n", "            (void)0;\n")],
                       "cudaEventDestroy of the release events at close", None),
-    "stage_release_reuse": (STAGE, [("    int rc2 = d->ops->reuse(d->dev, slot);", "    int rc2 = 0;")],
-                            "the device stage's wait for the copy when a slot is released", None),
-    "stage_reuse": (STAGE, [("    device_stage *d = ctx;\n    d->ops->reuse(d->dev, slot);\n",
-                             "    (void)ctx, (void)slot;\n")],
-                    "the wait for dropped read-ahead copies after a reposition", None),
+    "release_reuse": (SCHEDULE, [("        int waited = r->device_ops->reuse(r->device, s->index);",
+                                "        int waited = 0;")],
+                      "the wait for the copy when a slot is released", None),
+    "reposition_reuse": (SCHEDULE, [("            r->device_ops->reuse(r->device, s->index);\n"
+                                   "            s->device_busy = 0;\n", "            s->device_busy = 0;\n")],
+                         "the wait for dropped read-ahead copies after a reposition", None),
 }
 
 

@@ -626,7 +626,7 @@ Test(device_cuda, a_failing_copy_wait_or_record_fails_a_batch_and_closes_cleanly
         char msg[1024] = "";
         cr_assert(read_until_error(r, stream, msg, sizeof msg), "%s #%u failing went unnoticed",
                   faults[i].call, faults[i].nth);
-        cr_assert(strstr(msg, "device stage failed") || strstr(msg, "illegal memory access"),
+        cr_assert(strstr(msg, "device copy failed") || strstr(msg, "illegal memory access"),
                   "%s: %s", faults[i].call, msg);
         sf_reader_close(r);
     }

@@ -40,7 +40,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    sf_device_host_set_delay_us(0);
+    reader_device_host_set_delay_us(0);
     if (g_root[0])
         unit_rm_tree(g_root);
 }
@@ -76,7 +76,7 @@ static void check_device_batch(sf_reader *r, const sf_batch *b)
     }
     cr_assert_eq(memcmp(img->device_data, img->data, img->bytes), 0);
     cr_assert_eq(memcmp(lab->device_data, lab->data, lab->bytes), 0);
-    cr_assert_eq(sf_device_host_violations(), 0);
+    cr_assert_eq(reader_device_host_violations(), 0);
 }
 
 Test(device_pipeline, slow_copies_never_see_a_reused_slot_and_bytes_match)
@@ -88,7 +88,7 @@ Test(device_pipeline, slow_copies_never_see_a_reused_slot_and_bytes_match)
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r;
     cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
-    sf_device_host_set_delay_us(3000);
+    reader_device_host_set_delay_us(3000);
     sf_reader_statistics st;
     sf_reader_stats(&st, r);
     cr_assert_str_eq(st.device, "host-copy");
@@ -120,17 +120,17 @@ Test(device_pipeline, release_without_waiting_never_lets_reads_overtake_a_pendin
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r;
     cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
-    sf_device_host_set_delay_us(3000);
-    unsigned long before = sf_device_host_violations();
+    reader_device_host_set_delay_us(3000);
+    unsigned long before = reader_device_host_violations();
     for (int epoch = 0; epoch < 2; epoch++) {
         const sf_batch *b;
         while (sf_reader_next(&b, r) == 0 && b)
             cr_assert_eq(sf_reader_release_after(r, b, NULL), 0);
     }
     sf_reader_close(r);
-    cr_assert_eq(sf_device_host_violations(), before,
+    cr_assert_eq(reader_device_host_violations(), before,
                  "%lu copies found their host slot overwritten before they ran",
-                 sf_device_host_violations() - before);
+                 reader_device_host_violations() - before);
 }
 
 Test(device_pipeline, consumer_may_hold_batches_while_later_ones_copy)
@@ -141,7 +141,7 @@ Test(device_pipeline, consumer_may_hold_batches_while_later_ones_copy)
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r;
     cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
-    sf_device_host_set_delay_us(2000);
+    reader_device_host_set_delay_us(2000);
     const sf_batch *held[3];
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(sf_reader_next(&held[i], r), 0);
@@ -164,7 +164,7 @@ Test(device_pipeline, reposition_while_copies_are_in_flight)
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r;
     cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
-    sf_device_host_set_delay_us(4000);
+    reader_device_host_set_delay_us(4000);
     for (uint64_t e = 0; e < 6; e++) {
         const sf_batch *b;
         cr_assert_eq(sf_reader_next(&b, r), 0);

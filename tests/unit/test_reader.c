@@ -954,6 +954,71 @@ Test(reader, the_state_error_lists_the_first_eight_batches_held_in_order)
     sf_reader_close(r);
 }
 
+/* Two threads releasing one batch at once (release may be called from any
+ * thread): exactly one succeeds, the other is told the batch is not held,
+ * and the slot is given back once. Afterwards exactly `prefetch` batches can
+ * be held, no more and no fewer. With the host-copy device and slow copies,
+ * the first release waits for the slot's copy outside the reader's lock,
+ * which leaves the second one a wide window. */
+typedef struct release_race {
+    sf_reader *r;
+    const sf_batch *b;
+    pthread_barrier_t *go;
+    int rc;
+} release_race;
+
+static void *release_racer(void *arg)
+{
+    release_race *x = arg;
+    pthread_barrier_wait(x->go);
+    x->rc = sf_reader_release(x->r, x->b);
+    return NULL;
+}
+
+Test(reader, two_threads_releasing_one_batch_give_its_slot_back_once)
+{
+    test_ds d = make_ds("a", 64, 256, 64);
+    for (int device = 0; device < 2; device++) {
+        sf_reader_opts o = SF_READER_OPTS_INIT;
+        o.batch_size = 4;
+        o.prefetch = 3;
+        o.device = device ? SF_DEVICE_HOST_COPY : SF_DEVICE_CPU;
+        reader_device_host_set_delay_us(device ? 500 : 0);
+        sf_reader *r = open_reader(&d, &o);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        for (int round = 0; round < 200;) {
+            const sf_batch *b;
+            cr_assert_eq(sf_reader_next(&b, r), 0, "round %d: %s", round, sf_last_error());
+            if (!b)
+                continue; /* end of an epoch */
+            round++;
+            release_race x[2] = {{r, b, &go, 1}, {r, b, &go, 1}};
+            pthread_t t;
+            cr_assert_eq(pthread_create(&t, NULL, release_racer, &x[1]), 0);
+            release_racer(&x[0]);
+            pthread_join(t, NULL);
+            cr_assert((x[0].rc == 0 && x[1].rc == SF_E_INVALID) ||
+                          (x[1].rc == 0 && x[0].rc == SF_E_INVALID),
+                      "round %d (device %d): the two releases returned %d and %d", round, device,
+                      x[0].rc, x[1].rc);
+        }
+        pthread_barrier_destroy(&go);
+        /* 200 batches in, at batch 8 of a 16-batch epoch: these four calls
+         * meet no end of an epoch. */
+        const sf_batch *held[3], *x;
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(sf_reader_next(&held[i], r), 0, "%s", sf_last_error());
+            cr_assert_not_null(held[i]);
+        }
+        cr_assert_eq(sf_reader_next(&x, r), SF_E_STATE, "a fourth batch with prefetch = 3");
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(sf_reader_release(r, held[i]), 0);
+        sf_reader_close(r);
+    }
+    reader_device_host_set_delay_us(0);
+}
+
 Test(reader, bad_arguments)
 {
     test_ds d = make_ds("a", 10, 64, 64);
@@ -1096,61 +1161,48 @@ Test(reader, uring_reads_into_unregistered_slab_under_a_small_memlock_limit, .ti
     free(keys);
 }
 
-/* ---- device stage hook ------------------------------------------------------------------------ */
+/* ---- device delivery ------------------------------------------------------------------------- */
 
-typedef struct stage_log {
-    void *slab;
-    uint64_t bytes, slot_bytes;
-    uint32_t slots;
-    int ready, closed;
-} stage_log;
-
-static int on_slab(void *ctx, void *slab, uint64_t bytes, uint32_t slots, uint64_t slot_bytes)
-{
-    stage_log *l = ctx;
-    l->slab = slab;
-    l->bytes = bytes;
-    l->slots = slots;
-    l->slot_bytes = slot_bytes;
-    return 0;
-}
-
-static int on_ready(void *ctx, uint32_t slot, sf_batch *b)
-{
-    stage_log *l = ctx;
-    __atomic_add_fetch(&l->ready, 1, __ATOMIC_SEQ_CST);
-    const sf_batch_field *img = sf_batch_field_find(b, "img");
-    /* The batch lies in its slot of the slab. */
-    uint8_t *p = img->data;
-    if (slot >= l->slots || p < (uint8_t *)l->slab + slot * l->slot_bytes ||
-        p >= (uint8_t *)l->slab + (slot + 1) * l->slot_bytes)
-        return SF_E_CORRUPT;
-    return 0;
-}
-
-static void on_close(void *ctx, void *slab, uint64_t bytes)
-{
-    stage_log *l = ctx;
-    l->closed = slab == l->slab && bytes == l->bytes;
-}
-
-Test(reader, device_stage_sees_the_slab_and_every_ready_batch)
+/* The reader opens its device on the slab (prefetch slots of slot_bytes,
+ * page-aligned) and copies each batch from its slot to the same offsets of
+ * the slot's device buffer. Through the host-copy device, the test double of
+ * the device interface (device.h). */
+Test(reader, device_gets_the_slab_and_copies_every_batch_from_its_slot)
 {
     test_ds d = make_ds("a", 50, 4096, 4096);
-    stage_log log = {0};
-    sf_reader_stage stage = {&log, on_slab, on_ready, NULL, NULL, on_close};
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.batch_size = 10;
-    sf_reader *r = NULL;
-    cr_assert_eq(sf_reader_open_staged(&r, d.dir, &o, &stage), 0, "%s", sf_last_error());
-    uint64_t bytes, slot_bytes;
-    cr_assert_eq(sf_reader_slab(r, &bytes, &slot_bytes), log.slab);
-    cr_assert_eq(bytes, log.bytes);
-    cr_assert_eq(log.slots, 4);
-    cr_assert_eq(((uintptr_t)log.slab) % 4096, 0);
-    uint64_t n = 0;
-    cr_assert_eq(read_epoch(r, &d, NULL, NULL, &n), 5);
+    o.device = SF_DEVICE_HOST_COPY;
+    sf_reader *r = open_reader(&d, &o);
+    cr_assert_eq(r->device_ops, &reader_device_host);
+    cr_assert_eq((uintptr_t)r->slab % 4096, 0);
+    sf_reader_statistics st;
+    cr_assert_eq(sf_reader_stats(&st, r), 0);
+    cr_assert_eq(st.prefetch, 4);
+    cr_assert_eq(st.device_bytes, st.slab_bytes, "one device buffer of slot_bytes per slot");
+    const sf_batch *b;
+    uint64_t batches = 0;
+    while (sf_reader_next(&b, r) == 0 && b) {
+        uint32_t slot = UINT32_MAX;
+        for (uint32_t i = 0; i < st.prefetch; i++)
+            if (&r->slots[i].batch == b)
+                slot = i;
+        cr_assert_lt(slot, st.prefetch);
+        const uint8_t *host = r->slab + slot * r->layout.slot_bytes;
+        const uint8_t *dev = r->device_ops->device_ptr(r->device, slot);
+        cr_assert_eq(b->device, SF_DEVICE_HOST_COPY);
+        cr_assert_eq(sf_batch_wait(r, b), 0);
+        for (uint32_t f = 0; f < b->num_fields; f++) {
+            const sf_batch_field *bf = &b->fields[f];
+            const uint8_t *data = bf->data, *device_data = bf->device_data;
+            cr_assert(data >= host && data + bf->bytes <= host + r->layout.slot_bytes,
+                      "field %s outside its slot", bf->name);
+            cr_assert_eq(device_data - dev, data - host, "field %s at another offset", bf->name);
+            cr_assert_eq(memcmp(device_data, data, bf->bytes), 0, "field %s", bf->name);
+        }
+        cr_assert_eq(sf_reader_release(r, b), 0);
+        batches++;
+    }
+    cr_assert_eq(batches, 5);
     sf_reader_close(r);
-    cr_assert_geq(log.ready, 5);
-    cr_assert(log.closed);
 }

@@ -11,9 +11,9 @@ static const int MODES[] = {SF_SHUFFLE_NONE, SF_SHUFFLE_GLOBAL, SF_SHUFFLE_BLOCK
 static const uint64_t SIZES[] = {1, 7, 100, 1000, 1001};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static sf_sampler_config cfg_of(uint64_t n, uint64_t seed, int mode)
+static reader_sampler_config cfg_of(uint64_t n, uint64_t seed, int mode)
 {
-    sf_sampler_config c;
+    reader_sampler_config c;
     memset(&c, 0, sizeof c);
     c.n = n;
     c.seed = seed;
@@ -27,20 +27,20 @@ static sf_sampler_config cfg_of(uint64_t n, uint64_t seed, int mode)
     return c;
 }
 
-static sf_sampler *make(const sf_sampler_config *c)
+static reader_sampler *make(const reader_sampler_config *c)
 {
-    sf_sampler *s = NULL;
-    int rc = sf_sampler_create(&s, c);
+    reader_sampler *s = NULL;
+    int rc = reader_sampler_create(&s, c);
     cr_assert_eq(rc, 0, "create failed: %d %s", rc, sf_last_error());
     cr_assert_not_null(s);
     return s;
 }
 
 /* Fills out[0..n) with the epoch's sequence S. */
-static void order_of(const sf_sampler *s, uint64_t n, uint64_t *out)
+static void order_of(const reader_sampler *s, uint64_t n, uint64_t *out)
 {
     for (uint64_t i = 0; i < n; i++)
-        out[i] = sf_sampler_at(s, i);
+        out[i] = reader_sampler_at(s, i);
 }
 
 static void assert_permutation(const uint64_t *a, uint64_t n)
@@ -68,16 +68,16 @@ Test(sampler, order_is_a_permutation_and_deterministic)
     for (size_t m = 0; m < COUNT(MODES); m++) {
         for (size_t k = 0; k < COUNT(SIZES); k++) {
             uint64_t n = SIZES[k];
-            sf_sampler_config c = cfg_of(n, 42, MODES[m]);
-            sf_sampler *a = make(&c), *b = make(&c);
+            reader_sampler_config c = cfg_of(n, 42, MODES[m]);
+            reader_sampler *a = make(&c), *b = make(&c);
             uint64_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y),
                      *e0 = malloc(n * sizeof *e0);
             order_of(a, n, e0);
             assert_permutation(e0, n);
             for (uint64_t ep = 1; ep <= 4; ep++) {
-                cr_assert_eq(sf_sampler_set_epoch(a, ep), 0);
-                cr_assert_eq(sf_sampler_set_epoch(b, ep), 0);
-                cr_assert_eq(sf_sampler_epoch(a), ep);
+                cr_assert_eq(reader_sampler_set_epoch(a, ep), 0);
+                cr_assert_eq(reader_sampler_set_epoch(b, ep), 0);
+                cr_assert_eq(reader_sampler_epoch(a), ep);
                 order_of(a, n, x);
                 order_of(b, n, y);
                 assert_permutation(x, n);
@@ -93,15 +93,15 @@ Test(sampler, order_is_a_permutation_and_deterministic)
                 }
             }
             /* Going back to epoch 0 rebuilds the same order. */
-            cr_assert_eq(sf_sampler_set_epoch(a, 0), 0);
+            cr_assert_eq(reader_sampler_set_epoch(a, 0), 0);
             order_of(a, n, x);
             cr_assert_arr_eq(x, e0, n * sizeof *x);
-            cr_assert_eq(sf_sampler_at(a, n), UINT64_MAX);
+            cr_assert_eq(reader_sampler_at(a, n), UINT64_MAX);
             free(x);
             free(y);
             free(e0);
-            sf_sampler_free(a);
-            sf_sampler_free(b);
+            reader_sampler_free(a);
+            reader_sampler_free(b);
         }
     }
 }
@@ -111,12 +111,12 @@ Test(sampler, different_seeds_differ)
     for (size_t m = 1; m < COUNT(MODES); m++) {
         for (size_t k = 2; k < COUNT(SIZES); k++) {
             uint64_t n = SIZES[k];
-            sf_sampler_config c1 = cfg_of(n, 1, MODES[m]), c2 = cfg_of(n, 2, MODES[m]);
-            sf_sampler *a = make(&c1), *b = make(&c2);
+            reader_sampler_config c1 = cfg_of(n, 1, MODES[m]), c2 = cfg_of(n, 2, MODES[m]);
+            reader_sampler *a = make(&c1), *b = make(&c2);
             uint64_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
             for (uint64_t ep = 0; ep < 3; ep++) {
-                sf_sampler_set_epoch(a, ep);
-                sf_sampler_set_epoch(b, ep);
+                reader_sampler_set_epoch(a, ep);
+                reader_sampler_set_epoch(b, ep);
                 order_of(a, n, x);
                 order_of(b, n, y);
                 cr_assert(memcmp(x, y, n * sizeof *x) != 0, "mode %d n %llu: seeds 1 and 2 agree",
@@ -124,8 +124,8 @@ Test(sampler, different_seeds_differ)
             }
             free(x);
             free(y);
-            sf_sampler_free(a);
-            sf_sampler_free(b);
+            reader_sampler_free(a);
+            reader_sampler_free(b);
         }
     }
 }
@@ -135,20 +135,20 @@ Test(sampler, order_independent_of_distribution_params)
 {
     for (size_t m = 1; m < COUNT(MODES); m++) {
         uint64_t n = 1001;
-        sf_sampler_config c = cfg_of(n, 7, MODES[m]);
-        sf_sampler *ref = make(&c);
-        sf_sampler_set_epoch(ref, 3);
+        reader_sampler_config c = cfg_of(n, 7, MODES[m]);
+        reader_sampler *ref = make(&c);
+        reader_sampler_set_epoch(ref, 3);
         c.batch_size = 13;
         c.world_size = 4;
         c.rank = 3;
         c.drop_last = 1;
         c.uneven = SF_UNEVEN_DROP;
-        sf_sampler *o = make(&c);
-        sf_sampler_set_epoch(o, 3);
+        reader_sampler *o = make(&c);
+        reader_sampler_set_epoch(o, 3);
         for (uint64_t i = 0; i < n; i++)
-            cr_assert_eq(sf_sampler_at(ref, i), sf_sampler_at(o, i));
-        sf_sampler_free(ref);
-        sf_sampler_free(o);
+            cr_assert_eq(reader_sampler_at(ref, i), reader_sampler_at(o, i));
+        reader_sampler_free(ref);
+        reader_sampler_free(o);
     }
 }
 
@@ -157,29 +157,29 @@ Test(sampler, global_shuffle_is_roughly_uniform)
 {
     enum { N = 10, EPOCHS = 20000 };
     static unsigned hist[N][N];
-    sf_sampler_config c = cfg_of(N, 12345, SF_SHUFFLE_GLOBAL);
-    sf_sampler *s = make(&c);
+    reader_sampler_config c = cfg_of(N, 12345, SF_SHUFFLE_GLOBAL);
+    reader_sampler *s = make(&c);
     for (uint64_t ep = 0; ep < EPOCHS; ep++) {
-        cr_assert_eq(sf_sampler_set_epoch(s, ep), 0);
+        cr_assert_eq(reader_sampler_set_epoch(s, ep), 0);
         for (uint64_t p = 0; p < N; p++)
-            hist[p][sf_sampler_at(s, p)]++;
+            hist[p][reader_sampler_at(s, p)]++;
     }
     const double expect = (double)EPOCHS / N;
     for (int p = 0; p < N; p++)
         for (int v = 0; v < N; v++)
             cr_assert(hist[p][v] > 0.85 * expect && hist[p][v] < 1.15 * expect,
                       "position %d id %d: %u hits, expected ~%.0f", p, v, hist[p][v], expect);
-    sf_sampler_free(s);
+    reader_sampler_free(s);
 }
 
 /* ---- BLOCK mode ----------------------------------------------------------- */
 
 static void check_block_locality(uint64_t n, uint32_t bs, uint32_t win, uint64_t seed)
 {
-    sf_sampler_config c = cfg_of(n, seed, SF_SHUFFLE_BLOCK);
+    reader_sampler_config c = cfg_of(n, seed, SF_SHUFFLE_BLOCK);
     c.block_size = bs;
     c.window = win;
-    sf_sampler *s = make(&c);
+    reader_sampler *s = make(&c);
     uint32_t b = bs ? bs : SF_SAMPLER_DEFAULT_BLOCK;
     uint64_t w = win ? win : (uint64_t)SF_SAMPLER_DEFAULT_WINDOW_MULT * b;
     /* A window spans at most ceil(w/b)+1 blocks when all blocks are full; a
@@ -189,7 +189,7 @@ static void check_block_locality(uint64_t n, uint32_t bs, uint32_t win, uint64_t
     unsigned char *seen = malloc(nblocks);
     uint64_t *x = calloc(n, sizeof *x);
     for (uint64_t ep = 0; ep < 5; ep++) {
-        sf_sampler_set_epoch(s, ep);
+        reader_sampler_set_epoch(s, ep);
         order_of(s, n, x);
         assert_permutation(x, n);
         for (uint64_t start = 0; start < n; start += w) {
@@ -219,7 +219,7 @@ static void check_block_locality(uint64_t n, uint32_t bs, uint32_t win, uint64_t
     }
     free(seen);
     free(x);
-    sf_sampler_free(s);
+    reader_sampler_free(s);
 }
 
 Test(sampler, block_mode_locality)
@@ -242,40 +242,40 @@ Test(sampler, block_mode_locality)
 Test(sampler, block_mode_shuffles_within_windows)
 {
     enum { N = 1000 };
-    sf_sampler_config c = cfg_of(N, 11, SF_SHUFFLE_BLOCK);
+    reader_sampler_config c = cfg_of(N, 11, SF_SHUFFLE_BLOCK);
     c.block_size = 8;
     c.window = 32;
-    sf_sampler *s = make(&c);
+    reader_sampler *s = make(&c);
     uint64_t ascending_pairs = 0;
     for (uint64_t p = 0; p + 1 < N; p++)
-        ascending_pairs += sf_sampler_at(s, p + 1) == sf_sampler_at(s, p) + 1;
+        ascending_pairs += reader_sampler_at(s, p + 1) == reader_sampler_at(s, p) + 1;
     /* Whole blocks would give 7 of every 8 pairs ascending (~875). */
     cr_assert_lt(ascending_pairs, 300, "%llu ascending neighbours: windows not shuffled",
                  (unsigned long long)ascending_pairs);
-    sf_sampler_free(s);
+    reader_sampler_free(s);
 
     c.block_size = 1;
     c.window = N;
     s = make(&c);
     uint64_t fixed = 0;
     for (uint64_t p = 0; p < N; p++)
-        fixed += sf_sampler_at(s, p) == p;
+        fixed += reader_sampler_at(s, p) == p;
     cr_assert_lt(fixed, 10, "%llu fixed points", (unsigned long long)fixed);
-    sf_sampler_free(s);
+    reader_sampler_free(s);
 }
 
 Test(sampler, block_mode_epochs_differ)
 {
-    sf_sampler_config c = cfg_of(1000, 9, SF_SHUFFLE_BLOCK);
+    reader_sampler_config c = cfg_of(1000, 9, SF_SHUFFLE_BLOCK);
     c.block_size = 10;
     c.window = 1;
-    sf_sampler *s = make(&c);
+    reader_sampler *s = make(&c);
     uint64_t x[1000], y[1000];
     order_of(s, 1000, x);
-    sf_sampler_set_epoch(s, 1);
+    reader_sampler_set_epoch(s, 1);
     order_of(s, 1000, y);
     cr_assert(memcmp(x, y, sizeof x) != 0, "block order identical across epochs");
-    sf_sampler_free(s);
+    reader_sampler_free(s);
 }
 
 /* ---- distribution --------------------------------------------------------- */
@@ -283,8 +283,8 @@ Test(sampler, block_mode_epochs_differ)
 static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int drop_last,
                                int uneven)
 {
-    sf_sampler *s[8] = {0};
-    sf_sampler_config c = cfg_of(n, 77, mode);
+    reader_sampler *s[8] = {0};
+    reader_sampler_config c = cfg_of(n, 77, mode);
     c.batch_size = B;
     c.world_size = W;
     c.drop_last = drop_last;
@@ -292,7 +292,7 @@ static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int
     for (uint32_t r = 0; r < W; r++) {
         c.rank = r;
         s[r] = make(&c);
-        cr_assert_eq(sf_sampler_set_epoch(s[r], 2), 0);
+        cr_assert_eq(reader_sampler_set_epoch(s[r], 2), 0);
     }
     uint64_t G = (uint64_t)B * W, full = n / G, R = n % G, cnt;
     if (R == 0 || drop_last)
@@ -309,14 +309,14 @@ static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int
     uint64_t *ids = malloc(B * sizeof *ids);
     uint64_t total = 0;
     for (uint32_t r = 0; r < W; r++) {
-        cr_assert_eq(sf_sampler_num_batches(s[r]), nb,
+        cr_assert_eq(reader_sampler_num_batches(s[r]), nb,
                      "n %llu B %u W %u drop %d uneven %d rank %u: %llu batches, expected %llu",
                      (unsigned long long)n, B, W, drop_last, uneven, r,
-                     (unsigned long long)sf_sampler_num_batches(s[r]), (unsigned long long)nb);
-        cr_assert_eq(sf_sampler_samples_per_epoch(s[r]), per_rank);
+                     (unsigned long long)reader_sampler_num_batches(s[r]), (unsigned long long)nb);
+        cr_assert_eq(reader_sampler_samples_per_epoch(s[r]), per_rank);
         uint64_t got = 0;
         for (uint64_t b = 0; b < nb; b++) {
-            uint32_t k = sf_sampler_batch(s[r], b, ids);
+            uint32_t k = reader_sampler_batch(s[r], b, ids);
             cr_assert_eq(k, b < full ? B : cnt);
             cr_assert_gt(k, 0);
             for (uint32_t i = 0; i < k; i++) {
@@ -326,8 +326,8 @@ static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int
             got += k;
         }
         cr_assert_eq(got, per_rank);
-        cr_assert_eq(sf_sampler_batch(s[r], nb, ids), 0);
-        cr_assert_eq(sf_sampler_batch(s[r], nb + 5, ids), 0);
+        cr_assert_eq(reader_sampler_batch(s[r], nb, ids), 0);
+        cr_assert_eq(reader_sampler_batch(s[r], nb + 5, ids), 0);
         total += got;
     }
     cr_assert_eq(total, (uint64_t)W * per_rank);
@@ -353,7 +353,7 @@ static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int
                      (unsigned long long)n, B, W, (unsigned long long)extra,
                      (unsigned long long)pad);
         for (uint64_t p = 0; p < pad; p++)
-            cr_assert_geq(count[sf_sampler_at(s[0], p % n)], 2);
+            cr_assert_geq(count[reader_sampler_at(s[0], p % n)], 2);
     } else {
         cr_assert_eq(missing, R - W * cnt);
         cr_assert_eq(extra, 0);
@@ -361,7 +361,7 @@ static void check_distribution(uint64_t n, int mode, uint32_t B, uint32_t W, int
     free(count);
     free(ids);
     for (uint32_t r = 0; r < W; r++)
-        sf_sampler_free(s[r]);
+        reader_sampler_free(s[r]);
 }
 
 Test(sampler, ranks_cover_the_dataset)
@@ -382,33 +382,33 @@ Test(sampler, padding_larger_than_dataset_wraps)
     check_distribution(1, SF_SHUFFLE_GLOBAL, 1, 4, 0, SF_UNEVEN_PAD);
     check_distribution(2, SF_SHUFFLE_GLOBAL, 5, 8, 0, SF_UNEVEN_PAD);
     check_distribution(3, SF_SHUFFLE_NONE, 2, 8, 0, SF_UNEVEN_PAD);
-    sf_sampler_config c = cfg_of(1, 0, SF_SHUFFLE_NONE);
+    reader_sampler_config c = cfg_of(1, 0, SF_SHUFFLE_NONE);
     c.world_size = 4;
     c.batch_size = 2;
     for (uint32_t r = 0; r < 4; r++) {
         c.rank = r;
-        sf_sampler *s = make(&c);
+        reader_sampler *s = make(&c);
         uint64_t ids[2] = {99, 99};
-        cr_assert_eq(sf_sampler_num_batches(s), 1);
-        cr_assert_eq(sf_sampler_batch(s, 0, ids), 1);
+        cr_assert_eq(reader_sampler_num_batches(s), 1);
+        cr_assert_eq(reader_sampler_batch(s, 0, ids), 1);
         cr_assert_eq(ids[0], 0);
-        sf_sampler_free(s);
+        reader_sampler_free(s);
     }
     /* DROP with fewer samples than ranks: nothing at all. */
     c.uneven = SF_UNEVEN_DROP;
     c.rank = 0;
-    sf_sampler *s = make(&c);
-    cr_assert_eq(sf_sampler_num_batches(s), 0);
-    cr_assert_eq(sf_sampler_samples_per_epoch(s), 0);
-    sf_sampler_free(s);
+    reader_sampler *s = make(&c);
+    cr_assert_eq(reader_sampler_num_batches(s), 0);
+    cr_assert_eq(reader_sampler_samples_per_epoch(s), 0);
+    reader_sampler_free(s);
 }
 
 /* Concatenation of rank batches in (batch, rank) order, for one config. */
 static uint64_t concat(uint64_t n, int mode, uint32_t B, uint32_t W, int drop_last, int uneven,
                        uint64_t epoch, uint64_t *out)
 {
-    sf_sampler *s[8] = {0};
-    sf_sampler_config c = cfg_of(n, 5, mode);
+    reader_sampler *s[8] = {0};
+    reader_sampler_config c = cfg_of(n, 5, mode);
     c.batch_size = B;
     c.world_size = W;
     c.drop_last = drop_last;
@@ -416,14 +416,14 @@ static uint64_t concat(uint64_t n, int mode, uint32_t B, uint32_t W, int drop_la
     for (uint32_t r = 0; r < W; r++) {
         c.rank = r;
         s[r] = make(&c);
-        sf_sampler_set_epoch(s[r], epoch);
+        reader_sampler_set_epoch(s[r], epoch);
     }
-    uint64_t len = 0, nb = sf_sampler_num_batches(s[0]);
+    uint64_t len = 0, nb = reader_sampler_num_batches(s[0]);
     for (uint64_t b = 0; b < nb; b++)
         for (uint32_t r = 0; r < W; r++)
-            len += sf_sampler_batch(s[r], b, out + len);
+            len += reader_sampler_batch(s[r], b, out + len);
     for (uint32_t r = 0; r < W; r++)
-        sf_sampler_free(s[r]);
+        reader_sampler_free(s[r]);
     return len;
 }
 
@@ -436,11 +436,11 @@ Test(sampler, global_order_independent_of_world_size)
     for (size_t m = 0; m < COUNT(MODES); m++) {
         for (size_t k = 0; k < COUNT(ns); k++) {
             uint64_t n = ns[k], full_len = n / 8 * 8;
-            sf_sampler_config c = cfg_of(n, 5, MODES[m]);
-            sf_sampler *o = make(&c);
-            sf_sampler_set_epoch(o, 1);
+            reader_sampler_config c = cfg_of(n, 5, MODES[m]);
+            reader_sampler *o = make(&c);
+            reader_sampler_set_epoch(o, 1);
             order_of(o, n, seq);
-            sf_sampler_free(o);
+            reader_sampler_free(o);
             for (int drop = 0; drop <= 1; drop++) {
                 for (int un = SF_UNEVEN_PAD; un <= SF_UNEVEN_DROP; un++) {
                     uint64_t ref_len = concat(n, MODES[m], Bs[0], Ws[0], drop, un, 1, ref);
@@ -476,47 +476,47 @@ Test(sampler, global_order_independent_of_world_size)
 Test(sampler, resume_from_any_batch)
 {
     for (size_t m = 0; m < COUNT(MODES); m++) {
-        sf_sampler_config c = cfg_of(1001, 31337, MODES[m]);
+        reader_sampler_config c = cfg_of(1001, 31337, MODES[m]);
         c.batch_size = 16;
         c.world_size = 3;
         c.rank = 1;
-        sf_sampler *a = make(&c);
-        cr_assert_eq(sf_sampler_set_epoch(a, 7), 0);
-        uint64_t nb = sf_sampler_num_batches(a);
+        reader_sampler *a = make(&c);
+        cr_assert_eq(reader_sampler_set_epoch(a, 7), 0);
+        uint64_t nb = reader_sampler_num_batches(a);
         uint64_t (*all)[16] = calloc(nb, sizeof *all);
         uint32_t *cnt = calloc(nb, sizeof *cnt);
         for (uint64_t b = 0; b < nb; b++)
-            cnt[b] = sf_sampler_batch(a, b, all[b]);
+            cnt[b] = reader_sampler_batch(a, b, all[b]);
         for (uint64_t k = 0; k <= nb; k += 5) {
-            sf_sampler *f = make(&c);
-            cr_assert_eq(sf_sampler_set_epoch(f, 7), 0);
+            reader_sampler *f = make(&c);
+            cr_assert_eq(reader_sampler_set_epoch(f, 7), 0);
             for (uint64_t b = k; b < nb; b++) {
                 uint64_t ids[16];
-                cr_assert_eq(sf_sampler_batch(f, b, ids), cnt[b]);
+                cr_assert_eq(reader_sampler_batch(f, b, ids), cnt[b]);
                 cr_assert_arr_eq(ids, all[b], cnt[b] * sizeof ids[0]);
             }
-            sf_sampler_free(f);
+            reader_sampler_free(f);
         }
         /* Moving through other epochs and back gives the same batches. */
-        sf_sampler_set_epoch(a, 8);
-        sf_sampler_set_epoch(a, 7);
+        reader_sampler_set_epoch(a, 8);
+        reader_sampler_set_epoch(a, 7);
         for (uint64_t b = 0; b < nb; b++) {
             uint64_t ids[16];
-            cr_assert_eq(sf_sampler_batch(a, b, ids), cnt[b]);
+            cr_assert_eq(reader_sampler_batch(a, b, ids), cnt[b]);
             cr_assert_arr_eq(ids, all[b], cnt[b] * sizeof ids[0]);
         }
         free(all);
         free(cnt);
-        sf_sampler_free(a);
+        reader_sampler_free(a);
     }
 }
 
 /* ---- configuration ---------------------------------------------------------- */
 
-static void expect_invalid(const sf_sampler_config *c, int code, const char *field)
+static void expect_invalid(const reader_sampler_config *c, int code, const char *field)
 {
-    sf_sampler *s = (sf_sampler *)0x1;
-    int rc = sf_sampler_create(&s, c);
+    reader_sampler *s = (reader_sampler *)0x1;
+    int rc = reader_sampler_create(&s, c);
     cr_assert_eq(rc, code, "expected %d, got %d (%s)", code, rc, sf_last_error());
     cr_assert_null(s);
     if (field)
@@ -526,7 +526,7 @@ static void expect_invalid(const sf_sampler_config *c, int code, const char *fie
 
 Test(sampler, invalid_configs_rejected)
 {
-    sf_sampler_config good = cfg_of(10, 0, SF_SHUFFLE_GLOBAL), c;
+    reader_sampler_config good = cfg_of(10, 0, SF_SHUFFLE_GLOBAL), c;
     c = good; c.batch_size = 0;
     expect_invalid(&c, SF_E_INVALID, "batch_size");
     c = good; c.world_size = 0;
@@ -545,34 +545,34 @@ Test(sampler, invalid_configs_rejected)
     expect_invalid(&c, SF_E_LIMIT, NULL);
     c.shuffle = SF_SHUFFLE_BLOCK;
     expect_invalid(&c, SF_E_LIMIT, NULL);
-    cr_assert_eq(sf_sampler_create(NULL, &good), SF_E_INVALID);
-    sf_sampler *s = (sf_sampler *)0x1;
-    cr_assert_eq(sf_sampler_create(&s, NULL), SF_E_INVALID);
+    cr_assert_eq(reader_sampler_create(NULL, &good), SF_E_INVALID);
+    reader_sampler *s = (reader_sampler *)0x1;
+    cr_assert_eq(reader_sampler_create(&s, NULL), SF_E_INVALID);
     cr_assert_null(s);
-    cr_assert_eq(sf_sampler_set_epoch(NULL, 0), SF_E_INVALID);
-    sf_sampler_free(NULL);
+    cr_assert_eq(reader_sampler_set_epoch(NULL, 0), SF_E_INVALID);
+    reader_sampler_free(NULL);
 }
 
 /* NONE mode allocates nothing, so any n works. */
 Test(sampler, none_mode_takes_huge_n)
 {
-    sf_sampler_config c = cfg_of((uint64_t)1 << 40, 0, SF_SHUFFLE_NONE);
+    reader_sampler_config c = cfg_of((uint64_t)1 << 40, 0, SF_SHUFFLE_NONE);
     c.batch_size = 4;
     c.world_size = 3;
     c.rank = 2;
-    sf_sampler *s = make(&c);
-    cr_assert_eq(sf_sampler_set_epoch(s, 9), 0);
+    reader_sampler *s = make(&c);
+    cr_assert_eq(reader_sampler_set_epoch(s, 9), 0);
     uint64_t G = 12, n = c.n;
-    cr_assert_eq(sf_sampler_num_batches(s), n / G + 1);
+    cr_assert_eq(reader_sampler_num_batches(s), n / G + 1);
     uint64_t ids[4];
-    cr_assert_eq(sf_sampler_batch(s, 1000, ids), 4);
+    cr_assert_eq(reader_sampler_batch(s, 1000, ids), 4);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ids[i], 1000 * G + 8 + (uint64_t)i);
     /* R = 2^40 mod 12 = 4: c = ceil(4/3) = 2; rank 2 takes tail offsets 4,5
      * → wrapped to S[0], S[1]. */
-    cr_assert_eq(sf_sampler_batch(s, n / G, ids), 2);
+    cr_assert_eq(reader_sampler_batch(s, n / G, ids), 2);
     cr_assert_eq(ids[0], 0);
     cr_assert_eq(ids[1], 1);
-    cr_assert_eq(sf_sampler_at(s, n - 1), n - 1);
-    sf_sampler_free(s);
+    cr_assert_eq(reader_sampler_at(s, n - 1), n - 1);
+    reader_sampler_free(s);
 }

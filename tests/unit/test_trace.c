@@ -52,7 +52,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    sf_device_host_set_delay_us(0);
+    reader_device_host_set_delay_us(0);
     if (g_root[0])
         unit_rm_tree(g_root);
 }
@@ -66,21 +66,21 @@ static const char *ds_dir(void)
     return d;
 }
 
-static uint64_t ts(const sf_trace_batch *b, int k)
+static uint64_t ts(const reader_trace_batch *b, int k)
 {
-    return atomic_load(&((sf_trace_batch *)b)->t[k]);
+    return atomic_load(&((reader_trace_batch *)b)->t[k]);
 }
 
 /* Every record that was handed out has every stage, in pipeline order; the
  * delivered (epoch, index) pairs are exactly those the loop saw. */
 static void check_records(sf_reader *r, uint64_t epochs, int device)
 {
-    sf_trace *tr = atomic_load(&r->trace);
+    reader_trace *tr = atomic_load(&r->trace);
     cr_assert_not_null(tr);
     uint64_t nbat = sf_reader_num_batches(r), delivered = 0;
     uint8_t *seen = calloc(epochs * nbat, 1);
     for (uint64_t i = 0; i < tr->nb; i++) {
-        const sf_trace_batch *b = &tr->b[i];
+        const reader_trace_batch *b = &tr->b[i];
         if (!ts(b, SF_TS_HANDED))
             continue;
         delivered++;
@@ -183,7 +183,7 @@ Test(trace, stages_in_order_mmap_verify_off)
 
 Test(trace, stages_in_order_with_device_copies)
 {
-    sf_device_host_set_delay_us(500);
+    reader_device_host_set_delay_us(500);
     run_traced(SF_ENGINE_PREAD, SF_DEVICE_HOST_COPY, SF_VERIFY_ON);
 }
 
@@ -201,7 +201,7 @@ Test(trace, bounded_by_max_batches_and_states)
     const sf_batch *b;
     while (sf_reader_next(&b, r) == 0 && b)
         sf_reader_release(r, b);
-    sf_trace *tr = atomic_load(&r->trace);
+    reader_trace *tr = atomic_load(&r->trace);
     cr_assert_eq(tr->cap_b, 3);
     cr_assert_eq(tr->nb, 3, "records beyond max_batches");
     sf_reader_statistics st;
@@ -272,7 +272,7 @@ Test(trace, slow_device_copies_are_copy_bound)
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r;
     cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
-    sf_device_host_set_delay_us(20000);
+    reader_device_host_set_delay_us(20000);
     const sf_batch *b;
     while (sf_reader_next(&b, r) == 0 && b) {
         cr_assert_eq(sf_batch_wait(r, b), 0);

@@ -92,11 +92,14 @@ Test(truncation, guarded_copy_and_hash_return_an_error_where_memcpy_would_die)
     uint64_t d;
     const uint8_t *one[1] = {c.map};
     uint64_t one_len[1] = {c.page};
-    cr_assert_eq(sf_guarded_hash(&d, one, one_len, 1), 0);
+    cr_assert_eq(sf_guarded_hash(&d, NULL, one, one_len, 1), 0);
     cr_assert_eq(d, XXH3_64bits(c.map, c.page));
     const uint8_t *two[2] = {c.map, c.map + 2 * c.page};
     uint64_t two_len[2] = {c.page, 8};
-    cr_assert_eq(sf_guarded_hash(&d, two, two_len, 2), SF_E_TRUNCATED);
+    XXH3_state_t *xxh = XXH3_createState();
+    cr_assert_not_null(xxh);
+    cr_assert_eq(sf_guarded_hash(&d, xxh, two, two_len, 2), SF_E_TRUNCATED);
+    XXH3_freeState(xxh);
     free(dst);
     munmap(c.map, 3 * c.page);
 }

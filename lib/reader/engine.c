@@ -1,0 +1,192 @@
+/* Engine selection and the I/O threads: which engine reads a dataset
+ * (io_uring, pread, or mmap for small records already in the page cache, by
+ * a mincore sample of the shards), how many threads, starting them (each
+ * with its scratch) and stopping them. The engines themselves are
+ * engine_uring.c and engine_pread.c behind reader_engine_ops. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "error_internal.h"
+#include "reader_internal.h"
+
+static unsigned ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+int reader_small_records(const sf_reader *r)
+{
+    const sf_schema *sc = r->schema;
+    if (r->compressed || sc->n_var)
+        return 0;
+    uint64_t per = 0;
+    for (uint32_t f = 0; f < sc->field_count; f++)
+        per += sc->fields[f].storage == SF_STORAGE_FIXED ? sc->fields[f].item_size : 0;
+    return per <= SF_SMALL_RECORD;
+}
+
+/* Warm (page-cache) reads are memcpy-bound, so the defaults aim at keeping
+ * every core copying: see the measurements in the bench notes. The copy
+ * engines run two threads per core, except on small records: a thread then
+ * claims a whole batch, so one per core keeps every core copying, and more
+ * only took turns with each other and with the consumer (Fashion-MNIST on
+ * 2 cores: 2 threads delivered 8-33% more samples/s than 4, from C and from
+ * Python, with pread and with mmap). */
+static uint32_t default_threads(const sf_reader *r, const reader_engine_ops *e)
+{
+    unsigned n = ncpu();
+    if (e == &reader_engine_uring || reader_small_records(r))
+        return n < 2 ? 2 : n > 8 ? 8 : n;
+    return n < 2 ? 4 : n > 8 ? 16 : 2 * n;
+}
+
+static void *io_main(void *arg)
+{
+    reader_io_thread *t = arg;
+    sf_reader *r = t->r;
+    reader_trace_io_thread(t->idx);
+    int rc = reader_scratch_init(&t->scratch, r);
+    if (!rc && r->engine->thread_init)
+        rc = r->engine->thread_init(t);
+    if (rc)
+        snprintf(t->errmsg, sizeof t->errmsg, "%s", sf_last_error());
+    pthread_mutex_lock(&r->lock);
+    t->init_rc = rc;
+    r->threads_inited++;
+    pthread_cond_broadcast(&r->ready_cv);
+    pthread_mutex_unlock(&r->lock);
+    if (rc == 0)
+        r->engine->run(t);
+    reader_trace *tr = reader_trace_on(r);
+    if (tr)
+        reader_trace_io_idle(tr);
+    if (r->engine->thread_fini)
+        r->engine->thread_fini(t);
+    reader_scratch_fini(&t->scratch);
+    return NULL;
+}
+
+void reader_engine_stop(sf_reader *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->work_cv);
+    pthread_mutex_unlock(&r->lock);
+    for (uint32_t i = 0; i < r->nthreads; i++)
+        pthread_join(r->threads[i].tid, NULL);
+    free(r->threads);
+    r->threads = NULL;
+    r->nthreads = 0;
+    if (r->engine && r->engine->close)
+        r->engine->close(r);
+    r->engine = NULL;
+}
+
+static int start_engine(sf_reader *r, const reader_engine_ops *ops)
+{
+    r->engine = ops;
+    r->stop = 0;
+    r->threads_inited = 0;
+    r->registered = ops == &reader_engine_uring ? r->slab_bytes : 0;
+    uint32_t want = r->opts.io_threads ? r->opts.io_threads : default_threads(r, ops);
+    int rc = ops->open ? ops->open(r) : 0;
+    if (rc) {
+        r->engine = NULL;
+        return rc;
+    }
+    r->threads = calloc(want, sizeof *r->threads);
+    if (!r->threads) {
+        reader_engine_stop(r);
+        return sf_fail(-ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < want; i++) {
+        reader_io_thread *t = &r->threads[i];
+        t->r = r;
+        t->idx = i;
+        int e = pthread_create(&t->tid, NULL, io_main, t);
+        if (e) {
+            rc = sf_fail(-e, "cannot start I/O thread: %s", strerror(e));
+            break;
+        }
+        r->nthreads++;
+    }
+    pthread_mutex_lock(&r->lock);
+    while (r->threads_inited < r->nthreads)
+        pthread_cond_wait(&r->ready_cv, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    for (uint32_t i = 0; i < r->nthreads && !rc; i++)
+        if (r->threads[i].init_rc)
+            rc = sf_fail(r->threads[i].init_rc, "%s", r->threads[i].errmsg);
+    if (rc)
+        reader_engine_stop(r);
+    return rc;
+}
+
+/* Whether the shards' bytes are in the page cache: a sample of up to 256
+ * pages per shard (65,536 in all) checked with mincore, on a mapping that
+ * is dropped at once. A hint for the engine choice only. */
+static int shards_resident(const sf_reader *r)
+{
+    uint64_t count = r->ds->manifest.shard_count, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t per = count ? 65536 / count : 0;
+    per = per > 256 ? 256 : per < 1 ? 1 : per;
+    uint64_t seen = 0, in = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        const sf_open_shard *sh = &r->ds->shards[i];
+        uint64_t size = sh->meta.file_size, pages = (size + page - 1) / page;
+        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, sh->fd, 0);
+        if (map == MAP_FAILED)
+            return 0;
+        for (uint64_t k = 0; k < per && k < pages; k++) {
+            unsigned char v = 0;
+            uint64_t pg = pages <= per ? k : k * pages / per;
+            if (mincore((uint8_t *)map + pg * page, page, &v) == 0) {
+                seen++;
+                in += v & 1;
+            }
+        }
+        munmap(map, size);
+    }
+    return seen > 0 && in * 10 >= seen * 9; /* 90% resident: warm */
+}
+
+int reader_engine_start(sf_reader *r)
+{
+    /* Small fixed records already in the page cache are memcpy work: mmap
+     * copies a whole claim with no system call per record, where io_uring
+     * and pread pay one read each (about 1.5 M records/s on 2 cores against
+     * 4.7 M for mmap on Fashion-MNIST; README "Small records"). Cold data
+     * keeps io_uring, whose reads the kernel can batch and queue. */
+    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed &&
+        reader_small_records(r) && shards_resident(r))
+        return start_engine(r, &reader_engine_mmap);
+    /* A record with compressed fields is read whole into a staging buffer
+     * and decompressed by the thread that read it (staged.c): synchronous
+     * work per record, which the copy engines do; io_uring's asynchronous
+     * reads straight into the slot have nothing to offer it. */
+    if (r->compressed && r->opts.engine != SF_ENGINE_MMAP)
+        return start_engine(r, &reader_engine_pread);
+    switch (r->opts.engine) {
+    case SF_ENGINE_URING: return start_engine(r, &reader_engine_uring);
+    case SF_ENGINE_PREAD: return start_engine(r, &reader_engine_pread);
+    case SF_ENGINE_MMAP: return start_engine(r, &reader_engine_mmap);
+    default: break;
+    }
+    int rc = start_engine(r, &reader_engine_uring);
+    if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -ENOMEM) {
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            fprintf(stderr, "shardfeed: io_uring is not available (%s%s): using the pread engine\n",
+                    sf_strerror(rc),
+                    rc == -ENOMEM ? "; its rings count against RLIMIT_MEMLOCK: raise it with ulimit -l"
+                                  : "; containers often block it with seccomp");
+        rc = start_engine(r, &reader_engine_pread);
+    }
+    return rc;
+}

@@ -1,0 +1,459 @@
+/* The schedule of batches into slots and their delivery: which batch each
+ * slot holds (schedule_locked, reposition_locked), the I/O threads' claims
+ * of its samples, the batch-ready point when its last sample is done, and
+ * the consumer's side (sf_reader_next, release, set_epoch, restore).
+ * reader_internal.h draws the slot life cycle that these follow. */
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error_internal.h"
+#include "reader_internal.h"
+
+/* Stamps a stage of the slot's batch in the trace, if it has a record. */
+static inline void stamp(reader_slot *s, int stage)
+{
+    if (s->trec)
+        reader_trace_stamp(s->trec, stage, reader_now_ns());
+}
+
+/* The one place a slot's state changes (reader_internal.h, "Slot life
+ * cycle"): from the state the slot is in to one the table allows, under
+ * r->lock. Keeps r->held, the slots that are the caller's. */
+static void slot_set_state(sf_reader *r, reader_slot *s, int from, int to)
+{
+    /* Every caller holds r->lock (trylock only sees that someone does). */
+    assert(pthread_mutex_trylock(&r->lock) == EBUSY);
+    assert(from >= 0 && from < SLOT_STATES && to >= 0 && to < SLOT_STATES);
+    assert(s->state == from && "the slot is not in the state this transition starts from");
+    assert((reader_slot_next[from] & SLOT_TO(to)) && "not a transition of the slot life cycle");
+    if (to == SLOT_HELD)
+        r->held++;
+    else if (from == SLOT_RELEASING)
+        r->held--;
+    assert(r->held <= r->opts.prefetch);
+    s->state = to;
+}
+
+/* Under r->lock: gives free slot `s` the batch (epoch, index) of the
+ * sampler's current epoch. */
+static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t index)
+{
+    uint32_t count = reader_sampler_batch(r->sampler, index, s->ids);
+    slot_set_state(r, s, SLOT_FREE, SLOT_LOADING);
+    s->gen = r->gen;
+    s->claimed = 0;
+    s->batch.epoch = epoch;
+    s->batch.index = index;
+    s->batch.size = count;
+    s->batch.substituted = 0;
+    memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
+    assert(count <= r->batch_cap); /* what the slot was sized for */
+    for (uint32_t v = 0; v < r->schema->n_var; v++)
+        s->var_off[(size_t)v * (r->batch_cap + 1)] = 0;
+    /* Fixed-size records are placed by the I/O thread that claims them
+     * (reader_claim), outside the lock: placing every sample here kept
+     * the consumer, which schedules on release, busy under r->lock for the
+     * whole batch while the I/O threads waited. Variable-length fields pack
+     * each value after the previous one, so those are placed here, in order. */
+    if (r->schema->n_var)
+        for (uint32_t pos = 0; pos < count; pos++)
+            reader_place_sample(r, s, pos, s->ids[pos], 0);
+    reader_set_field_bytes(r, s);
+    atomic_store(&s->err, 0);
+    atomic_store(&s->corrupt, 0);
+    s->errmsg[0] = '\0';
+    s->trec = NULL;
+    reader_trace *tr = reader_trace_on(r);
+    if (tr && tr->nb < tr->cap_b) {
+        reader_trace_batch *b = &tr->b[tr->nb++];
+        b->epoch = epoch;
+        b->index = index;
+        b->slot = s->index;
+        b->size = count;
+        s->trec = b;
+        stamp(s, SF_TS_SUBMITTED);
+    } else if (tr) {
+        tr->dropped_b++;
+    }
+    atomic_store(&s->reads_left, count);
+    atomic_store(&s->remaining, count);
+}
+
+/* Under r->lock: fills every free slot with the next batches. Read-ahead
+ * runs on into the next epoch, so epochs follow each other without a gap. */
+static void schedule_locked(sf_reader *r)
+{
+    if (!r->started || r->stop || r->num_batches == 0)
+        return;
+    int any = 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        reader_slot *s = &r->slots[i];
+        if (s->state != SLOT_FREE)
+            continue;
+        if (s->device_busy) {
+            /* Freed without a release (read-ahead dropped by a reposition):
+             * its copy may still be reading the host slot. Rare and short. */
+            r->device_ops->reuse(r->device, s->index);
+            s->device_busy = 0;
+        }
+        if (r->sched_index >= r->num_batches) {
+            r->sched_epoch++;
+            r->sched_index = 0;
+            reader_sampler_set_epoch(r->sampler, r->sched_epoch);
+        }
+        prepare_slot(r, s, r->sched_epoch, r->sched_index++);
+        any = 1;
+    }
+    if (any)
+        pthread_cond_broadcast(&r->work_cv);
+}
+
+/* Under r->lock: moves the delivery position, dropping read-ahead that does
+ * not belong to it. Loading slots give back their unclaimed tasks and are
+ * freed once their reads in flight finish (batch_ready sees the old gen). */
+static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int force)
+{
+    if (!force && epoch == r->del_epoch && index == r->del_index)
+        return;
+    r->gen++;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        reader_slot *s = &r->slots[i];
+        if (s->state == SLOT_READY) {
+            slot_set_state(r, s, SLOT_READY, SLOT_FREE);
+        } else if (s->state == SLOT_LOADING) {
+            unsigned unclaimed = s->batch.size - s->claimed;
+            s->claimed = s->batch.size;
+            if (unclaimed && atomic_fetch_sub(&s->remaining, unclaimed) == unclaimed)
+                slot_set_state(r, s, SLOT_LOADING, SLOT_FREE);
+        }
+    }
+    r->del_epoch = r->sched_epoch = epoch;
+    r->del_index = r->sched_index = index;
+    reader_sampler_set_epoch(r->sampler, epoch);
+    schedule_locked(r);
+}
+
+unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        if (r->stop)
+            break;
+        while (n < max) {
+            reader_slot *best = NULL;
+            for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+                reader_slot *s = &r->slots[i];
+                if (s->state != SLOT_LOADING || s->gen != r->gen || s->claimed >= s->batch.size)
+                    continue;
+                if (!best || s->batch.epoch < best->batch.epoch ||
+                    (s->batch.epoch == best->batch.epoch && s->batch.index < best->batch.index))
+                    best = s;
+            }
+            if (!best)
+                break;
+            if (best->claimed == 0)
+                stamp(best, SF_TS_CLAIMED);
+            while (n < max && best->claimed < best->batch.size)
+                out[n++] = &best->tasks[best->claimed++];
+        }
+        if (n || !block)
+            break;
+        reader_trace *tr = reader_trace_on(r);
+        if (tr)
+            reader_trace_io_idle(tr); /* ends this thread's run */
+        pthread_cond_wait(&r->work_cv, &r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    /* The claimed tasks are this thread's until reader_task_done, and
+     * their slots stay LOADING until then, so placing them unlocked is safe.
+     * Placing looks records up in the index: I/O time in the stats. */
+    if (r->schema->n_var == 0 && n) {
+        uint64_t t0 = reader_now_ns();
+        reader_place_claimed(r, out, n);
+        reader_account_time(r, reader_now_ns() - t0, 0);
+    }
+    if (n) {
+        reader_trace *tr = reader_trace_on(r);
+        if (tr)
+            reader_trace_io_claimed(tr);
+    }
+    return n;
+}
+
+/* The batch-ready point, on the I/O thread that finished the slot's last
+ * task (its scratch `st` is free again): substitutes corrupt samples,
+ * enqueues the device copy, and hands the slot to delivery (or frees it
+ * when a reposition made it stale). */
+static void batch_ready(sf_reader *r, reader_slot *s, reader_scratch *st)
+{
+    pthread_mutex_lock(&r->lock);
+    int live = s->gen == r->gen && !r->stop;
+    pthread_mutex_unlock(&r->lock);
+    if (live && !atomic_load(&s->err) && atomic_load(&s->corrupt))
+        reader_substitute_corrupt(r, s, st);
+    stamp(s, SF_TS_CHECKSUMMED);
+    if (live && !atomic_load(&s->err) && r->device) {
+        s->device_busy = 1;
+        uint64_t t0 = reader_now_ns();
+        int rc = reader_device_copy(r, s);
+        uint64_t t1 = reader_now_ns();
+        atomic_fetch_add_explicit(&r->st_devenq_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec)
+            reader_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
+        int expected = 0;
+        if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
+            snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device copy failed: %s",
+                     (unsigned long long)s->batch.index, (unsigned long long)s->batch.epoch,
+                     sf_strerror(rc));
+    }
+    pthread_mutex_lock(&r->lock);
+    if (s->gen != r->gen) {
+        slot_set_state(r, s, SLOT_LOADING, SLOT_FREE);
+        schedule_locked(r);
+    } else {
+        slot_set_state(r, s, SLOT_LOADING, SLOT_READY);
+        pthread_cond_broadcast(&r->ready_cv);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Tasks of one slot, finished together on I/O thread `io`: one update of
+ * the slot's counters (the shared atomics cost more than a small record's
+ * copy). */
+static void slot_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n)
+{
+    sf_reader *r = io->r;
+    reader_slot *s = tasks[0]->slot;
+    if (s->trec && atomic_fetch_sub(&s->reads_left, n) == n)
+        stamp(s, SF_TS_READ);
+    reader_verify_tasks(r, io->scratch.xxh, tasks, n);
+    reader_trace *tr = reader_trace_on(r);
+    for (unsigned i = 0; tr && i < n; i++)
+        reader_trace_io_task(tr, s->trec);
+    if (atomic_fetch_sub(&s->remaining, n) == n)
+        batch_ready(r, s, &io->scratch);
+}
+
+void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned n)
+{
+    sf_reader *r = io->r;
+    uint64_t bytes = 0;
+    for (unsigned i = 0; i < n; i++)
+        for (uint32_t k = 0; k < tasks[i]->nreads; k++)
+            bytes += tasks[i]->reads[k].done;
+    if (bytes)
+        atomic_fetch_add_explicit(&r->st_bytes, bytes, memory_order_relaxed);
+    /* Claims hand out tasks in batch order, so a slot's tasks are mostly
+     * adjacent; where they are not, its count simply drops in several steps. */
+    unsigned first = 0;
+    for (unsigned i = 1; i <= n; i++)
+        if (i == n || tasks[i]->slot != tasks[first]->slot) {
+            slot_tasks_done(io, tasks + first, i - first);
+            first = i;
+        }
+}
+
+void reader_task_done(reader_io_thread *io, reader_task *t)
+{
+    reader_tasks_done(io, &t, 1);
+}
+
+int sf_reader_set_epoch(sf_reader *r, uint64_t epoch)
+{
+    if (!r)
+        return sf_fail(SF_E_INVALID, "sf_reader_set_epoch: NULL reader");
+    pthread_mutex_lock(&r->lock);
+    /* The documented loop calls set_epoch at the top of every epoch, also
+     * the first one after a restore: that call must not throw the restored
+     * position away and replay the epoch. */
+    if (!(r->restored && epoch == r->del_epoch))
+        reposition_locked(r, epoch, 0, 0);
+    r->restored = 0;
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sf_reader_state(sf_resume_state *out, const sf_reader *r)
+{
+    if (!out || !r)
+        return sf_fail(SF_E_INVALID, "sf_reader_state: NULL argument");
+    sf_reader *rw = (sf_reader *)r; /* the lock is not part of the value */
+    pthread_mutex_lock(&rw->lock);
+    out->epoch = r->del_epoch;
+    out->next_batch = r->del_index;
+    pthread_mutex_unlock(&rw->lock);
+    return 0;
+}
+
+int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
+{
+    if (!r || !state)
+        return sf_fail(SF_E_INVALID, "sf_reader_restore: NULL argument");
+    if (state->next_batch > r->num_batches)
+        return sf_fail(SF_E_INVALID, "resume state: batch %llu, but an epoch has %llu batches (were the options the same?)",
+                       (unsigned long long)state->next_batch, (unsigned long long)r->num_batches);
+    pthread_mutex_lock(&r->lock);
+    reposition_locked(r, state->epoch, state->next_batch, 0);
+    r->restored = 1;
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+/* Under r->lock: "batches still held (epoch, index): (0, 3) (0, 4) ..." in
+ * order, the first HELD_LISTED of them, for the error of a caller who holds
+ * every slot: each names a batch a stray reference keeps. */
+#define HELD_LISTED 8u
+static const char *describe_held_locked(const sf_reader *r, char *buf, size_t cap)
+{
+    const sf_batch *list[HELD_LISTED];
+    uint32_t n = 0, more = 0;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        const sf_batch *b = &r->slots[i].batch;
+        if (r->slots[i].state != SLOT_HELD && r->slots[i].state != SLOT_RELEASING)
+            continue;
+        /* Insertion into the sorted list, dropping the latest past its end. */
+        uint32_t j = n < HELD_LISTED ? n++ : HELD_LISTED;
+        more += j == HELD_LISTED;
+        for (; j > 0 && (list[j - 1]->epoch > b->epoch ||
+                         (list[j - 1]->epoch == b->epoch && list[j - 1]->index > b->index));
+             j--)
+            if (j < HELD_LISTED)
+                list[j] = list[j - 1];
+        if (j < HELD_LISTED)
+            list[j] = b;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "batches still held (epoch, index):");
+    for (uint32_t j = 0; j < n && len < cap; j++)
+        len += (size_t)snprintf(buf + len, cap - len, " (%llu, %llu)",
+                                (unsigned long long)list[j]->epoch, (unsigned long long)list[j]->index);
+    if (more && len < cap)
+        snprintf(buf + len, cap - len, " and %u later ones", more);
+    return buf;
+}
+
+int sf_reader_next(const sf_batch **out, sf_reader *r)
+{
+    if (!out || !r)
+        return sf_fail(SF_E_INVALID, "sf_reader_next: NULL argument");
+    *out = NULL;
+    pthread_mutex_lock(&r->lock);
+    if (!r->st_first_ns)
+        r->st_first_ns = reader_now_ns();
+    if (!r->started) {
+        r->started = 1;
+        schedule_locked(r);
+    }
+    int rc = 0;
+    r->restored = 0; /* the restored position is being consumed */
+    for (;;) {
+        if (r->del_index >= r->num_batches) {
+            /* End of the epoch: say so once, then continue with the next. */
+            r->del_epoch++;
+            r->del_index = 0;
+            break;
+        }
+        if (r->held >= r->opts.prefetch) {
+            char held[256];
+            rc = sf_fail(SF_E_STATE,
+                         "the caller holds all %u batch slots (prefetch = %u): %s; release a batch "
+                         "before asking for the next",
+                         r->held, r->opts.prefetch, describe_held_locked(r, held, sizeof held));
+            break;
+        }
+        reader_slot *s = NULL;
+        for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+            reader_slot *c = &r->slots[i];
+            if ((c->state == SLOT_READY || c->state == SLOT_LOADING) && c->gen == r->gen &&
+                c->batch.epoch == r->del_epoch && c->batch.index == r->del_index) {
+                s = c;
+                break;
+            }
+        }
+        if (s && s->state == SLOT_READY) {
+            int err = atomic_load(&s->err);
+            if (err) {
+                /* Drop it and everything read ahead; the next call retries. */
+                rc = sf_fail(err, "%s", s->errmsg);
+                slot_set_state(r, s, SLOT_READY, SLOT_FREE);
+                reposition_locked(r, r->del_epoch, r->del_index, 1);
+                break;
+            }
+            slot_set_state(r, s, SLOT_READY, SLOT_HELD);
+            r->del_index++;
+            r->st_batches++;
+            r->st_samples += s->batch.size;
+            r->st_subst += s->batch.substituted;
+            stamp(s, SF_TS_HANDED);
+            *out = &s->batch;
+            break;
+        }
+        if (!s)
+            schedule_locked(r);
+        uint64_t t0 = reader_now_ns();
+        pthread_cond_wait(&r->ready_cv, &r->lock);
+        uint64_t t1 = reader_now_ns();
+        r->st_wait_ns += t1 - t0;
+        reader_trace *tr = reader_trace_on(r);
+        if (tr)
+            reader_trace_span_add(tr, SF_SPAN_WAIT, t0, t1, s ? s->trec : NULL);
+    }
+    r->st_last_ns = reader_now_ns();
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
+{
+    if (!r || !batch)
+        return sf_fail(SF_E_INVALID, "sf_reader_release: NULL argument");
+    reader_slot *s = NULL;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++)
+        if (&r->slots[i].batch == batch)
+            s = &r->slots[i];
+    /* The first lock marks the slot RELEASING: a second release of the same
+     * batch, from another thread at the same time, finds it not HELD. */
+    pthread_mutex_lock(&r->lock);
+    int held = s && s->state == SLOT_HELD;
+    if (held)
+        slot_set_state(r, s, SLOT_HELD, SLOT_RELEASING);
+    pthread_mutex_unlock(&r->lock);
+    if (!held)
+        return sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds (released "
+                                     "already, or being released by another call)");
+    /* RELEASING: nothing else touches the slot, so the device may wait here,
+     * outside the lock. */
+    int rc = 0;
+    if (r->device && s->device_busy) {
+        /* The next copy into the device buffer waits for the work on
+         * `stream`; the host slot is free once its copy no longer reads it. */
+        uint64_t t0 = reader_now_ns();
+        rc = r->device_ops->release(r->device, s->index, stream);
+        int waited = r->device_ops->reuse(r->device, s->index);
+        rc = rc ? rc : waited;
+        uint64_t t1 = reader_now_ns();
+        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
+        if (s->trec) {
+            /* The copy has finished reading the slot: complete, at the latest now. */
+            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+            reader_trace *tr = reader_trace_on(r);
+            if (tr)
+                reader_trace_span_add(tr, SF_SPAN_RELEASE_WAIT, t0, t1, s->trec);
+        }
+    }
+    pthread_mutex_lock(&r->lock);
+    stamp(s, SF_TS_RELEASED);
+    s->device_busy = 0;
+    slot_set_state(r, s, SLOT_RELEASING, SLOT_FREE);
+    schedule_locked(r);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int sf_reader_release(sf_reader *r, const sf_batch *batch)
+{
+    return sf_reader_release_after(r, batch, NULL);
+}
