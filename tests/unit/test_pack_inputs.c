@@ -251,8 +251,8 @@ Test(pack_inputs, undetected_inputs_say_what_is_looked_for)
     input_set in;
     cr_assert_eq(input_open(&in, p, NULL), SF_E_INPUT);
     cr_assert(strstr(sf_last_error(),
-                     "plain: no .npy files, tar files or class folders: cannot tell the input format (see "
-                     "--input-format)"),
+                     "plain: no .npy files, tar files or class folders: cannot tell the input format (name "
+                     "it: the input_format option)"),
               "message: %s", sf_last_error());
     input_free(&in);
     write_rel("data.bin", "x", 1);
