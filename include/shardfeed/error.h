@@ -30,14 +30,14 @@ enum sf_error {
     SF_E_LIMIT = -30905,       /* a count or size exceeds SPEC.md's caps */
     SF_E_RESERVED = -30906,    /* a reserved bit or byte is set */
     SF_E_NPY = -30907,         /* malformed .npy file */
-    SF_E_UNSUPPORTED = -30908, /* valid input that shardfeed does not take */
+    SF_E_UNSUPPORTED = -30908, /* valid, but not supported: an input shardfeed does not take,
+                                  a feature compiled out of this build, no such device */
     SF_E_SCHEMA = -30909,      /* a sample does not match the schema */
     SF_E_INPUT = -30910,       /* input directory layout problem */
     SF_E_EXISTS = -30911,      /* output already holds something else */
     SF_E_INVALID = -30912,     /* invalid argument or option */
     SF_E_STATE = -30913,       /* call not valid in this state */
-    SF_E_NOT_SUPPORTED = -30914, /* feature compiled out or no device */
-    SF_E_LAST = -30914
+    SF_E_LAST = -30913
 };
 
 /* Static description of an error code (sf_error or -errno). Never NULL. */

@@ -31,8 +31,9 @@
  * for compressed fields its staging buffer, when it starts). A slot holds,
  * for each field, a dense [batch_size, ...] array (fixed and inline fields;
  * each array starts on a page boundary) or packed bytes + offsets
- * (variable-length fields, capacity batch_size × the longest value of that
- * field in the dataset).
+ * (variable-length fields, capacity the largest sum of batch_size values of
+ * that field in the dataset: the values of the longest batch it can make,
+ * found at open; batch_size is capped at the samples an epoch has).
  *
  * Compressed fields (zstd, SPEC.md "Compression") come out exactly as they
  * would uncompressed. Each such record is read whole -- compressed values

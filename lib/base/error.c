@@ -89,13 +89,12 @@ const char *sf_strerror(int err)
     case SF_E_LIMIT: return "size or count exceeds a format limit";
     case SF_E_RESERVED: return "reserved bits or bytes are set";
     case SF_E_NPY: return "malformed .npy file";
-    case SF_E_UNSUPPORTED: return "unsupported input";
+    case SF_E_UNSUPPORTED: return "not supported";
     case SF_E_SCHEMA: return "sample does not match the dataset schema";
     case SF_E_INPUT: return "invalid input layout";
     case SF_E_EXISTS: return "output already exists";
     case SF_E_INVALID: return "invalid argument";
     case SF_E_STATE: return "operation not valid in this state";
-    case SF_E_NOT_SUPPORTED: return "not supported in this build or on this machine";
     default: break;
     }
     if (err < 0 && err > -4096)

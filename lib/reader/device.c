@@ -19,7 +19,7 @@ int reader_device_select(const reader_device_ops **out, const sf_reader_opts *op
         return 0;
     case SF_DEVICE_CUDA:
         if (!reader_device_cuda_compiled())
-            return sf_fail(SF_E_NOT_SUPPORTED,
+            return sf_fail(SF_E_UNSUPPORTED,
                            "device cuda:%d: this shardfeed was built without CUDA "
                            "(configure with -DSHARDFEED_CUDA=ON)", opts->device_index);
         *out = &reader_device_cuda;

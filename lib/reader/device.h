@@ -10,7 +10,7 @@
  *    every slot has its own stream, event and device buffer from a pool
  *    allocated once; copies are cudaMemcpyAsync on the slot's stream.
  *    Compiled only when SHARDFEED_CUDA is on; otherwise opening it fails with
- *    SF_E_NOT_SUPPORTED.
+ *    SF_E_UNSUPPORTED.
  *
  * Slot protocol (the reader follows it):
  *   copy(slot, ranges)   after the slot's reads completed: enqueue the copy of

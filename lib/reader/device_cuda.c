@@ -36,7 +36,7 @@ struct reader_device {
 
 static int cuda_err(cudaError_t e, const char *what)
 {
-    return sf_fail(SF_E_NOT_SUPPORTED, "CUDA: %s: %s", what, cudaGetErrorString(e));
+    return sf_fail(SF_E_UNSUPPORTED, "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
 /* open and close make their CUDA calls on a thread of their own. They need
@@ -124,9 +124,9 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
-        return sf_fail(SF_E_NOT_SUPPORTED, "no CUDA device available (%s)", cudaGetErrorString(e));
+        return sf_fail(SF_E_UNSUPPORTED, "no CUDA device available (%s)", cudaGetErrorString(e));
     if (ordinal < 0 || ordinal >= count)
-        return sf_fail(SF_E_NOT_SUPPORTED, "no CUDA device cuda:%d (this machine has %d)", ordinal,
+        return sf_fail(SF_E_UNSUPPORTED, "no CUDA device cuda:%d (this machine has %d)", ordinal,
                        count);
     reader_device *d = calloc(1, sizeof *d);
     if (!d)
@@ -235,7 +235,7 @@ static int nocuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t
                        uint32_t slots, uint64_t slot_bytes)
 {
     (void)out, (void)ordinal, (void)slab, (void)slab_bytes, (void)slots, (void)slot_bytes;
-    return sf_fail(SF_E_NOT_SUPPORTED,
+    return sf_fail(SF_E_UNSUPPORTED,
                    "this shardfeed was built without CUDA (configure with -DSHARDFEED_CUDA=ON)");
 }
 

@@ -116,7 +116,7 @@ static int host_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
 {
     (void)slab_bytes;
     if (ordinal != 0)
-        return sf_fail(SF_E_NOT_SUPPORTED, "host device: only device 0 exists");
+        return sf_fail(SF_E_UNSUPPORTED, "host device: only device 0 exists");
     reader_device *d = calloc(1, sizeof *d);
     if (!d)
         return sf_fail(-ENOMEM, "out of memory");

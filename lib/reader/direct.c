@@ -27,8 +27,8 @@ static int direct_check(const sf_reader *r)
                        "pread engine for O_DIRECT");
     if (r->ds->manifest.align % SF_DIRECT_ALIGN)
         return sf_fail(SF_E_UNSUPPORTED,
-                       "direct: records are aligned to %u bytes and O_DIRECT needs %u: repack with "
-                       "--align %u",
+                       "direct: records are aligned to %u bytes and O_DIRECT needs %u: pack again with "
+                       "an align of %u",
                        r->ds->manifest.align, SF_DIRECT_ALIGN, SF_DIRECT_ALIGN);
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];

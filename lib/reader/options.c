@@ -3,6 +3,7 @@
  * dataset and the engine (I/O threads) are engine.c's. */
 #include "error_internal.h"
 #include "reader_internal.h"
+#include "shardfeed/params.h"
 
 _Static_assert((int)SF_READER_SHUFFLE_NONE == (int)SF_SHUFFLE_NONE &&
                    (int)SF_READER_SHUFFLE_GLOBAL == (int)SF_SHUFFLE_GLOBAL &&
@@ -12,20 +13,14 @@ _Static_assert((int)SF_READER_UNEVEN_PAD == (int)SF_UNEVEN_PAD &&
                    (int)SF_READER_UNEVEN_DROP == (int)SF_UNEVEN_DROP,
                "public uneven policies mirror the sampler's");
 
-#define MAX_PREFETCH 1024u
-#define MAX_THREADS 256u
-#define MAX_QUEUE_DEPTH 4096u
-
 int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
 {
     static const sf_reader_opts def = SF_READER_OPTS_INIT;
     if (!in)
         in = &def;
-    if (in->version < 1 || in->version > SF_READER_OPTS_VERSION)
-        return sf_fail(SF_E_INVALID,
-                       "sf_reader_opts.version is %u; this library takes 1..%d (start from "
-                       "SF_READER_OPTS_INIT)",
-                       in->version, SF_READER_OPTS_VERSION);
+    int rc = sf_check_opts_version("sf_reader_opts", in->version, SF_READER_OPTS_VERSION);
+    if (rc)
+        return rc;
     *o = *in;
     if (!o->batch_size)
         o->batch_size = SF_READER_DEFAULT_BATCH;
@@ -35,8 +30,14 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
         o->prefetch = SF_READER_DEFAULT_PREFETCH;
     if (!o->queue_depth)
         o->queue_depth = 32;
-    if (o->batch_size > (1u << 24))
-        return sf_fail(SF_E_INVALID, "batch_size %u is above the limit of %u", o->batch_size, 1u << 24);
+    /* The bounds are the one table front ends ask (shardfeed/params.h);
+     * io_threads 0 is "choose". */
+    if ((rc = sf_check_param(SF_PARAM_READER_BATCH_SIZE, o->batch_size)) ||
+        (rc = sf_check_param(SF_PARAM_READER_PREFETCH, o->prefetch)) ||
+        (rc = sf_check_param(SF_PARAM_READER_QUEUE_DEPTH, o->queue_depth)) ||
+        (rc = sf_check_param(SF_PARAM_READER_WORLD_SIZE, o->world_size)) ||
+        (o->io_threads && (rc = sf_check_param(SF_PARAM_READER_IO_THREADS, o->io_threads))))
+        return rc;
     if (o->rank >= o->world_size)
         return sf_fail(SF_E_INVALID, "rank %u is not below world_size %u", o->rank, o->world_size);
     if (o->shuffle < SF_READER_SHUFFLE_NONE || o->shuffle > SF_READER_SHUFFLE_BLOCK)
@@ -54,12 +55,5 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
         return sf_fail(SF_E_INVALID, "verify %d: expected on (0) or off (1)", o->verify);
     if (o->on_corrupt != SF_ON_CORRUPT_ERROR && o->on_corrupt != SF_ON_CORRUPT_SKIP)
         return sf_fail(SF_E_INVALID, "on_corrupt %d: expected error (0) or skip (1)", o->on_corrupt);
-    if (o->prefetch > MAX_PREFETCH)
-        return sf_fail(SF_E_INVALID, "prefetch %u is above the limit of %u", o->prefetch, MAX_PREFETCH);
-    if (o->io_threads > MAX_THREADS)
-        return sf_fail(SF_E_INVALID, "io_threads %u is above the limit of %u", o->io_threads, MAX_THREADS);
-    if (o->queue_depth > MAX_QUEUE_DEPTH)
-        return sf_fail(SF_E_INVALID, "queue_depth %u is above the limit of %u", o->queue_depth,
-                       MAX_QUEUE_DEPTH);
     return 0;
 }

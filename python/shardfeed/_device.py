@@ -24,7 +24,7 @@ def resolve_device(device, torch):
         raise ValueError(f"shardfeed: device {dev}: expected 'cpu', 'cuda' or 'cuda:N'")
     if not torch.cuda.is_available():
         raise error(f"shardfeed: device {dev} asked for, but there is no CUDA device "
-                    f"(torch.cuda.is_available() is False); use device='cpu'", _C.E_NOT_SUPPORTED)
+                    f"(torch.cuda.is_available() is False); use device='cpu'", _C.E_UNSUPPORTED)
     if dev.index is not None and dev.index >= torch.cuda.device_count():
         raise error(f"shardfeed: device {dev}: only {torch.cuda.device_count()} CUDA device(s)",
                     _C.E_INVALID)

@@ -159,7 +159,6 @@ static int add_constants(PyObject *m)
         {"E_EXISTS", SF_E_EXISTS},
         {"E_INVALID", SF_E_INVALID},
         {"E_STATE", SF_E_STATE},
-        {"E_NOT_SUPPORTED", SF_E_NOT_SUPPORTED},
         {"DEFAULT_PREFETCH", SF_READER_DEFAULT_PREFETCH},
     };
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)

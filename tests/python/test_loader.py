@@ -463,7 +463,7 @@ class Device(unittest.TestCase):
         for dev in ("cuda", "cuda:0", torch.device("cuda", 1)):
             with self.assertRaisesRegex(shardfeed.Error, "no CUDA device") as cm:
                 loader(output="torch", device=dev)
-            self.assertEqual(cm.exception.code, shardfeed.E_NOT_SUPPORTED)
+            self.assertEqual(cm.exception.code, shardfeed.E_UNSUPPORTED)
         with self.assertRaisesRegex(ValueError, "expected 'cpu', 'cuda'"):
             loader(output="torch", device="meta")
 

@@ -82,7 +82,7 @@ Test(device_cuda, refuses_cleanly_without_a_device)
         munmap(slab, SLOTS * SLOT_BYTES);
         cr_skip_test("a CUDA device is present: tools/gpu-check.sh covers it");
     }
-    cr_assert_eq(rc, SF_E_NOT_SUPPORTED);
+    cr_assert_eq(rc, SF_E_UNSUPPORTED);
     cr_assert(strlen(sf_last_error()) > 0);
     cr_assert_null(d);
     munmap(slab, SLOTS * SLOT_BYTES);

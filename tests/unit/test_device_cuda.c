@@ -505,7 +505,7 @@ Test(device_cuda, open_and_close_leave_the_callers_current_device_alone)
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.device = SF_DEVICE_CUDA;
     o.device_index = 1;
-    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_NOT_SUPPORTED);
+    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
     CK(cudaGetDevice(&dev));
     cr_assert_eq(dev, 0, "a failed sf_reader_open moved the caller to device %d", dev);
     assert_no_misuse_nor_race();
@@ -536,12 +536,12 @@ Test(device_cuda, no_device_and_a_missing_ordinal_fail_cleanly)
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.device = SF_DEVICE_CUDA;
     sf_reader *r = NULL;
-    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_NOT_SUPPORTED);
+    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
     cr_assert_null(r);
     cr_assert(strstr(sf_last_error(), "no CUDA device available"), "%s", sf_last_error());
     fakecuda_set_device_count(1);
     o.device_index = 1;
-    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_NOT_SUPPORTED);
+    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
     cr_assert(strstr(sf_last_error(), "no CUDA device cuda:1 (this machine has 1)"), "%s",
               sf_last_error());
     assert_no_misuse_nor_race();
@@ -570,7 +570,7 @@ Test(device_cuda, every_failing_cuda_call_of_open_fails_the_open_cleanly)
         for (unsigned nth = 1; nth <= steps[i].calls; nth++) {
             fakecuda_fail_call(steps[i].call, nth, cudaErrorMemoryAllocation);
             sf_reader *r = NULL;
-            cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_NOT_SUPPORTED,
+            cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED,
                          "%s #%u failing did not fail the open", steps[i].call, nth);
             cr_assert_null(r);
             cr_assert(strstr(sf_last_error(), steps[i].says) && strstr(sf_last_error(), "out of memory"),

@@ -195,7 +195,7 @@ Test(device_pipeline, cuda_request_fails_cleanly_without_cuda_or_a_gpu)
         sf_reader_close(r);
         cr_skip_test("a CUDA device is present: tools/gpu-check.sh covers it");
     }
-    cr_assert_eq(rc, SF_E_NOT_SUPPORTED, "%s", sf_last_error());
+    cr_assert_eq(rc, SF_E_UNSUPPORTED, "%s", sf_last_error());
     cr_assert_null(r);
     if (sf_has_feature("cuda"))
         cr_assert(strstr(sf_last_error(), "CUDA") || strstr(sf_last_error(), "cuda"), "%s",
