@@ -10,7 +10,18 @@ build=$1 src=$2 tmp=$3 py=$4
 rm -rf "$tmp"
 mkdir -p "$tmp"
 prefix=$tmp/prefix
-cmake --install "$build" --prefix "$prefix" >/dev/null
+log=$tmp/step.log
+# quiet STEP CMD...: runs CMD with its output in a log, shown (with the step's
+# name) only if it fails, so a CI failure says which step and why.
+quiet() {
+    what=$1; shift
+    if ! "$@" >"$log" 2>&1; then
+        echo "install check: $what failed: $*" >&2
+        tail -n 40 "$log" >&2
+        exit 1
+    fi
+}
+quiet "cmake --install" cmake --install "$build" --prefix "$prefix"
 
 "$py" - "$tmp/npy" <<'PY'
 import os, sys
@@ -21,23 +32,26 @@ for i in range(10):
     np.save(os.path.join(d, f"img_{i}.npy"), np.full((2, 3), i, np.uint8))
     np.save(os.path.join(d, f"label_{i}.npy"), np.int64(i * 3))
 PY
-"$prefix/bin/shardfeed" pack "$tmp/npy" -o "$tmp/ds" --quiet
+quiet "the installed CLI's pack" "$prefix/bin/shardfeed" pack "$tmp/npy" -o "$tmp/ds" --quiet
 want="10 samples, label sum 135"
 
-cmake -S "$src/tests/install/consumer" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$tmp/cmake-build" >/dev/null
+quiet "configuring the CMake consumer" \
+    cmake -S "$src/tests/install/consumer" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix"
+quiet "building the CMake consumer" cmake --build "$tmp/cmake-build"
 for how in shared static; do
-    out=$("$tmp/cmake-build/consumer_$how" "$tmp/ds")
+    out=$("$tmp/cmake-build/consumer_$how" "$tmp/ds" 2>&1) || { echo "consumer_$how failed: $out" >&2; exit 1; }
     echo "cmake ($how): $out"
-    case $out in *"$want"*) ;; *) echo "expected: $want" >&2; exit 1 ;; esac
+    case $out in *"$want"*) ;; *) echo "expected: $want, got: $out" >&2; exit 1 ;; esac
 done
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-cc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" \
-   $(pkg-config --cflags --libs shardfeed) -Wl,-rpath,"$prefix/lib"
-out=$("$tmp/consumer_pc" "$tmp/ds")
+flags=$(pkg-config --cflags --libs shardfeed) || { echo "install check: pkg-config found no shardfeed.pc in $PKG_CONFIG_PATH" >&2; exit 1; }
+quiet "building the pkg-config consumer" cc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" \
+    $flags -Wl,-rpath,"$prefix/lib"
+out=$("$tmp/consumer_pc" "$tmp/ds" 2>&1) || { echo "consumer_pc failed: $out" >&2; exit 1; }
 echo "pkg-config: $out"
-case $out in *"$want"*) ;; *) echo "expected: $want" >&2; exit 1 ;; esac
+case $out in *"$want"*) ;; *) echo "expected: $want, got: $out" >&2; exit 1 ;; esac
 # The program uses the installed library, not the build tree's.
-ldd "$tmp/consumer_pc" | grep -q "$prefix/lib/libshardfeed.so" || { echo "not linked to the prefix" >&2; exit 1; }
+libs=$(ldd "$tmp/consumer_pc")
+case $libs in *"$prefix/lib/libshardfeed.so"*) ;; *) printf 'not linked to the prefix:\n%s\n' "$libs" >&2; exit 1 ;; esac
 echo "install: ok"
