@@ -5,6 +5,7 @@ from . import _device
 from . import _options as opt
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
+from ._dataset import Dataset
 from ._errors import error
 from ._shardfeed import Error
 
@@ -55,7 +56,9 @@ class _EpochIterator:
         loader._pos = b.index + 1
         batch = loader._convert(b)
         if loader._device is not None:
-            return _device.to_device(batch, loader._device)
+            batch = _device.to_device(batch, loader._device)
+        if loader.fields is not None:
+            return tuple(batch[name] for name in loader.fields)
         return batch
 
 
@@ -134,18 +137,29 @@ class Loader:
       shuffled together (0: 16 * block_size).
     - direct: "auto" (default; buffered in this version), "on" (O_DIRECT: cold reads
       that bypass the page cache; needs a dataset packed with --align 4096 and fields
-      whose byte size is a multiple of 4096, else Error saying why) or "off".
+      whose byte size is a multiple of 4096, else Error saying why) or "off"; True/False
+      mean on/off.
+    - fields: None (default) yields each batch as a Batch (a dict by field name); a
+      tuple of field names, e.g. ("img", "label"), yields a tuple of those fields'
+      tensors in that order, so that ``for x, y in loader:`` works as with a
+      DataLoader. A name the dataset lacks is a ValueError listing the fields it has.
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
     trace_start(max_batches=0) / trace_write(path), close() (also as a context
-    manager), closed.
+    manager), closed; as DataLoader has them: dataset (the shardfeed.Dataset),
+    batch_size, drop_last; as_iterable_dataset() for frameworks that want a
+    torch.utils.data.DataLoader.
     """
 
     def __init__(self, path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
                  world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
                  output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-                 block_size=0, window=0, direct="auto"):
+                 block_size=0, window=0, direct="auto",
+                 # ---- DataLoader-shaped API (issue 17) ----
+                 fields=None,
+                 # ---- end DataLoader-shaped API ----
+                 ):
         self._reader = None
         self._final_stats = None
         self.path = os.fspath(path)
@@ -154,12 +168,12 @@ class Loader:
         self.seed = opt.seed64(seed)
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = opt.dist_defaults(rank, world_size)
-        self.prefetch = opt.bounded("prefetch", prefetch, "reader.prefetch")
+        self.prefetch = opt.prefetch_slots(prefetch)
         self.verify = bool(verify)
         self.on_corrupt = opt.choice("on_corrupt", on_corrupt, opt.ON_CORRUPT)
         self.uneven = opt.choice("uneven", uneven, opt.UNEVEN)
         self.engine = opt.choice("engine", engine, opt.ENGINE)
-        self.direct = opt.choice("direct", direct, opt.DIRECT)
+        self.direct = opt.choice("direct", opt.direct_name(direct), opt.DIRECT)
         self.io_threads = 0 if io_threads == 0 else opt.bounded("io_threads", io_threads, "reader.io_threads")
         self.block_size = opt.uint("block_size", block_size, 0, opt.U32)
         self.window = opt.uint("window", window, 0, opt.U32)
@@ -180,6 +194,11 @@ class Loader:
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
             window=self.window, io_threads=self.io_threads)
         self._num_batches = self._reader.num_batches()
+        # ---- DataLoader-shaped API (issue 17) ----
+        self._dataset = None
+        self.fields = None if fields is None else opt.field_names(
+            fields, [f.name for f in self.dataset.fields])
+        # ---- end DataLoader-shaped API ----
         self._epoch = 0
         self._pos = 0        # next batch of the current epoch (what state_dict reports)
         self._resume = None  # where the next iter() starts, after load_state_dict()
@@ -187,7 +206,29 @@ class Loader:
 
     # ---- iteration ----
     def __len__(self):
+        """Batches per epoch on this rank (the same on every rank)."""
         return self._num_batches
+
+    @property
+    def dataset(self):
+        """The shardfeed.Dataset read (len, [i], keys, fields), opened on first use."""
+        if self._dataset is None:
+            self._dataset = Dataset(self.path, verify=self.verify)
+        return self._dataset
+
+    def as_iterable_dataset(self):
+        """This Loader as a torch.utils.data.IterableDataset, for frameworks that insist on a
+        torch DataLoader (Lightning's and Hugging Face's Trainer): iterate it with
+        ``torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)`` (the batches are
+        already made; shardfeed reads with its own threads). It yields what the Loader
+        yields (tuples with fields=, else plain dicts of the fields: DataLoader rebuilds
+        mappings, so the Batch attributes do not survive it), has len() and
+        set_epoch(e), which sets the Loader's epoch."""
+        try:
+            from ._interop import LoaderDataset
+        except ImportError as e:
+            raise ImportError(f"shardfeed: as_iterable_dataset() needs torch: {e}") from None
+        return LoaderDataset(self)
 
     @property
     def samples_per_epoch(self):
@@ -214,6 +255,7 @@ class Loader:
         self._gen += 1
 
     def __iter__(self):
+        """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
         self._check_open()
         self._gen += 1
         start = self._resume if self._resume is not None else 0
@@ -290,6 +332,7 @@ class Loader:
 
     @property
     def closed(self):
+        """True after close()."""
         return self._reader is None or self._reader.closed
 
     def __del__(self):
@@ -303,6 +346,7 @@ class Loader:
             raise ValueError("shardfeed: the Loader is closed")
 
     def __enter__(self):
+        """The Loader itself; close() at the end of the with block."""
         return self
 
     def __exit__(self, *exc):
