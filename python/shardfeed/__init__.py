@@ -56,7 +56,10 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   the same options makes its next iter() yield exactly the batches that were
   left in that epoch. A mismatching option raises ValueError naming it. rank is
   not checked: every rank is at the same position, so one rank's state
-  restores them all.
+  restores them all, also at another world_size or batch_size (elastic resume:
+  the same global batches continue when batch_size * world_size is unchanged;
+  otherwise fewer than one global batch of the epoch is seen again, none
+  skipped; see Loader.load_state_dict).
 - ``stats()``: bytes read, samples, batches, substitutions, time waited in the
   loader, I/O and checksum thread-seconds, and what the reader runs with
   (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first

@@ -6,14 +6,10 @@ from . import _options as opt
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
 from ._dataset import Dataset
+from . import _resume
 from ._errors import error
 from ._shardfeed import Error
 
-_STATE_VERSION = 1
-# Options that decide which batches a position names: a state only fits a
-# Loader whose values are the same.
-_STATE_OPTIONS = ("batch_size", "shuffle", "seed", "drop_last", "world_size", "uneven",
-                  "block_size", "window", "num_batches", "samples_per_epoch")
 
 
 class _EpochIterator:
@@ -70,12 +66,6 @@ def _held_error(e, loader):
                  f"is alive (look for a Batch with that .epoch and .index, or a tensor taken from "
                  f"one); keep fewer than prefetch={loader.prefetch} batches (copy with .clone() "
                  f"what you keep) or raise prefetch", e.code)
-
-
-def _plain(v):
-    """A state value that went through torch.save/json: ints, bools, strings."""
-    item = getattr(v, "item", None)
-    return item() if callable(item) else v
 
 
 class Loader:
@@ -270,35 +260,30 @@ class Loader:
         return {"batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
                 "drop_last": self.drop_last, "world_size": self.world_size,
                 "uneven": self.uneven, "block_size": self.block_size, "window": self.window,
-                "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch}
+                "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch,
+                "num_samples": len(self.dataset)}
 
     def state_dict(self):
-        """Where this Loader is: {"epoch", "next_batch", options...}. O(1)."""
+        """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...}. O(1).
+        Any rank's state restores every rank, also at another world size (see
+        load_state_dict)."""
         pos = self._resume if self._resume is not None else self._pos
-        s = {"version": _STATE_VERSION, "epoch": self._epoch, "next_batch": pos,
+        s = {"version": _resume.VERSION, "epoch": self._epoch, "next_batch": pos,
              "rank": self.rank}
         s.update(self._options())
         return s
 
     def load_state_dict(self, state):
-        """The next iter() continues from `state` (see state_dict)."""
+        """The next iter() continues from `state` (see state_dict). The options that decide
+        the order (shuffle, seed, drop_last, uneven, block_size, window, the dataset's size)
+        must be the same, else ValueError naming them. batch_size and world_size may differ
+        (elastic resume): with the same batch_size * world_size the same global batches
+        continue; otherwise it resumes at the global batch holding the first sample not yet
+        handed out, so fewer than batch_size * world_size samples of the interrupted epoch
+        are seen again and none is skipped (README "Elastic resume"). States saved by an
+        older shardfeed (version 1) load as before: same batch_size and world_size."""
         self._check_open()
-        if not isinstance(state, dict):
-            raise TypeError("shardfeed: load_state_dict() takes the dict state_dict() returned")
-        missing = [k for k in ("version", "epoch", "next_batch") + _STATE_OPTIONS if k not in state]
-        if missing:
-            raise ValueError(f"shardfeed: state_dict lacks {', '.join(missing)}: not a Loader state")
-        if state["version"] != _STATE_VERSION:
-            raise ValueError(f"shardfeed: state_dict version {state['version']!r}; this shardfeed "
-                             f"reads version {_STATE_VERSION}")
-        mine = self._options()
-        bad = [f"{k} is {state[k]!r} in the state but {mine[k]!r} here"
-               for k in _STATE_OPTIONS if _plain(state[k]) != mine[k]]
-        if bad:
-            raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "
-                             "give other batches): " + "; ".join(bad))
-        epoch = opt.uint("state epoch", _plain(state["epoch"]), 0, opt.U64)
-        nb = opt.uint("state next_batch", _plain(state["next_batch"]), 0, self._num_batches + 1)
+        epoch, nb = _resume.check(state, self._options())
         self._epoch = epoch
         self._pos = nb
         self._resume = nb
