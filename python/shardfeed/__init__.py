@@ -13,7 +13,7 @@ Reading batches
 Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
        world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
        output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-       block_size=0, window=0, direct="auto", fields=None)
+       block_size=0, window=0, direct="auto", fields=None, weights=None)
 
 help(shardfeed.Loader) describes every parameter (below, under CLASSES).
 
@@ -23,6 +23,9 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   with a DistributedSampler; ``loader.as_iterable_dataset()`` is a
   torch.utils.data.IterableDataset for frameworks that insist on
   ``torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)``.
+- Mixing: ``Loader([path_a, path_b], 256, weights=[0.75, 0.25])`` interleaves
+  whole batches of several datasets in those proportions (Batch.sources says
+  which; see the weights parameter of help(shardfeed.Loader)).
 - Iterating yields one Batch per step: a dict from field name to a tensor whose
   first dimension is the batch (``[size, *shape]``; the last batch of an epoch
   may be shorter unless drop_last). A Batch also has ``.ids`` (the global

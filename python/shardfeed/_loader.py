@@ -1,4 +1,5 @@
 """shardfeed.Loader: options, iteration over epochs, resume (state_dict), stats and traces."""
+import inspect
 import os
 
 from . import _device
@@ -68,7 +69,42 @@ def _held_error(e, loader):
                  f"what you keep) or raise prefetch", e.code)
 
 
-class Loader:
+class EpochControl:
+    """What every Loader has, of one dataset or a mix: the epoch and set_epoch, the position
+    load_state_dict sets (_seek), and use in a with block. Needs _epoch, _pos, _resume, _gen
+    and _check_open()."""
+
+    @property
+    def epoch(self):
+        """The epoch the next iter() runs."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
+        Right after load_state_dict(), set_epoch of the saved epoch keeps the saved
+        position, so the usual loop (set_epoch at the top of every epoch) resumes
+        mid-epoch instead of replaying it."""
+        self._check_open()
+        epoch = opt.uint("epoch", epoch, 0, opt.U64)
+        if self._resume is not None and epoch == self._epoch:
+            return
+        self._seek(epoch, 0)
+        self._resume = None
+
+    def _seek(self, epoch, batch):
+        """The next iter() runs `epoch` from `batch`; older iterators are retired."""
+        self._epoch, self._pos, self._resume = epoch, batch, batch
+        self._gen += 1
+
+    def __enter__(self):
+        """The Loader itself; close() at the end of the with block."""
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Loader(EpochControl):
     """Streams batches of the shardfeed dataset in folder `path`: iterating yields one
     Batch per step (help(shardfeed): batches, their memory, epochs, resume). A bad
     argument raises ValueError or TypeError naming it; a dataset that cannot be read,
@@ -133,6 +169,18 @@ class Loader:
       tuple of field names, e.g. ("img", "label"), yields a tuple of those fields'
       tensors in that order, so that ``for x, y in loader:`` works as with a
       DataLoader. A name the dataset lacks is a ValueError listing the fields it has.
+    - weights: mixing. With `path` a list of dataset folders, weights (one number > 0
+      per path; they need not sum to 1) are the proportions of batches taken from each.
+      Every batch comes whole from one dataset (zero-copy); Batch.sources (int64, one
+      per sample) is the index of its dataset in the list, Batch.ids its sample ids
+      there. An epoch is as many batches as the datasets give without any running past
+      its own epoch: the first to run out at its weight gives all its batches (or all
+      but one), the others a prefix of their epoch's order (a different one each epoch). Which step takes
+      which dataset is drawn from (seed, epoch): the same on every run and rank. The
+      fields read (fields=, else all of the first dataset's) must be in every dataset
+      with the same dtype and shape (else ValueError naming the field).
+      counts (batches per dataset per epoch), datasets; state_dict() resumes at the same
+      world size only. README "Mixing datasets".
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
@@ -149,9 +197,17 @@ class Loader:
                  # ---- DataLoader-shaped API (issue 17) ----
                  fields=None,
                  # ---- end DataLoader-shaped API ----
+                 # ---- mixing (issue 17) ----
+                 weights=None,
+                 # ---- end mixing ----
                  ):
         self._reader = None
         self._final_stats = None
+        # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
+        if weights is not None:
+            raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "
+                             "of dataset folders, one weight each")
+        # ---- end mixing ----
         self.path = os.fspath(path)
         self.batch_size = opt.bounded("batch_size", batch_size, "reader.batch_size")
         self.shuffle = opt.choice("shuffle", opt.shuffle_name(shuffle), opt.SHUFFLE)
@@ -194,6 +250,19 @@ class Loader:
         self._resume = None  # where the next iter() starts, after load_state_dict()
         self._gen = 0        # bumped to retire older iterators
 
+    # ---- mixing (issue 17) ----
+    def __new__(cls, *args, **kwargs):
+        """A list or tuple of paths makes a Loader that mixes those datasets (_mix.py)."""
+        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+        if isinstance(bound.arguments.get("path"), (list, tuple)):
+            from ._mix import MixedLoader
+            kw = dict(bound.arguments)
+            del kw["self"]
+            return MixedLoader(**kw)
+        return super().__new__(cls)
+
+    # ---- end mixing ----
+
     # ---- iteration ----
     def __len__(self):
         """Batches per epoch on this rank (the same on every rank)."""
@@ -224,25 +293,6 @@ class Loader:
     def samples_per_epoch(self):
         """Samples per epoch for this rank (padding included, drops excluded)."""
         return self._reader.samples_per_epoch()
-
-    @property
-    def epoch(self):
-        """The epoch the next iter() runs."""
-        return self._epoch
-
-    def set_epoch(self, epoch):
-        """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
-        Right after load_state_dict(), set_epoch of the saved epoch keeps the saved
-        position, so the usual loop (set_epoch at the top of every epoch) resumes
-        mid-epoch instead of replaying it."""
-        self._check_open()
-        epoch = opt.uint("epoch", epoch, 0, opt.U64)
-        if self._resume is not None and epoch == self._epoch:
-            return
-        self._epoch = epoch
-        self._pos = 0
-        self._resume = None
-        self._gen += 1
 
     def __iter__(self):
         """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
@@ -284,10 +334,7 @@ class Loader:
         older shardfeed (version 1) load as before: same batch_size and world_size."""
         self._check_open()
         epoch, nb = _resume.check(state, self._options())
-        self._epoch = epoch
-        self._pos = nb
-        self._resume = nb
-        self._gen += 1
+        self._seek(epoch, nb)
 
     # ---- the rest ----
     def stats(self):
@@ -330,15 +377,14 @@ class Loader:
         if self._reader is None or self._reader.closed:
             raise ValueError("shardfeed: the Loader is closed")
 
-    def __enter__(self):
-        """The Loader itself; close() at the end of the with block."""
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def __repr__(self):
         return (f"shardfeed.Loader({self.path!r}, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle!r}, seed={self.seed}, rank={self.rank}, "
                 f"world_size={self.world_size}, device={self.device!r}, output={self.output!r}, "
                 f"epoch={self._epoch}, batches={self._num_batches})")
+
+
+# help(shardfeed.Loader) and inspect.signature show __init__'s parameters, not those of the
+# __new__ that picks a mixing Loader for a list of paths.
+Loader.__signature__ = inspect.signature(Loader.__init__).replace(
+    parameters=list(inspect.signature(Loader.__init__).parameters.values())[1:])

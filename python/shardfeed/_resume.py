@@ -62,6 +62,9 @@ def check(state, mine, what="Loader"):
     naming what does not fit (TypeError for something that is not a state dict)."""
     if not isinstance(state, dict):
         raise TypeError("shardfeed: load_state_dict() takes the dict state_dict() returned")
+    if state.get("mix"):
+        raise ValueError(f"shardfeed: the state of a Loader that mixes datasets: it restores "
+                         f"only a Loader of the same datasets and weights, not a {what} of one")
     if "version" not in state:
         raise ValueError(f"shardfeed: state_dict lacks version: not a {what} state")
     version = plain(state["version"])
