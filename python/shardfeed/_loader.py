@@ -242,8 +242,9 @@ class Loader(EpochControl):
         self._num_batches = self._reader.num_batches()
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None
+        self._dataset_schema = None
         self.fields = None if fields is None else opt.field_names(
-            fields, [f.name for f in self.dataset.fields])
+            fields, [f.name for f in self._schema()[0]])
         # ---- end DataLoader-shaped API ----
         self._epoch = 0
         self._pos = 0        # next batch of the current epoch (what state_dict reports)
@@ -311,7 +312,23 @@ class Loader(EpochControl):
                 "drop_last": self.drop_last, "world_size": self.world_size,
                 "uneven": self.uneven, "block_size": self.block_size, "window": self.window,
                 "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch,
-                "num_samples": len(self.dataset)}
+                "num_samples": self._num_samples()}
+
+    def _num_samples(self):
+        """The dataset's size (what a state is checked against)."""
+        return self._schema()[1]
+
+    def _schema(self):
+        """(fields, number of samples) of the dataset, found once: from loader.dataset if it
+        is open, else from a Dataset opened and closed at once (it holds a file descriptor
+        per shard, which a Loader need not keep)."""
+        if self._dataset_schema is None:
+            if self._dataset is not None:
+                self._dataset_schema = (self._dataset.fields, len(self._dataset))
+            else:
+                with Dataset(self.path, verify=False) as ds:
+                    self._dataset_schema = (ds.fields, len(ds))
+        return self._dataset_schema
 
     def state_dict(self):
         """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...}. O(1).

@@ -83,10 +83,10 @@ def _describe(f):
 def check_fields(children, fields):
     """The field names every batch will have: `fields`, or all of the first dataset's; each
     must be in every dataset with the same dtype and shape (how it is stored may differ)."""
-    first = {f.name: f for f in children[0].dataset.fields}
+    first = {f.name: f for f in children[0]._schema()[0]}
     names = fields if fields is not None else tuple(first)
     for child in children[1:]:
-        theirs = {f.name: f for f in child.dataset.fields}
+        theirs = {f.name: f for f in child._schema()[0]}
         for name in names:
             if name not in theirs:
                 raise ValueError(f"shardfeed: field {name!r} is read but {child.path} has no such "
@@ -158,7 +158,7 @@ class MixedLoader(EpochControl):
             self._children.append(Loader(p, batch_size, seed=child_seed, **options))
         first = self._children[0]
         self.fields = None if fields is None else opt.field_names(
-            fields, [f.name for f in first.dataset.fields])
+            fields, [f.name for f in first._schema()[0]])
         self._read = check_fields(self._children, self.fields)
         for name in ("batch_size", "shuffle", "drop_last", "rank", "world_size", "prefetch",
                      "verify", "on_corrupt", "uneven", "engine", "direct", "io_threads",
