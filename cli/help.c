@@ -225,8 +225,8 @@ void cli_man(FILE *f)
     fputs(".SH EXIT STATUS\n"
           "The same for every command:\n"
           ".TP\n0\nsuccess\n"
-          ".TP\n1\na usage or environment error (a missing folder, a folder that is not a dataset,\n"
-          "I/O, a bad option)\n"
+          ".TP\n1\na usage or environment error (a missing folder, a folder that is not a\n"
+          "dataset, I/O, a bad option)\n"
           ".TP\n2\na dataset's files break the format (corrupt or truncated)\n"
           ".SH SEE ALSO\n"
           "SPEC.md and README.md in the shardfeed sources; in Python, help(shardfeed).\n",

@@ -4,13 +4,12 @@ import os
 
 from . import _device
 from . import _options as opt
+from . import _resume
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
 from ._dataset import Dataset
-from . import _resume
 from ._errors import error
 from ._shardfeed import Error
-
 
 
 class _EpochIterator:
@@ -175,12 +174,13 @@ class Loader(EpochControl):
       per sample) is the index of its dataset in the list, Batch.ids its sample ids
       there. An epoch is as many batches as the datasets give without any running past
       its own epoch: the first to run out at its weight gives all its batches (or all
-      but one), the others a prefix of their epoch's order (a different one each epoch). Which step takes
-      which dataset is drawn from (seed, epoch): the same on every run and rank. The
-      fields read (fields=, else all of the first dataset's) must be in every dataset
-      with the same dtype and shape (else ValueError naming the field).
-      counts (batches per dataset per epoch), datasets; state_dict() resumes at the same
-      world size only. README "Mixing datasets".
+      but one), the others a prefix of their epoch's order (a different one each
+      epoch). Which step takes which dataset is drawn from (seed, epoch): the same on
+      every run and rank. The fields read (fields=, else all of the first dataset's)
+      must be in every dataset with the same dtype and shape (else ValueError naming
+      the field). Such a Loader also has counts (batches per dataset per epoch) and
+      datasets; its state_dict() resumes at the same world size only. README "Mixing
+      datasets".
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),

@@ -93,7 +93,7 @@ def check_fields(children, fields):
                                  f"field (it has {', '.join(map(repr, theirs))}); mixed datasets "
                                  f"must share the fields read (fields= reads fewer)")
             a, b = first[name], theirs[name]
-            if (a.dtype, tuple(a.shape), a.item_size > 0) != (b.dtype, tuple(b.shape), b.item_size > 0):
+            if _describe(a) != _describe(b):
                 raise ValueError(f"shardfeed: field {name!r} is {_describe(a)} in "
                                  f"{children[0].path} but {_describe(b)} in {child.path}")
     return tuple(names)
@@ -167,8 +167,9 @@ class MixedLoader(EpochControl):
         self._num_batches, self._counts = epoch_counts(self.weights,
                                                        [len(c) for c in self._children])
         if self._num_batches == 0:
+            per = [len(c) for c in self._children]
             raise ValueError("shardfeed: these datasets make no batch at these weights "
-                             f"(batches per epoch on this rank: {[len(c) for c in self._children]})")
+                             f"(batches per epoch on this rank: {per})")
         self._epoch = 0
         self._pos = 0
         self._resume = None

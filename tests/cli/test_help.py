@@ -1,6 +1,7 @@
 """CLI manners: 'shardfeed help CMD' and 'shardfeed CMD --help' give the same full help, with
 every option the command takes (read from its getopt table in cli/cmd_*.c) explained; usage
-errors say what is wrong in one line; the man page shardfeed(1) renders and is installed. By hand (after a build):
+errors say what is wrong in one line; the man page shardfeed(1) renders and is installed.
+By hand (after a build):
 
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_help.py -v
 """

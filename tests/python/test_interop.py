@@ -112,7 +112,8 @@ class DataLoaderAttributes(unittest.TestCase):
             loader(direct=True)
 
     def test_prefetch_1_is_refused_with_the_reason(self):
-        with self.assertRaisesRegex(ValueError, r"prefetch=1: must be at least 2 \(a for loop holds"):
+        with self.assertRaisesRegex(ValueError,
+                                    r"prefetch=1: must be at least 2 \(a for loop holds"):
             loader(prefetch=1)
         self.assertEqual(loader(prefetch=2).prefetch, 2)
 

@@ -9,7 +9,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import HAVE_TORCH, as_numpy, pack, remove, scratch, shardfeed, torch, write_samples  # noqa: E402
+from sfpytest import (HAVE_TORCH, as_numpy, pack, remove, scratch, shardfeed, torch,  # noqa: E402
+                      write_samples)
 
 NA, NB = 997, 613   # neither a multiple of the batch size
 B = 8
@@ -86,7 +87,8 @@ class Proportions(unittest.TestCase):
         self.assertEqual(tuple(x.shape), (B, 2))
         b = next(iter(mixed(output="torch")))
         self.assertIsInstance(b.sources, torch.Tensor)
-        dl = torch.utils.data.DataLoader(mixed(output="torch").as_iterable_dataset(), batch_size=None)
+        dl = torch.utils.data.DataLoader(mixed(output="torch").as_iterable_dataset(),
+                                         batch_size=None)
         self.assertEqual(sum(len(b["label"]) for b in dl), mixed().samples_per_epoch)
 
 
