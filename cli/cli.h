@@ -20,6 +20,19 @@ int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
+/* Help (cli/help.c: every command's text in one table). The overview of
+ * every command; one command's full help (-1 for an unknown command); the
+ * man page shardfeed(1), in roff, made of every command's help. */
+void cli_overview(FILE *f);
+int cli_help(FILE *f, const char *cmd);
+void cli_man(FILE *f);
+/* Prints "shardfeed CMD: <message> (see 'shardfeed help CMD')" on one line
+ * and returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* getopt_long returned 'h' or an error ('?', ':'): prints the help on stdout
+ * and returns EXIT_OK, or the usage line on stderr and returns EXIT_USAGE. */
+int cli_help_option(int c, const char *cmd);
+
 /* Prints "shardfeed CMD: <detail>" for a failed library call. */
 void cli_error(const char *cmd, int rc);
 /* The exit status of a command that failed with library code `rc` while

@@ -25,13 +25,6 @@
 #include "bench.h"
 #include "cli.h"
 
-#define BENCH_USAGE                                                                                \
-    "usage: shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"                          \
-    "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"      \
-    "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"        \
-    "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"                  \
-    "           [--consumer-sleep-us N] [--trace FILE]\n"
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -144,18 +137,6 @@ static const char *bench_option(bench_args *a, int c, const char *arg)
     return NULL;
 }
 
-static void bench_usage(FILE *f)
-{
-    fprintf(f, BENCH_USAGE "Reads every batch of every epoch through the reader (checksums on\n"
-                           "unless --no-verify) and reports samples/s, GB/s, CPU seconds and peak\n"
-                           "RSS, how the time split between waiting, I/O, checksums and device\n"
-                           "copies, and a verdict: io-bound, checksum-bound, copy-bound or\n"
-                           "consumer-bound (the rule: see README, \"Finding the bottleneck\").\n"
-                           "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
-                           "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
-                           "                         stages (ui.perfetto.dev; at most 65536 batches)\n");
-}
-
 /* bench_parse's result when the command line asks for a run. */
 #define BENCH_PARSED (-1)
 
@@ -177,20 +158,17 @@ static int bench_parse(bench_args *a, int argc, char **argv)
     a->o.batch_size = SF_READER_DEFAULT_BATCH;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == 'h' || c == '?') {
-            bench_usage(c == 'h' ? stdout : stderr);
-            return c == 'h' ? EXIT_OK : EXIT_USAGE;
-        }
+        if (c == 'h' || c == '?')
+            return cli_help_option(c, "bench");
         const char *bad = bench_option(a, c, optarg);
         if (bad) {
             fprintf(stderr, "shardfeed bench: %s\n", bad);
             return EXIT_USAGE;
         }
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, BENCH_USAGE);
-        return EXIT_USAGE;
-    }
+    if (optind + 1 != argc)
+        return cli_usage_error("bench", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
+                               argc - optind);
     a->dir = argv[optind];
     return BENCH_PARSED;
 }

@@ -4,23 +4,6 @@
 
 #include "cli.h"
 
-static void export_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: shardfeed export DATASET_DIR -o DIR [--npy]\n"
-            "\n"
-            "Writes every sample back in the layout the dataset was packed from:\n"
-            "  imagefolder  DIR/<class>/<file>, byte for byte\n"
-            "  tar          DIR/<key>.<field>: the members of the tar files\n"
-            "  list         DIR/<path> and DIR/list.csv (path and the other columns)\n"
-            "  npy          DIR/{field}_{key}.npy\n"
-            "Record checksums are checked. DIR must be new or empty; two samples that\n"
-            "would write the same name stop the export before anything is written.\n"
-            "\n"
-            "  -o, --output DIR   output directory (created if missing, else empty)\n"
-            "      --npy          write {field}_{key}.npy files whatever the layout\n");
-}
-
 int cmd_export(int argc, char **argv)
 {
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
@@ -34,15 +17,14 @@ int cmd_export(int argc, char **argv)
             out = optarg;
         else if (c == 'n')
             npy = 1;
-        else {
-            export_usage(c == 'h' ? stdout : stderr);
-            return c == 'h' ? EXIT_OK : EXIT_USAGE;
-        }
+        else
+            return cli_help_option(c, "export");
     }
-    if (optind + 1 != argc || !out) {
-        export_usage(stderr);
-        return EXIT_USAGE;
-    }
+    if (optind + 1 != argc)
+        return cli_usage_error("export", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
+                               argc - optind);
+    if (!out)
+        return cli_usage_error("export", "missing -o DIR (the folder to export to)");
     uint64_t n = 0;
     int rc = npy ? sf_export_npy(&n, argv[optind], out) : sf_export(&n, argv[optind], out);
     if (rc) {

@@ -128,15 +128,12 @@ int cmd_inspect(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 'J')
             json = 1;
-        else {
-            fprintf(c == 'h' ? stdout : stderr, "usage: shardfeed inspect DATASET_DIR [--json]\n");
-            return c == 'h' ? EXIT_OK : EXIT_USAGE;
-        }
+        else
+            return cli_help_option(c, "inspect");
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "usage: shardfeed inspect DATASET_DIR [--json]\n");
-        return EXIT_USAGE;
-    }
+    if (optind + 1 != argc)
+        return cli_usage_error("inspect", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
+                               argc - optind);
     sf_dataset *ds;
     int rc = sf_dataset_open(&ds, argv[optind]);
     if (rc)

@@ -7,39 +7,6 @@
 
 #include "cli.h"
 
-static void pack_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: shardfeed pack INPUT -o OUT_DIR [options]\n"
-            "\n"
-            "INPUT is one of (picked from what it is; --input-format overrides):\n"
-            "  npy          a directory of {field}_{key}.npy files (img_0.npy, label_0.npy, ...):\n"
-            "               files with the same key form one sample, in natural key order\n"
-            "  imagefolder  ROOT/<class>/<image>: each file's bytes as field 'image', 'label' the\n"
-            "               class index among the sorted class names (torchvision's ImageFolder)\n"
-            "  list         a .csv/.tsv/.txt list: path, label[, more columns]\n"
-            "  tar          a WebDataset .tar (or .tar.gz, ...), or a directory of them\n"
-            "\n"
-            "  -o, --output DIR          output dataset directory (created if missing)\n"
-            "  -j, --jobs N              worker threads (default: one per CPU)\n"
-            "      --input-format F      auto (default), npy, imagefolder, list or tar\n"
-            "      --compress F=zstd[:L] store field F as zstd frames (level L, default 3);\n"
-            "                            repeat or separate with commas for more fields\n"
-            "      --shard-size SIZE     target shard size, e.g. 256MiB, 1GiB (default 256MiB)\n"
-            "      --align N             record alignment, power of two <= 1MiB (default 4096)\n"
-            "      --part K/N            write only part K (0..N-1) of N, as a dataset of its own;\n"
-            "                            join the parts with 'shardfeed merge'. Under a launcher,\n"
-            "                            K/N come from SLURM_PROCID/SLURM_NTASKS,\n"
-            "                            OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE; '%%k' in\n"
-            "                            OUT_DIR is replaced by K\n"
-            "      --force               replace a shardfeed dataset already in OUT_DIR\n"
-            "  -q, --quiet               no progress bar and no summary\n"
-            "\n"
-            "Re-running the same command after an interruption keeps every finished shard\n"
-            "that is proven to hold this input's records (all of it is read again); on a\n"
-            "complete dataset of this input it writes nothing and says 'already complete'.\n");
-}
-
 typedef struct progress {
     double start;
 } progress;
@@ -189,14 +156,13 @@ int cmd_pack(int argc, char **argv)
             break;
         case 'f': opts.force = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': pack_usage(stdout); return EXIT_OK;
-        default: pack_usage(stderr); return EXIT_USAGE;
+        default: return cli_help_option(c, "pack");
         }
     }
-    if (optind + 1 != argc || !out) {
-        pack_usage(stderr);
-        return EXIT_USAGE;
-    }
+    if (optind + 1 != argc)
+        return cli_usage_error("pack", optind == argc ? "no INPUT given" : "one INPUT, not %d", argc - optind);
+    if (!out)
+        return cli_usage_error("pack", "missing -o OUT_DIR (the dataset folder to write)");
     if (compress[0])
         opts.compress = compress;
     const char *from = NULL;

@@ -53,22 +53,12 @@ int cmd_verify(int argc, char **argv)
             }
             vo.jobs = (unsigned)v;
             break;
-        default:
-            fprintf(c == 'h' ? stdout : stderr,
-                    "usage: shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]\n"
-                    "Checks the manifest, every shard header, index, footer, record checksum and\n"
-                    "padding byte. Record checksums cover the stored (compressed) bytes, so\n"
-                    "compressed values are not decompressed unless --decompress is given: then\n"
-                    "every zstd value is also decompressed and checked (size, one whole frame).\n"
-                    "Exit 0: intact; 2: corrupt (each problem printed with file, record and byte\n"
-                    "offset); 1: usage or environment error.\n");
-            return c == 'h' ? EXIT_OK : EXIT_USAGE;
+        default: return cli_help_option(c, "verify");
         }
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "usage: shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]\n");
-        return EXIT_USAGE;
-    }
+    if (optind + 1 != argc)
+        return cli_usage_error("verify", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
+                               argc - optind);
     o.dir = argv[optind];
     if (o.json)
         printf("{\"problems\":[");

@@ -4,33 +4,28 @@
 
 #include "cli.h"
 
-static void usage(FILE *f)
+/* help [COMMAND | --man]: --man prints the man page (built by docs/man.cmake). */
+static int help(int argc, char **argv)
 {
-    fprintf(f,
-            "usage: shardfeed COMMAND [ARGS]\n"
-            "\n"
-            "  pack INPUT -o OUT_DIR [-j N] [--input-format F] [--compress F=zstd] [--part K/N] ...\n"
-            "        pack .npy files, an ImageFolder tree, a list file or tar files into a\n"
-            "        dataset of checksummed shards\n"
-            "  merge PART_DIR... -o DATASET_DIR\n"
-            "        join the parts of a 'pack --part K/N' run into one dataset\n"
-            "  verify DATASET_DIR [-j N] [--json]\n"
-            "        check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error\n"
-            "  inspect DATASET_DIR [--json]\n"
-            "        show the schema, counts, shards and sizes\n"
-            "  export DATASET_DIR -o DIR [--npy]\n"
-            "        write every sample back in the layout it was packed from (or as .npy)\n"
-            "  bench DATASET_DIR [--batch-size N] [--epochs N] [--shuffle MODE] [--engine E] [--json]\n"
-            "        stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS\n"
-            "  version\n"
-            "\n"
-            "The format is described in SPEC.md; run 'shardfeed COMMAND --help' for details.\n");
+    if (argc < 2) {
+        cli_overview(stdout);
+        return EXIT_OK;
+    }
+    if (argc == 2 && strcmp(argv[1], "--man") == 0) {
+        cli_man(stdout);
+        return EXIT_OK;
+    }
+    if (argc == 2 && cli_help(stdout, argv[1]) == 0)
+        return EXIT_OK;
+    fprintf(stderr, "shardfeed help: no command '%s'\n\n", argv[1]);
+    cli_overview(stderr);
+    return EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        cli_overview(stderr);
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
@@ -52,11 +47,9 @@ int main(int argc, char **argv)
         printf("shardfeed %s (format %d.%d)\n", sf_version(), major, minor);
         return EXIT_OK;
     }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        usage(stdout);
-        return EXIT_OK;
-    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        return help(argc - 1, argv + 1);
     fprintf(stderr, "shardfeed: unknown command '%s'\n\n", cmd);
-    usage(stderr);
+    cli_overview(stderr);
     return EXIT_USAGE;
 }

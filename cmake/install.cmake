@@ -3,6 +3,7 @@
 #   PREFIX/include/shardfeed/*.h          the public headers
 #   PREFIX/bin/shardfeed                  the CLI
 #   PREFIX/lib/pkgconfig/shardfeed.pc     pkg-config --cflags --libs shardfeed
+#   PREFIX/share/man/man1/shardfeed.1     the man page (from the CLI's help texts)
 #   PREFIX/lib/cmake/shardfeed/           find_package(shardfeed): the targets
 #                                         shardfeed::shardfeed (shared) and
 #                                         shardfeed::shardfeed_static
@@ -45,3 +46,14 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/shardfeedConfig.cmake
 
 configure_file(cmake/shardfeed.pc.in ${CMAKE_CURRENT_BINARY_DIR}/shardfeed.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/shardfeed.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The man page shardfeed(1): generated from the CLI's help texts at build time
+# (docs/man.cmake runs 'shardfeed help --man'), installed in share/man/man1.
+set(SF_MAN_PAGE ${CMAKE_CURRENT_BINARY_DIR}/shardfeed.1)
+add_custom_command(OUTPUT ${SF_MAN_PAGE}
+  COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:shardfeed_cli> -DOUT=${SF_MAN_PAGE}
+          -P ${PROJECT_SOURCE_DIR}/docs/man.cmake
+  DEPENDS shardfeed_cli ${PROJECT_SOURCE_DIR}/docs/man.cmake
+  COMMENT "Generating the man page shardfeed.1" VERBATIM)
+add_custom_target(shardfeed_man ALL DEPENDS ${SF_MAN_PAGE})
+install(FILES ${SF_MAN_PAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)

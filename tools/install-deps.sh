@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a job needs, by group:
 #   build   compiler, CMake and the libraries shardfeed links
-#   python  the Python module's build (headers, DLPack) and numpy
+#   python  the Python module's build (headers, DLPack), numpy, and what
+#           `pip install --no-build-isolation .` needs offline (setuptools,
+#           wheel, pip, venv)
 #   demo    the quick start's data and training demo (torch, Fashion-MNIST)
-#   test    what the test suite uses besides (Criterion, torchvision, MPI, ...)
+#   test    what the test suite uses besides (Criterion, torchvision, MPI,
+#           python3-build for the wheel test, man-db for the man page's, ...)
 #   ci      the sanitizer, valgrind and fuzzing stages of .ci/run
 #   bench   the peers tools/bench/run measures (fio, h5py, lmdb, matplotlib)
 # Usage: tools/install-deps.sh GROUP...   (no group: every group)
@@ -11,9 +14,9 @@
 set -euo pipefail
 declare -A group=(
     [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev"
-    [python]="python3 python3-dev libdlpack-dev python3-numpy"
+    [python]="python3 python3-dev libdlpack-dev python3-numpy python3-setuptools python3-wheel python3-pip python3-venv"
     [demo]="python3-torch dataset-fashion-mnist"
-    [test]="libcriterion-dev python3-torch python3-torchvision dataset-fashion-mnist openmpi-bin bc"
+    [test]="libcriterion-dev python3-torch python3-torchvision dataset-fashion-mnist openmpi-bin bc python3-build man-db"
     [ci]="clang-14 libclang-rt-14-dev valgrind"
     [bench]="fio python3-h5py python3-lmdb python3-matplotlib"
 )

@@ -319,6 +319,20 @@ static int remove_file(const char *dir, const char *name)
     return 0;
 }
 
+/* What to call the foreign entry `name` of the folder open as `dfd` in a
+ * message: a folder is not a "file" to the person who has to move it. */
+static const char *entry_noun(int dfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return "file";
+    if (S_ISDIR(st.st_mode))
+        return "folder";
+    if (S_ISLNK(st.st_mode))
+        return "symlink";
+    return "file";
+}
+
 /* First pass: refuses what shardfeed did not write and learns what is there. */
 static int survey(DIR *d, const char *out, const pack_plan *plan, uint8_t *reuse, int *have_manifest,
                   char *other, size_t other_cap)
@@ -333,9 +347,9 @@ static int survey(DIR *d, const char *out, const pack_plan *plan, uint8_t *reuse
             return rc;
         if (f.kind == KIND_FOREIGN)
             return sf_fail(SF_E_EXISTS,
-                           "%s/%s: output directory holds a file shardfeed did not write; refusing to write "
+                           "%s/%s: output directory holds a %s shardfeed did not write; refusing to write "
                            "there (it is never removed, not even with the force option)",
-                           out, de->d_name);
+                           out, de->d_name, entry_noun(dirfd(d), de->d_name));
         if (f.kind == KIND_LOCK)
             continue;
         if (f.id != plan->dataset_id) {

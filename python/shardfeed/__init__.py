@@ -13,10 +13,19 @@ Reading batches
 Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
        world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
        output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-       block_size=0, window=0, direct="auto")
+       block_size=0, window=0, direct="auto", fields=None, weights=None)
 
 help(shardfeed.Loader) describes every parameter (below, under CLASSES).
 
+- DataLoader-shaped: ``Loader(path, 256, fields=("img", "label"))`` yields tuples
+  in that order (``for x, y in loader:``); ``loader.dataset`` (the Dataset),
+  ``batch_size``, ``drop_last`` and ``set_epoch`` are there as on a DataLoader
+  with a DistributedSampler; ``loader.as_iterable_dataset()`` is a
+  torch.utils.data.IterableDataset for frameworks that insist on
+  ``torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)``.
+- Mixing: ``Loader([path_a, path_b], 256, weights=[0.75, 0.25])`` interleaves
+  whole batches of several datasets in those proportions (Batch.sources says
+  which; see the weights parameter of help(shardfeed.Loader)).
 - Iterating yields one Batch per step: a dict from field name to a tensor whose
   first dimension is the batch (``[size, *shape]``; the last batch of an epoch
   may be shorter unless drop_last). A Batch also has ``.ids`` (the global
@@ -24,7 +33,9 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   sample's key, e.g. "17" for img_17.npy), ``.source_ids`` (the ids whose data
   the batch holds: equal to ids except where a corrupt sample was substituted),
   ``.epoch``, ``.index`` (batch number within the epoch), ``.size`` and
-  ``.substituted``. ids are a copy; the field tensors are not. What the tensors
+  ``.substituted``. ids are a copy; the field tensors are not. Iterating a Batch
+  raises TypeError (``x, y = batch`` would give field names): take fields by
+  name, or use fields=. What the tensors
   are (torch, numpy, DLPack; variable-length fields as lists or pairs) is the
   Loader's output and varlen.
 - Memory: the batches live in ``prefetch`` fixed slots allocated when the
@@ -48,7 +59,10 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   the same options makes its next iter() yield exactly the batches that were
   left in that epoch. A mismatching option raises ValueError naming it. rank is
   not checked: every rank is at the same position, so one rank's state
-  restores them all.
+  restores them all, also at another world_size or batch_size (elastic resume:
+  the same global batches continue when batch_size * world_size is unchanged;
+  otherwise fewer than one global batch of the epoch is seen again, none
+  skipped; see Loader.load_state_dict).
 - ``stats()``: bytes read, samples, batches, substitutions, time waited in the
   loader, I/O and checksum thread-seconds, and what the reader runs with
   (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first

@@ -26,13 +26,35 @@ def resolve_output(output, device):
 
 class Batch(dict):
     """One batch: a dict from field name to tensor (or array), plus
-    ids / source_ids (int64, a copy), epoch, index, size and substituted."""
+    ids / source_ids (int64, a copy), epoch, index, size, substituted and sources.
 
-    __slots__ = ("ids", "source_ids", "epoch", "index", "substituted")
+    Iterating a Batch raises TypeError: ``x, y = batch`` would otherwise give the
+    field *names*. Take fields by name (``batch["img"]``), use ``batch.keys()`` /
+    ``batch.items()``, or construct the Loader with ``fields=("img", "label")`` to get
+    tuples. dict(batch), ``{**batch}``, len() and ``in`` work as for a dict."""
+
+    __slots__ = ("ids", "source_ids", "epoch", "index", "substituted", "_sources")
 
     @property
     def size(self):
+        """Samples in the batch."""
         return len(self.ids)
+
+    @property
+    def sources(self):
+        """int64, one per sample: the index of the dataset each sample came from in the
+        Loader's list of paths (all 0 for a Loader of one dataset)."""
+        try:
+            return self._sources
+        except AttributeError:
+            return self.ids * 0  # zeros of the ids' kind (torch or numpy) and dtype
+
+    def __iter__(self):
+        """Raises TypeError: take the fields by name (see Batch)."""
+        raise TypeError("shardfeed: a Batch is a dict of fields: take them by name "
+                        "(batch['img']), iterate batch.keys() or batch.items(), or pass "
+                        "fields=('img', 'label') to the Loader to get tuples "
+                        "(for x, y in loader)")
 
     def __repr__(self):
         fields = ", ".join(f"{k}: {_describe(v)}" for k, v in self.items())

@@ -12,6 +12,8 @@ opaque variable-length data); shape (per sample; (0,) for variable length); stor
 0 for variable length); codec ("none" or "zstd": how values are stored; they are always
 handed out decompressed)."""
 Shard = namedtuple("Shard", "name first_sample num_samples file_size")
+Shard.__doc__ = """A shard of the dataset: name (its file name), first_sample (the global id of
+its first sample), num_samples, file_size (bytes)."""
 
 
 class Dataset:
@@ -32,14 +34,17 @@ class Dataset:
         self._key_index = None
 
     def __len__(self):
+        """Samples in the dataset."""
         return self._ds.num_samples()
 
     @property
     def shards(self):
+        """The shards, as Shard tuples in order."""
         return [Shard(*s) for s in self._ds.shards()]
 
     @property
     def align(self):
+        """The byte alignment of the records (pack --align)."""
         return self._ds.align()
 
     @property
@@ -55,9 +60,11 @@ class Dataset:
         return self._ds.source()
 
     def key(self, i):
+        """The key of sample `i` (e.g. "17" for img_17.npy)."""
         return self._ds.key(i)
 
     def keys(self):
+        """Every sample's key, in sample order."""
         return self._ds.keys()
 
     def index(self, key):
@@ -70,6 +77,8 @@ class Dataset:
             raise KeyError(f"shardfeed: no sample with key {key!r} in {self.path}") from None
 
     def get(self, i, verify=None):
+        """Sample `i` as {field: value} (copies; see Dataset); verify overrides the
+        Dataset's verify for this read."""
         import numpy as np
         check = self.verify if verify is None else bool(verify)
         out = {}
@@ -79,22 +88,27 @@ class Dataset:
         return out
 
     def __getitem__(self, i):
+        """ds[i] is get(i); ds[a:b] a list of samples."""
         if isinstance(i, slice):
             return [self.get(j) for j in range(*i.indices(len(self)))]
         return self.get(i)
 
     def __iter__(self):
+        """Every sample, in order."""
         for i in range(len(self)):
             yield self.get(i)
 
     def close(self):
+        """Releases the dataset's files."""
         self._ds.close()
 
     @property
     def closed(self):
+        """True after close()."""
         return self._ds.closed
 
     def __enter__(self):
+        """The Dataset itself; close() at the end of the with block."""
         return self
 
     def __exit__(self, *exc):

@@ -1,18 +1,15 @@
 """shardfeed.Loader: options, iteration over epochs, resume (state_dict), stats and traces."""
+import inspect
 import os
 
 from . import _device
 from . import _options as opt
+from . import _resume
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
+from ._dataset import Dataset
 from ._errors import error
 from ._shardfeed import Error
-
-_STATE_VERSION = 1
-# Options that decide which batches a position names: a state only fits a
-# Loader whose values are the same.
-_STATE_OPTIONS = ("batch_size", "shuffle", "seed", "drop_last", "world_size", "uneven",
-                  "block_size", "window", "num_batches", "samples_per_epoch")
 
 
 class _EpochIterator:
@@ -55,7 +52,9 @@ class _EpochIterator:
         loader._pos = b.index + 1
         batch = loader._convert(b)
         if loader._device is not None:
-            return _device.to_device(batch, loader._device)
+            batch = _device.to_device(batch, loader._device)
+        if loader.fields is not None:
+            return tuple(batch[name] for name in loader.fields)
         return batch
 
 
@@ -69,13 +68,42 @@ def _held_error(e, loader):
                  f"what you keep) or raise prefetch", e.code)
 
 
-def _plain(v):
-    """A state value that went through torch.save/json: ints, bools, strings."""
-    item = getattr(v, "item", None)
-    return item() if callable(item) else v
+class EpochControl:
+    """What every Loader has, of one dataset or a mix: the epoch and set_epoch, the position
+    load_state_dict sets (_seek), and use in a with block. Needs _epoch, _pos, _resume, _gen
+    and _check_open()."""
+
+    @property
+    def epoch(self):
+        """The epoch the next iter() runs."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
+        Right after load_state_dict(), set_epoch of the saved epoch keeps the saved
+        position, so the usual loop (set_epoch at the top of every epoch) resumes
+        mid-epoch instead of replaying it."""
+        self._check_open()
+        epoch = opt.uint("epoch", epoch, 0, opt.U64)
+        if self._resume is not None and epoch == self._epoch:
+            return
+        self._seek(epoch, 0)
+        self._resume = None
+
+    def _seek(self, epoch, batch):
+        """The next iter() runs `epoch` from `batch`; older iterators are retired."""
+        self._epoch, self._pos, self._resume = epoch, batch, batch
+        self._gen += 1
+
+    def __enter__(self):
+        """The Loader itself; close() at the end of the with block."""
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-class Loader:
+class Loader(EpochControl):
     """Streams batches of the shardfeed dataset in folder `path`: iterating yields one
     Batch per step (help(shardfeed): batches, their memory, epochs, resume). A bad
     argument raises ValueError or TypeError naming it; a dataset that cannot be read,
@@ -134,32 +162,64 @@ class Loader:
       shuffled together (0: 16 * block_size).
     - direct: "auto" (default; buffered in this version), "on" (O_DIRECT: cold reads
       that bypass the page cache; needs a dataset packed with --align 4096 and fields
-      whose byte size is a multiple of 4096, else Error saying why) or "off".
+      whose byte size is a multiple of 4096, else Error saying why) or "off"; True/False
+      mean on/off.
+    - fields: None (default) yields each batch as a Batch (a dict by field name); a
+      tuple of field names, e.g. ("img", "label"), yields a tuple of those fields'
+      tensors in that order, so that ``for x, y in loader:`` works as with a
+      DataLoader. A name the dataset lacks is a ValueError listing the fields it has.
+    - weights: mixing. With `path` a list of dataset folders, weights (one number > 0
+      per path; they need not sum to 1) are the proportions of batches taken from each.
+      Every batch comes whole from one dataset (zero-copy); Batch.sources (int64, one
+      per sample) is the index of its dataset in the list, Batch.ids its sample ids
+      there. An epoch is as many batches as the datasets give without any running past
+      its own epoch: the first to run out at its weight gives all its batches (or all
+      but one), the others a prefix of their epoch's order (a different one each
+      epoch). Which step takes which dataset is drawn from (seed, epoch): the same on
+      every run and rank. The fields read (fields=, else all of the first dataset's)
+      must be in every dataset with the same dtype and shape (else ValueError naming
+      the field). Such a Loader also has counts (batches per dataset per epoch) and
+      datasets; its state_dict() resumes at the same world size only. README "Mixing
+      datasets".
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
     trace_start(max_batches=0) / trace_write(path), close() (also as a context
-    manager), closed.
+    manager), closed; as DataLoader has them: dataset (the shardfeed.Dataset),
+    batch_size, drop_last; as_iterable_dataset() for frameworks that want a
+    torch.utils.data.DataLoader.
     """
 
     def __init__(self, path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
                  world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
                  output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-                 block_size=0, window=0, direct="auto"):
+                 block_size=0, window=0, direct="auto",
+                 # ---- DataLoader-shaped API (issue 17) ----
+                 fields=None,
+                 # ---- end DataLoader-shaped API ----
+                 # ---- mixing (issue 17) ----
+                 weights=None,
+                 # ---- end mixing ----
+                 ):
         self._reader = None
         self._final_stats = None
+        # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
+        if weights is not None:
+            raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "
+                             "of dataset folders, one weight each")
+        # ---- end mixing ----
         self.path = os.fspath(path)
         self.batch_size = opt.bounded("batch_size", batch_size, "reader.batch_size")
         self.shuffle = opt.choice("shuffle", opt.shuffle_name(shuffle), opt.SHUFFLE)
         self.seed = opt.seed64(seed)
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = opt.dist_defaults(rank, world_size)
-        self.prefetch = opt.bounded("prefetch", prefetch, "reader.prefetch")
+        self.prefetch = opt.prefetch_slots(prefetch)
         self.verify = bool(verify)
         self.on_corrupt = opt.choice("on_corrupt", on_corrupt, opt.ON_CORRUPT)
         self.uneven = opt.choice("uneven", uneven, opt.UNEVEN)
         self.engine = opt.choice("engine", engine, opt.ENGINE)
-        self.direct = opt.choice("direct", direct, opt.DIRECT)
+        self.direct = opt.choice("direct", opt.direct_name(direct), opt.DIRECT)
         self.io_threads = 0 if io_threads == 0 else opt.bounded("io_threads", io_threads, "reader.io_threads")
         self.block_size = opt.uint("block_size", block_size, 0, opt.U32)
         self.window = opt.uint("window", window, 0, opt.U32)
@@ -180,40 +240,63 @@ class Loader:
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
             window=self.window, io_threads=self.io_threads)
         self._num_batches = self._reader.num_batches()
+        # ---- DataLoader-shaped API (issue 17) ----
+        self._dataset = None
+        self._dataset_schema = None
+        self.fields = None if fields is None else opt.field_names(
+            fields, [f.name for f in self._schema()[0]])
+        # ---- end DataLoader-shaped API ----
         self._epoch = 0
         self._pos = 0        # next batch of the current epoch (what state_dict reports)
         self._resume = None  # where the next iter() starts, after load_state_dict()
         self._gen = 0        # bumped to retire older iterators
 
+    # ---- mixing (issue 17) ----
+    def __new__(cls, *args, **kwargs):
+        """A list or tuple of paths makes a Loader that mixes those datasets (_mix.py)."""
+        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+        if isinstance(bound.arguments.get("path"), (list, tuple)):
+            from ._mix import MixedLoader
+            kw = dict(bound.arguments)
+            del kw["self"]
+            return MixedLoader(**kw)
+        return super().__new__(cls)
+
+    # ---- end mixing ----
+
     # ---- iteration ----
     def __len__(self):
+        """Batches per epoch on this rank (the same on every rank)."""
         return self._num_batches
+
+    @property
+    def dataset(self):
+        """The shardfeed.Dataset read (len, [i], keys, fields), opened on first use."""
+        if self._dataset is None:
+            self._dataset = Dataset(self.path, verify=self.verify)
+        return self._dataset
+
+    def as_iterable_dataset(self):
+        """This Loader as a torch.utils.data.IterableDataset, for frameworks that insist on a
+        torch DataLoader (Lightning's and Hugging Face's Trainer): iterate it with
+        ``torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)`` (the batches are
+        already made; shardfeed reads with its own threads). It yields what the Loader
+        yields (tuples with fields=, else plain dicts of the fields: DataLoader rebuilds
+        mappings, so the Batch attributes do not survive it), has len() and
+        set_epoch(e), which sets the Loader's epoch."""
+        try:
+            from ._interop import LoaderDataset
+        except ImportError as e:
+            raise ImportError(f"shardfeed: as_iterable_dataset() needs torch: {e}") from None
+        return LoaderDataset(self)
 
     @property
     def samples_per_epoch(self):
         """Samples per epoch for this rank (padding included, drops excluded)."""
         return self._reader.samples_per_epoch()
 
-    @property
-    def epoch(self):
-        """The epoch the next iter() runs."""
-        return self._epoch
-
-    def set_epoch(self, epoch):
-        """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
-        Right after load_state_dict(), set_epoch of the saved epoch keeps the saved
-        position, so the usual loop (set_epoch at the top of every epoch) resumes
-        mid-epoch instead of replaying it."""
-        self._check_open()
-        epoch = opt.uint("epoch", epoch, 0, opt.U64)
-        if self._resume is not None and epoch == self._epoch:
-            return
-        self._epoch = epoch
-        self._pos = 0
-        self._resume = None
-        self._gen += 1
-
     def __iter__(self):
+        """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
         self._check_open()
         self._gen += 1
         start = self._resume if self._resume is not None else 0
@@ -228,39 +311,47 @@ class Loader:
         return {"batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
                 "drop_last": self.drop_last, "world_size": self.world_size,
                 "uneven": self.uneven, "block_size": self.block_size, "window": self.window,
-                "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch}
+                "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch,
+                "num_samples": self._num_samples()}
+
+    def _num_samples(self):
+        """The dataset's size (what a state is checked against)."""
+        return self._schema()[1]
+
+    def _schema(self):
+        """(fields, number of samples) of the dataset, found once: from loader.dataset if it
+        is open, else from a Dataset opened and closed at once (it holds a file descriptor
+        per shard, which a Loader need not keep)."""
+        if self._dataset_schema is None:
+            if self._dataset is not None:
+                self._dataset_schema = (self._dataset.fields, len(self._dataset))
+            else:
+                with Dataset(self.path, verify=False) as ds:
+                    self._dataset_schema = (ds.fields, len(ds))
+        return self._dataset_schema
 
     def state_dict(self):
-        """Where this Loader is: {"epoch", "next_batch", options...}. O(1)."""
+        """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...}. O(1).
+        Any rank's state restores every rank, also at another world size (see
+        load_state_dict)."""
         pos = self._resume if self._resume is not None else self._pos
-        s = {"version": _STATE_VERSION, "epoch": self._epoch, "next_batch": pos,
+        s = {"version": _resume.VERSION, "epoch": self._epoch, "next_batch": pos,
              "rank": self.rank}
         s.update(self._options())
         return s
 
     def load_state_dict(self, state):
-        """The next iter() continues from `state` (see state_dict)."""
+        """The next iter() continues from `state` (see state_dict). The options that decide
+        the order (shuffle, seed, drop_last, uneven, block_size, window, the dataset's size)
+        must be the same, else ValueError naming them. batch_size and world_size may differ
+        (elastic resume): with the same batch_size * world_size the same global batches
+        continue; otherwise it resumes at the global batch holding the first sample not yet
+        handed out, so fewer than batch_size * world_size samples of the interrupted epoch
+        are seen again and none is skipped (README "Elastic resume"). States saved by an
+        older shardfeed (version 1) load as before: same batch_size and world_size."""
         self._check_open()
-        if not isinstance(state, dict):
-            raise TypeError("shardfeed: load_state_dict() takes the dict state_dict() returned")
-        missing = [k for k in ("version", "epoch", "next_batch") + _STATE_OPTIONS if k not in state]
-        if missing:
-            raise ValueError(f"shardfeed: state_dict lacks {', '.join(missing)}: not a Loader state")
-        if state["version"] != _STATE_VERSION:
-            raise ValueError(f"shardfeed: state_dict version {state['version']!r}; this shardfeed "
-                             f"reads version {_STATE_VERSION}")
-        mine = self._options()
-        bad = [f"{k} is {state[k]!r} in the state but {mine[k]!r} here"
-               for k in _STATE_OPTIONS if _plain(state[k]) != mine[k]]
-        if bad:
-            raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "
-                             "give other batches): " + "; ".join(bad))
-        epoch = opt.uint("state epoch", _plain(state["epoch"]), 0, opt.U64)
-        nb = opt.uint("state next_batch", _plain(state["next_batch"]), 0, self._num_batches + 1)
-        self._epoch = epoch
-        self._pos = nb
-        self._resume = nb
-        self._gen += 1
+        epoch, nb = _resume.check(state, self._options())
+        self._seek(epoch, nb)
 
     # ---- the rest ----
     def stats(self):
@@ -290,6 +381,7 @@ class Loader:
 
     @property
     def closed(self):
+        """True after close()."""
         return self._reader is None or self._reader.closed
 
     def __del__(self):
@@ -302,14 +394,14 @@ class Loader:
         if self._reader is None or self._reader.closed:
             raise ValueError("shardfeed: the Loader is closed")
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def __repr__(self):
         return (f"shardfeed.Loader({self.path!r}, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle!r}, seed={self.seed}, rank={self.rank}, "
                 f"world_size={self.world_size}, device={self.device!r}, output={self.output!r}, "
                 f"epoch={self._epoch}, batches={self._num_batches})")
+
+
+# help(shardfeed.Loader) and inspect.signature show __init__'s parameters, not those of the
+# __new__ that picks a mixing Loader for a list of paths.
+Loader.__signature__ = inspect.signature(Loader.__init__).replace(
+    parameters=list(inspect.signature(Loader.__init__).parameters.values())[1:])

@@ -49,6 +49,46 @@ def shuffle_name(shuffle):
     return shuffle
 
 
+def direct_name(direct):
+    """True and False mean "on" and "off", as shuffle's do "global" and "none"."""
+    if direct is True or direct is False:
+        return "on" if direct else "off"
+    return direct
+
+
+def prefetch_slots(value):
+    """prefetch: within the library's bounds, and at least 2: a ``for`` loop holds the batch of
+    the previous step while it asks for the next, so one slot would fail on the second step."""
+    value = bounded("prefetch", value, "reader.prefetch")
+    if value < 2:
+        raise ValueError(f"shardfeed: prefetch={value}: must be at least 2 (a for loop holds the "
+                         f"previous batch while asking for the next, so a single slot is always "
+                         f"busy; prefetch counts read-ahead plus the batches you hold)")
+    return value
+
+
+def field_names(fields, schema):
+    """fields=: None, or a non-empty tuple of distinct names of the dataset's fields (`schema`,
+    the names in dataset order)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        raise TypeError(f"shardfeed: fields={fields!r}: a tuple of field names, e.g. "
+                        f"fields=({fields!r},) or fields=({', '.join(map(repr, schema))})")
+    names = tuple(fields)
+    if not names:
+        raise ValueError("shardfeed: fields=(): name at least one field")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"shardfeed: fields: {name!r} is not a field name (a str)")
+        if name not in schema:
+            raise ValueError(f"shardfeed: fields: no field {name!r} in the dataset (it has "
+                             f"{', '.join(map(repr, schema))})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"shardfeed: fields={names!r} names a field twice")
+    return names
+
+
 def uint(name, value, lo, hi):
     """`value`, an int (not a bool) in [lo, hi)."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -341,6 +341,18 @@ class OutputDirectory(Base):
             self.assertIn("precious.txt", p.stderr)
         self.assertEqual(open(os.path.join(self.out, "precious.txt")).read(), "keep me")
 
+    def test_a_foreign_folder_is_called_a_folder(self):
+        write_samples(self.inp, 3)
+        os.makedirs(os.path.join(self.out, "notes"))
+        for extra in ([], ["--force"]):
+            p = run("pack", self.inp, "-o", self.out, *extra, check=1)
+            self.assertIn("notes: output directory holds a folder shardfeed did not write", p.stderr)
+        os.symlink(self.inp, os.path.join(self.out, "link"))
+        os.rmdir(os.path.join(self.out, "notes"))
+        p = run("pack", self.inp, "-o", self.out, check=1)
+        self.assertIn("link: output directory holds a symlink shardfeed did not write", p.stderr)
+        self.assertEqual(os.listdir(self.out), ["link"])
+
     def test_files_named_like_shardfeeds_are_never_removed(self):
         """Only a file that carries a dataset_id (a header or manifest that
         decodes, a temporary named with one) is shardfeed's."""

@@ -50,6 +50,16 @@ def have_fashion():
     return os.path.exists(os.path.join(FASHION_DIR, "train-images-idx3-ubyte.gz"))
 
 
+def fashion_mlp():
+    """A small Fashion-MNIST classifier, seeded: Debian's torch uses the reference BLAS, so
+    keep it small (2x2 average pooling to 14x14, then a 196-64-10 MLP) and on one thread."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    return torch.nn.Sequential(
+        torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(14 * 14, 64),
+        torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
 def load_source(src, field, key):
     return np.load(os.path.join(src, f"{field}_{key}.npy"))
 

@@ -8,7 +8,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import HAVE_TORCH, have_fashion, make_fashion, pack, remove, scratch, shardfeed, torch  # noqa: E402
+from sfpytest import HAVE_TORCH, fashion_mlp, have_fashion, make_fashion, pack, remove, scratch, shardfeed, torch  # noqa: E402
 
 TRAIN, HELD_OUT = 10000, 2000
 EPOCHS = 3
@@ -34,13 +34,7 @@ class Train(unittest.TestCase):
         remove(TMP)
 
     def test_mlp_learns(self):
-        torch.manual_seed(0)
-        # Debian's torch uses the reference BLAS: keep the model small (2x2 average
-        # pooling to 14x14, then a 196-64-10 MLP) and on one thread.
-        torch.set_num_threads(1)
-        model = torch.nn.Sequential(
-            torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(14 * 14, 64),
-            torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        model = fashion_mlp()
         opt = torch.optim.Adam(model.parameters(), lr=2e-3)
         loss_fn = torch.nn.CrossEntropyLoss()
         loader = shardfeed.Loader(self.train, batch_size=128, shuffle="global", seed=1)

@@ -140,7 +140,7 @@ def bench_shardfeed(args, ds):
         loader.set_epoch(epoch)
         for b in loader:
             if fields is None:
-                fields = list(b)
+                fields = list(b.keys())
             yield [b[f] for f in fields]
 
     secs, n = time_epochs(args, batches, args.epochs)

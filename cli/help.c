@@ -1,0 +1,256 @@
+/* Every command's help, in one table: 'shardfeed help CMD', 'shardfeed CMD
+ * --help', the overview ('shardfeed help') and the man page (generated from
+ * 'shardfeed help --man' at build time: docs/man.cmake) all print these
+ * texts, so they cannot disagree. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct cli_command_help {
+    const char *name;
+    const char *synopsis; /* the usage line(s), without "usage: " */
+    const char *summary;  /* one line for the overview */
+    const char *text;     /* what it does and every option */
+} cli_command_help;
+
+static const cli_command_help HELP[] = {
+    {"pack", "shardfeed pack INPUT -o OUT_DIR [options]",
+     "pack .npy files, an ImageFolder tree, a list or tar files into checksummed shards",
+     "INPUT is one of (picked from what it is; --input-format overrides):\n"
+     "  npy          a directory of {field}_{key}.npy files (img_0.npy, label_0.npy, ...):\n"
+     "               files with the same key form one sample, in natural key order\n"
+     "  imagefolder  ROOT/<class>/<image>: each file's bytes as field 'image', 'label' the\n"
+     "               class index among the sorted class names (torchvision's ImageFolder)\n"
+     "  list         a .csv/.tsv/.txt list: path, label[, more columns]\n"
+     "  tar          a WebDataset .tar (or .tar.gz, ...), or a directory of them\n"
+     "\n"
+     "  -o, --output DIR           output dataset folder (created if missing); required\n"
+     "  -j, --jobs N               worker threads (default: one per CPU)\n"
+     "      --input-format F       auto (default), npy, imagefolder, list or tar\n"
+     "      --compress F=zstd[:L]  store field F as zstd frames (level L, default 3);\n"
+     "                             repeat or separate with commas for more fields\n"
+     "      --shard-size SIZE      target shard size, e.g. 256MiB, 1GiB (default 256MiB)\n"
+     "      --align N              record alignment, power of two <= 1MiB (default 4096)\n"
+     "      --part K/N             write only part K (0..N-1) of N, as a dataset of its own;\n"
+     "                             join the parts with 'shardfeed merge'. Under a launcher,\n"
+     "                             K/N come from SLURM_PROCID/SLURM_NTASKS,\n"
+     "                             OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE; '%k' in\n"
+     "                             OUT_DIR is replaced by K\n"
+     "      --force                replace a shardfeed dataset already in OUT_DIR\n"
+     "  -q, --quiet                no progress bar and no summary\n"
+     "  -h, --help                 this help\n"
+     "\n"
+     "Re-running the same command after an interruption keeps every finished shard\n"
+     "that is proven to hold this input's records (all of it is read again); on a\n"
+     "complete dataset of this input it writes nothing and says 'already complete'.\n"},
+    {"merge", "shardfeed merge PART_DIR... -o DATASET_DIR [--force] [--ignore-mtimes] [-q]",
+     "join the parts of a 'pack --part K/N' run into one dataset",
+     "Joins the parts written by 'shardfeed pack --part K/N' (all N of them, in any\n"
+     "order) into one dataset. Sample data is copied, not re-encoded: only each shard's\n"
+     "header and footer change, and the result is byte for byte what one 'pack' of the\n"
+     "whole input writes. Parts packed from different inputs are refused: each\n"
+     "part records its input's file names, sizes and modification times, and a\n"
+     "hash of the first value of every shard.\n"
+     "\n"
+     "  -o, --output DIR      the merged dataset (created if missing); required\n"
+     "      --force           replace a shardfeed dataset already in DIR\n"
+     "      --ignore-mtimes   merge parts whose input files' modification times differ\n"
+     "                        (an input copied to each machine without keeping times)\n"
+     "  -q, --quiet           no summary\n"
+     "  -h, --help            this help\n"},
+    {"verify", "shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]",
+     "check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error",
+     "Checks the manifest, every shard header, index, footer, record checksum and\n"
+     "padding byte, and prints each problem with its file, record and byte offset.\n"
+     "\n"
+     "  -j, --jobs N        shards checked at once (default: one per CPU)\n"
+     "      --decompress    also decompress every zstd value and check it (its size,\n"
+     "                      one whole frame); record checksums cover the stored\n"
+     "                      (compressed) bytes, so without it values stay compressed\n"
+     "      --json          one JSON object on stdout instead of text: problems (a\n"
+     "                      list), ok, shards, records, bytes, seconds (and error\n"
+     "                      when something stopped the check)\n"
+     "  -h, --help          this help\n"
+     "\n"
+     "Exit 0: intact; 2: corrupt; 1: usage or environment error (a missing folder,\n"
+     "a folder that is not a dataset, I/O).\n"},
+    {"inspect", "shardfeed inspect DATASET_DIR [--json]",
+     "show the schema, counts, shards and sizes",
+     "Prints the format version and record alignment, the number of samples and\n"
+     "shards, the input format it was packed from, the class names of an\n"
+     "ImageFolder dataset, the schema (each field's name, dtype, shape and size),\n"
+     "and every shard with its sample range and size. It does not check the\n"
+     "records: 'shardfeed verify' does.\n"
+     "\n"
+     "      --json          the same as one JSON object on stdout\n"
+     "  -h, --help          this help\n"},
+    {"export", "shardfeed export DATASET_DIR -o DIR [--npy]",
+     "write every sample back in the layout it was packed from (or as .npy)",
+     "Writes every sample back in the layout the dataset was packed from:\n"
+     "  imagefolder  DIR/<class>/<file>, byte for byte\n"
+     "  tar          DIR/<key>.<field>: the members of the tar files\n"
+     "  list         DIR/<path> and DIR/list.csv (path and the other columns)\n"
+     "  npy          DIR/{field}_{key}.npy\n"
+     "Record checksums are checked. DIR must be new or empty; two samples that\n"
+     "would write the same name stop the export before anything is written.\n"
+     "\n"
+     "  -o, --output DIR   output folder (created if missing, else empty); required\n"
+     "      --npy          write {field}_{key}.npy files whatever the layout\n"
+     "  -h, --help         this help\n"},
+    {"bench",
+     "shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"
+     "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"
+     "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"
+     "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"
+     "           [--consumer-sleep-us N] [--trace FILE]",
+     "stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS",
+     "Reads every batch of every epoch through the reader (checksums on unless\n"
+     "--no-verify) and reports samples/s, GB/s, CPU seconds and peak RSS, how the\n"
+     "time split between waiting, I/O, checksums and device copies, and a verdict:\n"
+     "io-bound, checksum-bound, copy-bound or consumer-bound (the rule: see README,\n"
+     "\"Finding the bottleneck\").\n"
+     "\n"
+     "  --batch-size N         samples per batch (default 32)\n"
+     "  --epochs N             epochs to read (default 1); each has its own order\n"
+     "  --shuffle MODE         none (dataset order), global (a full permutation per\n"
+     "                         epoch; the default) or block (runs of consecutive\n"
+     "                         samples shuffled within windows: near-sequential reads)\n"
+     "  --seed S               the order's seed (default 0)\n"
+     "  --engine E             auto (default: io_uring, or mmap for small records\n"
+     "                         already in the page cache), uring, pread or mmap\n"
+     "  --direct               O_DIRECT reads that bypass the page cache (a dataset\n"
+     "                         packed with --align 4096 and 4096-byte multiples)\n"
+     "  --no-verify            skip the records' checksums\n"
+     "  --prefetch K           batch slots: read-ahead plus the batch held (default 4)\n"
+     "  --threads N            I/O threads (default: chosen from the engine, the\n"
+     "                         record size and the CPU count)\n"
+     "  --queue-depth N        io_uring reads in flight per ring (default 32)\n"
+     "  --skip-corrupt         substitute the next intact sample for a corrupt one\n"
+     "                         instead of stopping (counted in the report)\n"
+     "  --device D             where batches are delivered: cpu (default), cuda or\n"
+     "                         cuda:N (copied to that GPU), host-copy (a copy thread\n"
+     "                         stands in for a GPU: for tests and machines without one)\n"
+     "  --json                 the report as one JSON object on stdout\n"
+     "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
+     "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
+     "                         stages (ui.perfetto.dev; at most 65536 batches)\n"
+     "  -h, --help             this help\n"},
+    {"version", "shardfeed version", "print the version of shardfeed and of its format",
+     "Prints 'shardfeed VERSION (format MAJOR.MINOR)'. Also: shardfeed --version.\n"},
+    {"help", "shardfeed help [COMMAND]", "this overview, or one command's full help",
+     "Without COMMAND: every command with a line on what it does. With COMMAND: its\n"
+     "full help, as 'shardfeed COMMAND --help' prints it.\n"},
+};
+
+#define HELP_COUNT (sizeof HELP / sizeof HELP[0])
+
+static const cli_command_help *find_help(const char *name)
+{
+    for (size_t i = 0; i < HELP_COUNT; i++)
+        if (strcmp(HELP[i].name, name) == 0)
+            return &HELP[i];
+    return NULL;
+}
+
+void cli_overview(FILE *f)
+{
+    fputs("usage: shardfeed COMMAND [ARGS]\n\n", f);
+    for (size_t i = 0; i < HELP_COUNT; i++)
+        fprintf(f, "  %-8s %s\n", HELP[i].name, HELP[i].summary);
+    fputs("\nThe format is described in SPEC.md; 'shardfeed help COMMAND' (or 'shardfeed\n"
+          "COMMAND --help') gives a command's full help; 'man shardfeed' all of them.\n",
+          f);
+}
+
+int cli_help(FILE *f, const char *cmd)
+{
+    const cli_command_help *h = find_help(cmd);
+    if (!h)
+        return -1;
+    fprintf(f, "usage: %s\n\n%s", h->synopsis, h->text);
+    return 0;
+}
+
+/* `s` as roff text: backslashes and hyphens escaped, and a line that starts
+ * with a control character ('.' or '\'') protected by \&. */
+static void roff_text(FILE *f, const char *s)
+{
+    int line_start = 1;
+    for (; *s; s++) {
+        if (line_start && (*s == '.' || *s == '\''))
+            fputs("\\&", f);
+        if (*s == '\\')
+            fputs("\\e", f);
+        else if (*s == '-')
+            fputs("\\-", f);
+        else
+            fputc(*s, f);
+        line_start = *s == '\n';
+    }
+    if (!line_start)
+        fputc('\n', f);
+}
+
+void cli_man(FILE *f)
+{
+    fprintf(f, ".TH SHARDFEED 1 \"\" \"shardfeed %s\" \"User Commands\"\n", sf_version());
+    fputs(".SH NAME\n"
+          "shardfeed \\- pack, check, inspect, export and stream datasets of checksummed shards\n"
+          ".SH SYNOPSIS\n"
+          ".B shardfeed\n"
+          ".I COMMAND\n"
+          "[ARGS]\n"
+          ".SH DESCRIPTION\n"
+          "shardfeed packs samples (.npy files, an ImageFolder tree, a list file or WebDataset\n"
+          "tar files) into a dataset of checksummed shards, checks, inspects and exports such\n"
+          "datasets, and measures how fast its reader streams them. The format is described\n"
+          "in SPEC.md; the C library (shardfeed/shardfeed.h, pkg\\-config shardfeed) and the\n"
+          "Python module (import shardfeed) read the batches.\n"
+          "Each section below is what\n"
+          ".B shardfeed help\n"
+          ".I COMMAND\n"
+          "prints.\n"
+          ".SH COMMANDS\n",
+          f);
+    for (size_t i = 0; i < HELP_COUNT; i++) {
+        fprintf(f, ".SS %s\n", HELP[i].name);
+        roff_text(f, HELP[i].summary);
+        fputs(".PP\n.nf\n", f);
+        roff_text(f, HELP[i].synopsis);
+        fputs("\n", f);
+        roff_text(f, HELP[i].text);
+        fputs(".fi\n", f);
+    }
+    fputs(".SH EXIT STATUS\n"
+          "The same for every command:\n"
+          ".TP\n0\nsuccess\n"
+          ".TP\n1\na usage or environment error (a missing folder, a folder that is not a\n"
+          "dataset, I/O, a bad option)\n"
+          ".TP\n2\na dataset's files break the format (corrupt or truncated)\n"
+          ".SH SEE ALSO\n"
+          "SPEC.md and README.md in the shardfeed sources; in Python, help(shardfeed).\n",
+          f);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "shardfeed %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'shardfeed help %s')\n", cmd);
+    return EXIT_USAGE;
+}
+
+int cli_help_option(int c, const char *cmd)
+{
+    if (c == 'h') {
+        cli_help(stdout, cmd);
+        return EXIT_OK;
+    }
+    /* getopt_long has said which option was wrong */
+    fprintf(stderr, "usage: %s\n(see 'shardfeed help %s')\n", find_help(cmd)->synopsis, cmd);
+    return EXIT_USAGE;
+}

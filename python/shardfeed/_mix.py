@@ -1,0 +1,292 @@
+"""Mixing datasets: Loader([path_a, path_b, ...], batch_size, weights=[...]).
+
+Each dataset is read by a Loader of its own (its own C reader, zero-copy batches); the mix
+interleaves their *batches*: every batch comes whole from one dataset, and Batch.sources says
+which (the index into the list of paths, one per sample). Mixing whole batches keeps batches
+zero-copy; mixing samples inside a batch would copy every sample into a new buffer.
+
+An epoch is T batches, where T is as large as it can be without any dataset giving more than
+its own epoch: T = min over datasets of floor(batches_i / w_i) (w normalized to sum 1), and
+dataset i gives c_i of them: w_i * T rounded by largest remainder (so sum c_i = T and
+|c_i - w_i T| < 1). The dataset that runs out first at its weight gives all its batches (or
+all but one: T is whole); the others give the first c_i batches of their own epoch order,
+which changes every epoch. Which of the T
+steps takes which dataset is a permutation of that multiset drawn from (seed, epoch): the same
+on every run and every rank, so every rank gets T batches and, at each step, batches of the
+same dataset."""
+import os
+from fractions import Fraction
+
+from . import _options as opt
+from . import _resume
+from . import _shardfeed as _C
+from ._errors import error
+from ._loader import EpochControl, Loader
+
+_MASK = 2 ** 64 - 1
+
+
+def _splitmix64(x):
+    """(next state, output) of splitmix64 (the generator the C sampler seeds with)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    z = x
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x, z ^ (z >> 31)
+
+
+def schedule(counts, seed, epoch):
+    """The epoch's steps: dataset i appears counts[i] times, in an order drawn from (seed,
+    epoch) by a Fisher-Yates shuffle (Python-version independent: no `random`)."""
+    steps = [i for i, c in enumerate(counts) for _ in range(c)]
+    x, _ = _splitmix64(seed)
+    x ^= epoch & _MASK
+    for k in range(len(steps) - 1, 0, -1):
+        x, r = _splitmix64(x)
+        j = (r * (k + 1)) >> 64  # uniform in [0, k] up to 2**-64 bias
+        steps[k], steps[j] = steps[j], steps[k]
+    return steps
+
+
+def epoch_counts(weights, batches):
+    """(T, counts): the batches per epoch and how many come from each dataset (see above)."""
+    w = [Fraction(x) for x in weights]
+    total = sum(w)
+    w = [x / total for x in w]
+    T = min(int(nb / wi) for nb, wi in zip(batches, w))
+    exact = [wi * T for wi in w]
+    counts = [int(e) for e in exact]
+    by_remainder = sorted(range(len(w)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_remainder[:T - sum(counts)]:
+        counts[i] += 1
+    assert all(c <= nb for c, nb in zip(counts, batches)) and sum(counts) == T
+    return T, counts
+
+
+def check_weights(weights, n):
+    if weights is None:
+        raise ValueError("shardfeed: mixing several datasets needs weights=[...], one per path "
+                         "(e.g. weights=[0.75, 0.25])")
+    weights = list(weights)
+    if len(weights) != n:
+        raise ValueError(f"shardfeed: weights has {len(weights)} values for {n} paths")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
+            raise ValueError(f"shardfeed: weights={weights!r}: each must be a number > 0")
+    return weights
+
+
+def _describe(f):
+    return f"{f.dtype}{list(f.shape)}" if f.item_size else f"{f.dtype} of variable length"
+
+
+def check_fields(children, fields):
+    """The field names every batch will have: `fields`, or all of the first dataset's; each
+    must be in every dataset with the same dtype and shape (how it is stored may differ)."""
+    first = {f.name: f for f in children[0]._schema()[0]}
+    names = fields if fields is not None else tuple(first)
+    for child in children[1:]:
+        theirs = {f.name: f for f in child._schema()[0]}
+        for name in names:
+            if name not in theirs:
+                raise ValueError(f"shardfeed: field {name!r} is read but {child.path} has no such "
+                                 f"field (it has {', '.join(map(repr, theirs))}); mixed datasets "
+                                 f"must share the fields read (fields= reads fewer)")
+            a, b = first[name], theirs[name]
+            if _describe(a) != _describe(b):
+                raise ValueError(f"shardfeed: field {name!r} is {_describe(a)} in "
+                                 f"{children[0].path} but {_describe(b)} in {child.path}")
+    return tuple(names)
+
+
+class _MixIterator:
+    """Iterator over the rest of one epoch of a mixing Loader."""
+
+    __slots__ = ("_loader", "_gen", "_steps", "_iters", "_done")
+
+    def __init__(self, loader, gen, steps, iters):
+        self._loader, self._gen, self._steps, self._iters = loader, gen, steps, iters
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return 0 if self._done else max(0, len(self._steps) - self._loader._pos)
+
+    def __next__(self):
+        loader = self._loader
+        if self._done:
+            raise StopIteration
+        if loader._gen != self._gen:
+            self._done = True
+            raise RuntimeError("shardfeed: this iterator was replaced: a newer iter(loader), "
+                               "set_epoch(), load_state_dict() or close() came after it")
+        pos = loader._pos
+        if pos >= len(self._steps):
+            self._done = True
+            loader._epoch += 1
+            loader._pos = 0
+            raise StopIteration
+        i = self._steps[pos]
+        batch = next(self._iters[i])  # never exhausted: counts[i] <= its batches
+        for name in [k for k in batch.keys() if k not in loader._read]:
+            del batch[name]
+        batch.index = pos
+        batch._sources = batch.ids * 0 + i
+        loader._pos = pos + 1
+        if loader.fields is not None:
+            return tuple(batch[name] for name in loader.fields)
+        return batch
+
+
+class MixedLoader(EpochControl):
+    """Loader([path, ...], batch_size, weights=[...], ...): see help(shardfeed.Loader),
+    parameter weights, and _mix's module docstring."""
+
+    def __init__(self, path, batch_size, weights=None, fields=None, seed=0, **options):
+        self._children = []
+        self.paths = [os.fspath(p) for p in path]
+        if not self.paths:
+            raise ValueError("shardfeed: path=[]: give at least one dataset")
+        self.weights = check_weights(weights, len(self.paths))
+        self.seed = opt.seed64(seed)
+        # Each dataset's order gets a seed of its own (equal datasets would otherwise be
+        # read in the same order): seed_i = splitmix64 of (seed + i).
+        for i, p in enumerate(self.paths):
+            child_seed = _splitmix64((self.seed + i) & _MASK)[1]
+            self._children.append(Loader(p, batch_size, seed=child_seed, **options))
+        first = self._children[0]
+        self.fields = None if fields is None else opt.field_names(
+            fields, [f.name for f in first._schema()[0]])
+        self._read = check_fields(self._children, self.fields)
+        for name in ("batch_size", "shuffle", "drop_last", "rank", "world_size", "prefetch",
+                     "verify", "on_corrupt", "uneven", "engine", "direct", "io_threads",
+                     "block_size", "window", "output", "varlen", "device"):
+            setattr(self, name, getattr(first, name))
+        self._num_batches, self._counts = epoch_counts(self.weights,
+                                                       [len(c) for c in self._children])
+        if self._num_batches == 0:
+            per = [len(c) for c in self._children]
+            raise ValueError("shardfeed: these datasets make no batch at these weights "
+                             f"(batches per epoch on this rank: {per})")
+        self._epoch = 0
+        self._pos = 0
+        self._resume = None
+        self._gen = 0
+
+    # ---- iteration ----
+    def __len__(self):
+        """Batches per epoch on this rank (the same on every rank)."""
+        return self._num_batches
+
+    @property
+    def counts(self):
+        """Batches per epoch taken from each dataset, in the order of the paths."""
+        return list(self._counts)
+
+    @property
+    def samples_per_epoch(self):
+        """Samples per epoch for this rank."""
+        total = 0
+        for child, c in zip(self._children, self._counts):
+            total += child.samples_per_epoch if c == len(child) else c * self.batch_size
+        return total
+
+    @property
+    def datasets(self):
+        """The shardfeed.Dataset of each path."""
+        return [c.dataset for c in self._children]
+
+    def __iter__(self):
+        """An iterator over the rest of the current epoch."""
+        self._check_open()
+        self._gen += 1
+        start = self._resume if self._resume is not None else 0
+        self._resume = None
+        steps = schedule(self._counts, self.seed, self._epoch)
+        for i, child in enumerate(self._children):
+            child._seek(self._epoch, steps[:start].count(i))
+        iters = [iter(c) for c in self._children]
+        self._pos = start
+        return _MixIterator(self, self._gen, steps, iters)
+
+    def as_iterable_dataset(self):
+        """As Loader.as_iterable_dataset."""
+        from ._interop import LoaderDataset
+        return LoaderDataset(self)
+
+    # ---- resume ----
+    def state_dict(self):
+        """{"version", "mix", "epoch", "next_batch", "weights", "datasets": [each dataset's
+        order options], batch_size, world_size, num_batches}. O(number of datasets)."""
+        pos = self._resume if self._resume is not None else self._pos
+        return {"version": _resume.VERSION, "mix": True, "epoch": self._epoch,
+                "next_batch": pos, "rank": self.rank, "batch_size": self.batch_size,
+                "world_size": self.world_size, "num_batches": self._num_batches,
+                "weights": list(self.weights),
+                "datasets": [c._options() for c in self._children]}
+
+    def load_state_dict(self, state):
+        """The next iter() continues from `state`. Everything that decides the batches must
+        be the same (weights, each dataset's order options, batch_size, world_size):
+        mixing resumes at the world size it was saved at."""
+        self._check_open()
+        if not isinstance(state, dict) or not state.get("mix"):
+            raise ValueError("shardfeed: not the state of a mixing Loader (a Loader of several "
+                             "datasets restores only a state it saved)")
+        mine = self.state_dict()
+        bad = _resume.mismatches(state, mine, ("batch_size", "world_size", "num_batches"))
+        if [_resume.plain(w) for w in state.get("weights", [])] != mine["weights"]:
+            bad.append(f"weights are {state.get('weights')!r} in the state but "
+                       f"{mine['weights']!r} here")
+        theirs = state.get("datasets", [])
+        if len(theirs) != len(mine["datasets"]):
+            bad.append(f"{len(theirs)} datasets in the state but {len(mine['datasets'])} here")
+        else:
+            for i, (t, m) in enumerate(zip(theirs, mine["datasets"])):
+                bad += [f"dataset {i}: {b}" for b in
+                        _resume.mismatches(t, m, _resume.ORDER_OPTIONS)]
+        if bad:
+            raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "
+                             "give other batches): " + "; ".join(bad))
+        epoch = opt.uint("state epoch", _resume.plain(state["epoch"]), 0, opt.U64)
+        nb = opt.uint("state next_batch", _resume.plain(state["next_batch"]), 0,
+                      self._num_batches + 1)
+        self._seek(epoch, nb)
+
+    # ---- the rest ----
+    def stats(self):
+        """{"datasets": [each dataset's Loader.stats()]}."""
+        return {"datasets": [c.stats() for c in self._children]}
+
+    def trace_start(self, max_batches=0):
+        """Not for a mix (shardfeed.Error E_UNSUPPORTED): trace a Loader of one dataset."""
+        raise error("shardfeed: traces are per dataset: trace a Loader of one of the paths",
+                    _C.E_UNSUPPORTED)
+
+    def trace_write(self, path):
+        """Not for a mix: see trace_start."""
+        self.trace_start()
+
+    def close(self):
+        """Closes every dataset's Loader (batches still alive stay valid)."""
+        for c in self._children:
+            c.close()
+        self._gen += 1
+
+    @property
+    def closed(self):
+        """True after close()."""
+        return any(c.closed for c in self._children)
+
+    def _check_open(self):
+        if self.closed:
+            raise ValueError("shardfeed: the Loader is closed")
+
+    def __repr__(self):
+        return (f"shardfeed.Loader({self.paths!r}, batch_size={self.batch_size}, "
+                f"weights={self.weights!r}, seed={self.seed}, rank={self.rank}, "
+                f"world_size={self.world_size}, epoch={self._epoch}, "
+                f"batches={self._num_batches} {self._counts})")
+

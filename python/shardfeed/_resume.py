@@ -1,0 +1,93 @@
+"""Loader states (state_dict / load_state_dict): what a state holds, which Loader it fits, and
+where in the epoch a Loader resumes, also at another world size (elastic resume).
+
+The epoch's order S (a permutation of the n samples) depends only on (seed, epoch, shuffle,
+block_size, window, n), never on batch_size or world_size; batches are cut from S with the
+global batch G = batch_size * world_size (lib/reader/sampler.h). So a state is a position in S:
+after next_batch batches, the first next_batch * G positions of S have been handed out (for
+batches before the epoch's last, partial one). A Loader with another G resumes there:
+
+- G unchanged (e.g. 2 ranks of 64 -> 4 ranks of 32): next_batch is the same, and the same global
+  batches continue: nothing seen again, nothing skipped.
+- G changed: the new Loader resumes at the start of the global batch that holds position
+  P = next_batch * G_old, i.e. batch floor(P / G_new). The samples at positions
+  [floor(P / G_new) * G_new, P) (fewer than G_new) are seen again; none is skipped. A state
+  saved after the epoch's last batch resumes at the end of the epoch.
+
+Version 1 states (before elastic resume) load as before: only into a Loader with the same
+batch_size and world_size."""
+
+VERSION = 2
+# Options that decide the order S and its tail: a state fits only a Loader with the same.
+ORDER_OPTIONS = ("shuffle", "seed", "drop_last", "uneven", "block_size", "window", "num_samples")
+# What a version 1 state was matched on (all of it, batch_size and world_size included).
+V1_OPTIONS = ("batch_size", "shuffle", "seed", "drop_last", "world_size", "uneven",
+              "block_size", "window", "num_batches", "samples_per_epoch")
+
+
+def plain(v):
+    """A state value that went through torch.save/json: ints, bools, strings."""
+    item = getattr(v, "item", None)
+    return item() if callable(item) else v
+
+
+def _check_int(name, v, hi):
+    v = plain(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
+        raise ValueError(f"shardfeed: state_dict {name}={v!r} is not an int in [0, {hi})")
+    return v
+
+
+def mismatches(state, mine, names):
+    """The "NAME is X in the state but Y here" list for options that differ."""
+    return [f"{k} is {state[k]!r} in the state but {mine[k]!r} here"
+            for k in names if plain(state[k]) != mine[k]]
+
+
+def resume_batch(state, mine):
+    """The batch of this Loader's epoch at which `state` (a version 2 state, checked) resumes.
+    `mine`: this Loader's options (batch_size, world_size, num_batches, num_samples)."""
+    g_old = plain(state["batch_size"]) * plain(state["world_size"])
+    g_new = mine["batch_size"] * mine["world_size"]
+    nb = plain(state["next_batch"])
+    if g_old == g_new:
+        return min(nb, mine["num_batches"])
+    if nb >= plain(state["num_batches"]) or nb * g_old >= mine["num_samples"]:
+        return mine["num_batches"]  # the epoch was over
+    return min(nb * g_old // g_new, mine["num_batches"])
+
+
+def check(state, mine, what="Loader"):
+    """(epoch, next_batch) at which a Loader with options `mine` resumes `state`; ValueError
+    naming what does not fit (TypeError for something that is not a state dict)."""
+    if not isinstance(state, dict):
+        raise TypeError("shardfeed: load_state_dict() takes the dict state_dict() returned")
+    if state.get("mix"):
+        raise ValueError(f"shardfeed: the state of a Loader that mixes datasets: it restores "
+                         f"only a Loader of the same datasets and weights, not a {what} of one")
+    if "version" not in state:
+        raise ValueError(f"shardfeed: state_dict lacks version: not a {what} state")
+    version = plain(state["version"])
+    if version not in (1, VERSION):
+        raise ValueError(f"shardfeed: state_dict version {state.get('version')!r}; this shardfeed "
+                         f"reads versions 1 and {VERSION}")
+    base = ("version", "epoch", "next_batch")
+    needed = base + (V1_OPTIONS if version == 1 else
+                     ORDER_OPTIONS + ("batch_size", "world_size", "num_batches"))
+    missing = [k for k in needed if k not in state]
+    if missing:
+        raise ValueError(f"shardfeed: state_dict lacks {', '.join(missing)}: not a {what} state")
+    bad = mismatches(state, mine, V1_OPTIONS if version == 1 else ORDER_OPTIONS)
+    if bad:
+        raise ValueError(f"shardfeed: state_dict does not match this {what} (resuming would "
+                         "give other batches): " + "; ".join(bad))
+    epoch = _check_int("epoch", state["epoch"], 2 ** 64)
+    _check_int("batch_size", state["batch_size"], 2 ** 32)
+    _check_int("world_size", state["world_size"], 2 ** 32)
+    total = _check_int("num_batches", state["num_batches"], 2 ** 64)
+    nb = _check_int("next_batch", state["next_batch"], total + 1)
+    if version == 1:
+        return epoch, min(nb, mine["num_batches"])
+    if plain(state["batch_size"]) < 1 or plain(state["world_size"]) < 1:
+        raise ValueError("shardfeed: state_dict batch_size and world_size must be >= 1")
+    return epoch, resume_batch(state, mine)

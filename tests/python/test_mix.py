@@ -1,0 +1,182 @@
+"""Mixing datasets: Loader([a, b], batch_size, weights=[...]): the proportions over an epoch,
+the values and Batch.sources, determinism by (seed, epoch), the same steps on every rank,
+resume, and the errors (fields that differ, bad weights, states of the other kind). See
+sfpytest.py for how to run it by hand."""
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sfpytest import (HAVE_TORCH, as_numpy, pack, remove, scratch, shardfeed, torch,  # noqa: E402
+                      write_samples)
+
+NA, NB = 997, 613   # neither a multiple of the batch size
+B = 8
+TMP = A = BB = None
+
+
+def setUpModule():
+    global TMP, A, BB
+    TMP = scratch("mix-")
+    write_samples(os.path.join(TMP, "a-npy"), NA, shape=(2,), label=lambda i: i)
+    write_samples(os.path.join(TMP, "b-npy"), NB, shape=(2,), seed=1, label=lambda i: 10000 + i)
+    A = pack(os.path.join(TMP, "a-npy"), os.path.join(TMP, "a"), "--align", "64")
+    BB = pack(os.path.join(TMP, "b-npy"), os.path.join(TMP, "b"), "--align", "64")
+
+
+def tearDownModule():
+    remove(TMP)
+
+
+def mixed(weights=(0.75, 0.25), **kw):
+    kw.setdefault("output", "numpy")
+    return shardfeed.Loader([A, BB], kw.pop("batch_size", B), weights=list(weights), **kw)
+
+
+def steps(ld):
+    """(source, ids) of every batch of one epoch."""
+    out = []
+    for b in ld:
+        src = as_numpy(b.sources).tolist()
+        out.append((src[0], as_numpy(b.ids).tolist()))
+    return out
+
+
+class Proportions(unittest.TestCase):
+    def test_counts_within_one_percent_of_the_weights(self):
+        for weights in ((0.75, 0.25), (3, 1), (0.5, 0.5), (0.1, 0.9)):
+            with self.subTest(weights=weights):
+                ld = mixed(weights)
+                per = [0, 0]
+                for b in ld:
+                    src = as_numpy(b.sources)
+                    self.assertEqual(src.dtype, np.int64)
+                    self.assertEqual(len(set(src.tolist())), 1)  # a batch comes from one dataset
+                    per[int(src[0])] += b.size
+                share = per[0] / sum(per)
+                want = weights[0] / sum(weights)
+                self.assertLess(abs(share - want), 0.01, (per, weights))
+                self.assertEqual(sum(per), ld.samples_per_epoch)
+                # the dataset that runs out first at its weight gives all its batches, or all
+                # but one; none gives more than its epoch
+                whole = [(NA + B - 1) // B, (NB + B - 1) // B]
+                self.assertTrue(any(c >= w - 1 for c, w in zip(ld.counts, whole)), ld.counts)
+                self.assertTrue(all(c <= w for c, w in zip(ld.counts, whole)), ld.counts)
+                self.assertEqual(sum(ld.counts), len(ld))
+
+    def test_values_come_from_the_source_dataset(self):
+        ds = [shardfeed.open(A), shardfeed.open(BB)]
+        seen, count = [set(), set()], [0, 0]
+        for b in mixed():
+            src = int(as_numpy(b.sources)[0])
+            for j, i in enumerate(as_numpy(b.ids).tolist()):
+                self.assertEqual(int(as_numpy(b["label"])[j]), int(ds[src][i]["label"]))
+                np.testing.assert_array_equal(as_numpy(b["img"])[j], ds[src][i]["img"])
+                seen[src].add(i)
+                count[src] += 1
+        # no sample twice within an epoch of a dataset (no padding at world size 1)
+        self.assertEqual([len(s) for s in seen], count)
+        self.assertEqual(count[0], NA)  # the dataset that runs out first at 0.75
+
+    @unittest.skipUnless(HAVE_TORCH, "torch not importable")
+    def test_torch_sources_and_fields_tuples(self):
+        ld = mixed(output="torch", fields=("label", "img"))
+        y, x = next(iter(ld))
+        self.assertEqual(tuple(x.shape), (B, 2))
+        b = next(iter(mixed(output="torch")))
+        self.assertIsInstance(b.sources, torch.Tensor)
+        dl = torch.utils.data.DataLoader(mixed(output="torch").as_iterable_dataset(),
+                                         batch_size=None)
+        self.assertEqual(sum(len(b["label"]) for b in dl), mixed().samples_per_epoch)
+
+
+class Order(unittest.TestCase):
+    def test_deterministic_by_seed_and_epoch(self):
+        first = steps(mixed(seed=3))
+        self.assertEqual(steps(mixed(seed=3)), first)
+        self.assertNotEqual(steps(mixed(seed=4)), first)
+        ld = mixed(seed=3)
+        ld.set_epoch(1)
+        e1 = steps(ld)
+        self.assertNotEqual([s for s, _ in e1], [s for s, _ in first])
+        again = mixed(seed=3)
+        steps(again)  # epoch 0, then iter() advances to epoch 1
+        self.assertEqual(steps(again), e1)
+
+    def test_every_rank_gets_the_same_steps(self):
+        for world in (2, 3):
+            with self.subTest(world=world):
+                ranks = [steps(mixed(rank=r, world_size=world, seed=5)) for r in range(world)]
+                self.assertEqual(len({len(r) for r in ranks}), 1)
+                for k in range(len(ranks[0])):
+                    self.assertEqual(len({r[k][0] for r in ranks}), 1, f"step {k}")
+                    ids = [i for r in ranks for i in r[k][1]]
+                    self.assertEqual(len(ids), len(set(ids)), f"step {k}: ranks overlap")
+
+
+class Resume(unittest.TestCase):
+    def test_state_dict_resumes_exactly(self):
+        full = steps(mixed(seed=2))
+        for k in (0, 1, 37, len(full)):
+            ld = mixed(seed=2)
+            it = iter(ld)
+            for _ in range(k):
+                next(it)
+            state = ld.state_dict()
+            new = mixed(seed=2)
+            new.load_state_dict(state)
+            self.assertEqual(steps(new), full[k:], f"after {k} batches")
+            ref = mixed(seed=2)
+            ref.set_epoch(1)
+            self.assertEqual(steps(new), steps(ref))
+
+    def test_states_of_the_other_kind_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "weights are"):
+            mixed((0.5, 0.5)).load_state_dict(mixed().state_dict())
+        with self.assertRaisesRegex(ValueError, "dataset 0: seed"):
+            mixed(seed=1).load_state_dict(mixed(seed=2).state_dict())
+        plain = shardfeed.Loader(A, B, output="numpy")
+        with self.assertRaisesRegex(ValueError, "mixes datasets"):
+            plain.load_state_dict(mixed().state_dict())
+        with self.assertRaisesRegex(ValueError, "not the state of a mixing Loader"):
+            mixed().load_state_dict(plain.state_dict())
+
+
+class Errors(unittest.TestCase):
+    def test_fields_must_match(self):
+        other = os.path.join(TMP, "c-npy")
+        write_samples(other, 20, shape=(3,))
+        c = pack(other, os.path.join(TMP, "c"))
+        with self.assertRaisesRegex(ValueError, r"field 'img' is float32\[2\] in .*a but "
+                                                r"float32\[3\] in .*c$"):
+            shardfeed.Loader([A, c], B, weights=[1, 1])
+        nolabel = os.path.join(TMP, "d-npy")
+        write_samples(nolabel, 20, shape=(2,))
+        for f in os.listdir(nolabel):
+            if f.startswith("label_"):
+                os.remove(os.path.join(nolabel, f))
+        d = pack(nolabel, os.path.join(TMP, "d"))
+        with self.assertRaisesRegex(ValueError, "field 'label' is read but .*d has no such field"):
+            shardfeed.Loader([A, d], B, weights=[1, 1])
+        # reading only the shared field works
+        ld = shardfeed.Loader([A, d], B, weights=[1, 1], fields=("img",), output="numpy")
+        self.assertEqual(len(next(iter(ld))), 1)
+        # a dataset's extra fields are left out, so every batch has the same keys
+        ld = shardfeed.Loader([d, A], B, weights=[1, 1], output="numpy")
+        self.assertEqual({tuple(sorted(b.keys())) for b in ld}, {("img",)})
+
+    def test_bad_weights(self):
+        with self.assertRaisesRegex(ValueError, "needs weights"):
+            shardfeed.Loader([A, BB], B)
+        with self.assertRaisesRegex(ValueError, "2 paths"):
+            shardfeed.Loader([A, BB], B, weights=[1])
+        with self.assertRaisesRegex(ValueError, "> 0"):
+            shardfeed.Loader([A, BB], B, weights=[1, 0])
+        with self.assertRaisesRegex(ValueError, "give path as a list"):
+            shardfeed.Loader(A, B, weights=[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
