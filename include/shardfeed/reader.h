@@ -247,6 +247,45 @@ SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *st
  * CUDA stream of their own). 0 at once for CPU batches. */
 SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
 
+/* Makes `stream` wait for a device batch's copy without blocking the host:
+ * work queued on it from now on sees the batch's device_data (CUDA:
+ * cudaStreamWaitEvent(stream, batch->device_event)). `stream` is a
+ * cudaStream_t (cudaStreamLegacy and cudaStreamPerThread included) or, for
+ * SF_DEVICE_HOST_COPY, an sf_host_stream. Release such a batch with
+ * sf_reader_release_after on the same stream. 0 at once for CPU batches;
+ * SF_E_INVALID for a NULL stream (use sf_batch_wait). */
+SF_API int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream);
+
+/* ---- SF_DEVICE_HOST_COPY's streams (for tests) ----------------------------
+ *
+ * The host-copy device's stand-in for a consumer's CUDA stream: work queued
+ * on it runs in order on a thread of its own. Pass it where a cudaStream_t
+ * goes (sf_batch_wait_on, sf_reader_release_after): the device records and
+ * waits on events in stream order as CUDA does, so a test sees, without a
+ * GPU, what a missing wait or fence does. The device counts two hazards
+ * (sf_host_stream_hazards, each also printed on stderr): a read queued on a
+ * stream that runs before the copy of the memory it reads has landed (the
+ * stream did not wait for the batch), and a copy into a slot's device memory
+ * while a read queued on a stream before the slot's release has not run yet
+ * (the release did not fence that stream). */
+typedef struct sf_host_stream sf_host_stream;
+
+SF_API int sf_host_stream_create(sf_host_stream **out);
+/* Runs what is queued on it first (a held stream is let go). NULL ok. */
+SF_API void sf_host_stream_destroy(sf_host_stream *s);
+/* Queues a consumer's "kernel": copies len bytes of host-copy device memory
+ * at src to dst once the stream reaches it. */
+SF_API int sf_host_stream_read(sf_host_stream *s, void *dst, const void *src, size_t len);
+/* While on, the stream starts nothing (its queue grows). */
+SF_API int sf_host_stream_hold(sf_host_stream *s, int on);
+/* Blocks until the stream has run everything queued; SF_E_STATE while held. */
+SF_API int sf_host_stream_synchronize(sf_host_stream *s);
+/* Hazards seen so far, over the process. */
+SF_API uint64_t sf_host_stream_hazards(void);
+/* Every host-copy copy first sleeps `us` microseconds (0: none), so that
+ * copies are late. */
+SF_API void sf_host_copy_set_delay_us(unsigned us);
+
 /* The field called `name` of a batch, or NULL. */
 SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name);
 

@@ -16,6 +16,8 @@
  *   copy(slot, ranges)   after the slot's reads completed: enqueue the copy of
  *                        the used ranges of the slot to the slot's device
  *                        buffer, after any release fence of the slot;
+ *   wait_on(slot, stream) the consumer's stream waits for the slot's last
+ *                        copy (on the device: the host does not block);
  *   (consumer uses device_ptr(slot) after waiting on event(slot))
  *   release(slot, stream) the consumer is done enqueuing work on the slot's
  *                        device buffer; work on `stream` (NULL: none) must
@@ -43,6 +45,9 @@ typedef struct reader_device_ops {
                 uint32_t slots, uint64_t slot_bytes);
     int (*copy)(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n);
     int (*release)(reader_device *d, uint32_t slot, void *stream);
+    /* Work queued on `stream` (not NULL) from now on waits for the slot's
+     * last copy. */
+    int (*wait_on)(reader_device *d, uint32_t slot, void *stream);
     int (*reuse)(reader_device *d, uint32_t slot);
     /* Blocks until the slot's copy is complete (for consumers without a
      * stream of their own, and for tests). */

@@ -184,6 +184,14 @@ static int cuda_release(reader_device *d, uint32_t slot, void *stream)
     return 0;
 }
 
+static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
+{
+    /* The consumer's stream may belong to any thread; the event carries its
+     * device. */
+    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, d->copied[slot], 0);
+    return e == cudaSuccess ? 0 : cuda_err(e, "making a stream wait for a batch copy");
+}
+
 static int cuda_wait(reader_device *d, uint32_t slot)
 {
     cudaError_t e = cudaEventSynchronize(d->copied[slot]);
@@ -215,6 +223,7 @@ const reader_device_ops reader_device_cuda = {
     .open = cuda_open,
     .copy = cuda_copy,
     .release = cuda_release,
+    .wait_on = cuda_wait_on,
     .reuse = cuda_wait,
     .wait = cuda_wait,
     .device_ptr = cuda_device_ptr,
