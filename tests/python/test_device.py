@@ -222,6 +222,111 @@ class HostCopyTorch(unittest.TestCase):
         self.assertNoHazards()
 
 
+def fake_cuda():
+    """The fake CUDA runtime the extension was linked with (ctypes), or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libfakecuda" in line:
+                lib = ctypes.CDLL(line.split()[-1])
+                lib.fakecuda_stat.restype = ctypes.c_uint64
+                lib.fakecuda_log_count.restype = ctypes.c_size_t
+                lib.fakecuda_launch_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                                     ctypes.c_uint, ctypes.c_void_p]
+                lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                ctypes.c_int, ctypes.c_void_p]
+                lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+                lib.cudaStreamDestroy.argtypes = [ctypes.c_void_p]
+                lib.cudaFreeHost.argtypes = [ctypes.c_void_p]
+                return lib
+    return None
+
+
+class LogEntry(ctypes.Structure):
+    _fields_ = [("seq", ctypes.c_uint64), ("kind", ctypes.c_int), ("stream", ctypes.c_void_p),
+                ("event", ctypes.c_void_p), ("record", ctypes.c_uint64)]
+
+
+LOG_RECORD, LOG_WAIT = 1, 2
+DK_CUDA = 2  # DLPack's kDLCUDA
+MEMCPY_D2H = 2
+
+
+@unittest.skipUnless(fake_cuda(), "the extension is not linked with the fake CUDA runtime "
+                                  "(configure with -DSHARDFEED_CUDA=FAKE)")
+class FakeCuda(unittest.TestCase):
+    """device="cuda:0" on the real device_cuda.c, the GPU played by the fake CUDA runtime."""
+
+    def setUp(self):
+        self.fc = fake_cuda()
+        self.stream = ctypes.c_void_p()
+        self.assertEqual(self.fc.cudaStreamCreate(ctypes.byref(self.stream)), 0)
+        self.bad = (self.fc.fakecuda_stat(b"races"), self.fc.fakecuda_stat(b"misuse"))
+
+    def tearDown(self):
+        gc.collect()
+        self.assertEqual(self.fc.cudaStreamSynchronize(self.stream), 0)
+        self.assertEqual(self.fc.cudaStreamDestroy(self.stream), 0)
+        self.assertEqual((self.fc.fakecuda_stat(b"races"), self.fc.fakecuda_stat(b"misuse")),
+                         self.bad, "the fake CUDA runtime saw a race or a misuse")
+
+    def log(self):
+        out = []
+        for i in range(self.fc.fakecuda_log_count()):
+            e = LogEntry()
+            self.assertEqual(self.fc.fakecuda_log_get(ctypes.c_size_t(i), ctypes.byref(e)), 0)
+            out.append(e)
+        return out
+
+    def read_back(self, a):
+        """The bytes of device array `a`, copied on the consumer's stream."""
+        host = ctypes.c_void_p()
+        self.assertEqual(self.fc.cudaHostAlloc(ctypes.byref(host), ctypes.c_size_t(a.nbytes), 0), 0)
+        try:
+            self.assertEqual(self.fc.cudaMemcpyAsync(host, a.data_ptr, a.nbytes, MEMCPY_D2H,
+                                                     self.stream), 0)
+            self.assertEqual(self.fc.cudaStreamSynchronize(self.stream), 0)
+            return np.frombuffer(ctypes.string_at(host, a.nbytes), dtype=np.uint8).copy()
+        finally:
+            self.fc.cudaFreeHost(host)
+
+    def test_capsules_wait_and_release_on_the_consumer_stream(self):
+        want = cpu_batches()
+        s = self.stream.value
+        with shardfeed.Loader(DS, BATCH, device="cuda:0", output="dlpack", prefetch=2) as ld:
+            self.assertEqual(ld.stats()["device"], "cuda")
+            it = iter(ld)
+            b = next(it)
+            img, label = b["img"], b["label"]
+            self.assertEqual(img.__dlpack_device__(), (DK_CUDA, 0))
+            with self.assertRaises(BufferError):
+                memoryview(img)  # device memory is not the host's
+            self.fc.fakecuda_log_clear()
+            caps = [img.__dlpack__(stream=s), label.__dlpack__(stream=s)]
+            waits = [e for e in self.log() if e.kind == LOG_WAIT and e.stream == s]
+            self.assertTrue(waits and all(e.record for e in waits),
+                            "the consumer's stream does not wait for the batch's copy")
+            np.testing.assert_array_equal(self.read_back(img), as_bytes(want[(0, 0)]["img"]))
+            np.testing.assert_array_equal(self.read_back(label), as_bytes(want[(0, 0)]["label"]))
+            # A consumer kernel still reading batch 0 when its arrays die.
+            self.assertEqual(self.fc.fakecuda_launch_read(img.data_ptr, img.nbytes, 20000, s), 0)
+            self.fc.fakecuda_log_clear()
+            del caps, img, label, b
+            gc.collect()
+            later = [next(it) for _ in range(2)]  # the second reuses batch 0's slot
+            log = self.log()
+            fences = [e for e in log if e.kind == LOG_RECORD and e.stream == s]
+            self.assertEqual(len(fences), 1, "the release was not recorded on the consumer's stream")
+            f = fences[0]
+            self.assertTrue(any(e.kind == LOG_WAIT and e.event == f.event and e.record == f.record
+                                and e.stream != s and e.seq > f.seq for e in log),
+                            "the slot's next copy does not wait for the release on the stream")
+            for b in later:
+                a = b["img"]
+                a.__dlpack__(stream=s)
+                np.testing.assert_array_equal(self.read_back(a), as_bytes(want[(0, b.index)]["img"]))
+            del later, b, a
+
+
 class NoDevice(unittest.TestCase):
     """device="cuda" where no CUDA device can be used: the clear E_UNSUPPORTED error."""
 
