@@ -318,7 +318,8 @@ typedef struct sf_reader_statistics {
     int registered_buffers;   /* io_uring: 1 when the whole slab is registered (reads go
                                  straight into fixed buffers) */
     uint64_t registered_bytes; /* io_uring: bytes of the slab registered as fixed buffers
-                                  (all of it unless RLIMIT_MEMLOCK is small) */
+                                  in every ring (all of it unless RLIMIT_MEMLOCK is small;
+                                  then pieces that fit it) */
     uint32_t io_threads;
     uint32_t queue_depth;
     uint32_t prefetch;
