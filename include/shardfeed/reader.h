@@ -336,6 +336,14 @@ typedef struct sf_reader_statistics {
                                       not seen) */
     uint64_t trace_events;    /* trace records kept so far (batches and spans; see below) */
     uint64_t trace_dropped;   /* records not kept because the trace was full */
+    /* The device's own counts (device != CPU): */
+    uint64_t device_copy_bytes;    /* bytes copied host to device */
+    double device_copy_seconds;    /* time the copies took on the device (CUDA: timed with
+                                      events on the slots' streams, counted when a slot's next
+                                      copy is enqueued) */
+    double device_stream_wait_seconds; /* time consumers' streams stalled on the device waiting
+                                          for copies after sf_batch_wait_on (CUDA: timed with
+                                          events around the wait; Python imports use it) */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
@@ -345,12 +353,14 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
  * Which stage limits the rate at which the caller gets batches, from a
  * sf_reader_stats snapshot. The rule, in order:
  *
- *   stall = (wait_seconds + device_wait_seconds) / elapsed_seconds
+ *   copy_wait = device_wait_seconds + device_stream_wait_seconds
+ *   stall = (wait_seconds + copy_wait) / elapsed_seconds
  *   1. stall < 0.10 (SF_VERDICT_STALL_MAX): "consumer-bound": batches were
  *      ready when the caller asked for them; the caller's own work per batch
  *      (the model step) sets the pace, and a faster reader would not help;
- *   2. device_wait_seconds > wait_seconds: "copy-bound": the caller waited
- *      more for device copies than for batches;
+ *   2. copy_wait > wait_seconds: "copy-bound": the caller (on the host, or
+ *      its streams on the device) waited more for device copies than for
+ *      batches;
  *   3. otherwise the caller waited for the reader; the largest of the I/O
  *      threads' times names the stage: io_seconds "io-bound",
  *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound".
@@ -367,7 +377,7 @@ typedef struct sf_reader_bottleneck {
     const char *verdict;   /* "io-bound", "checksum-bound", "copy-bound", "consumer-bound",
                               or "none" (static strings) */
     double consumer_wait;  /* wait_seconds / elapsed_seconds */
-    double device_wait;    /* device_wait_seconds / elapsed_seconds */
+    double device_wait;    /* copy_wait / elapsed_seconds */
     double io_busy;        /* (io + checksum + device_enqueue) thread-seconds
                               / (io_threads * elapsed_seconds) */
     double io_share;       /* io_seconds / (io + checksum + device_enqueue) */

@@ -37,6 +37,14 @@ typedef struct reader_copy_range {
     uint64_t len;
 } reader_copy_range;
 
+/* What a device counted (sf_reader_statistics). */
+typedef struct reader_device_counters {
+    uint64_t copy_bytes;        /* bytes copied to the device */
+    double copy_seconds;        /* time the copies took on the device (CUDA: timed with events,
+                                   counted once a slot's next copy finds them complete) */
+    double stream_wait_seconds; /* time consumers' streams waited for copies (wait_on) */
+} reader_device_counters;
+
 typedef struct reader_device_ops {
     const char *name;
     /* Page-locks the slab (once), allocates one device buffer of slot_bytes
@@ -57,6 +65,7 @@ typedef struct reader_device_ops {
     void *(*event)(reader_device *d, uint32_t slot);  /* cudaEvent_t recorded after the copy */
     /* Device memory the implementation holds (for the constant-memory check). */
     uint64_t (*bytes)(reader_device *d);
+    void (*counters)(reader_device *d, reader_device_counters *out);
     void (*close)(reader_device *d);
 } reader_device_ops;
 

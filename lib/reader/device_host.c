@@ -70,6 +70,13 @@ void sf_host_copy_set_delay_us(unsigned us)
     reader_device_host_set_delay_us(us);
 }
 
+uint64_t host_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- events ---- */
 
 host_event *host_event_new(void)
@@ -116,6 +123,7 @@ struct reader_device {
     uint64_t next_seq;
     int stop;
     int hold; /* test hook: copies wait until released */
+    uint64_t copy_bytes, copy_ns; /* counters, under host_lock */
 };
 
 static reader_device *open_devices;
@@ -208,11 +216,17 @@ static void *copy_thread(void *arg)
                         "the release has not read yet", pick->dev, d->slot_bytes);
         pthread_mutex_unlock(&host_lock);
         const uint8_t *src = d->slab + (uint64_t)idx * d->slot_bytes;
-        for (uint32_t k = 0; k < n; k++)
+        uint64_t t0 = host_now_ns(), bytes = 0;
+        for (uint32_t k = 0; k < n; k++) {
             memcpy(pick->dev + ranges[k].off, src + ranges[k].off, ranges[k].len);
+            bytes += ranges[k].len;
+        }
+        uint64_t t1 = host_now_ns();
         if (ranges_hash(pick->dev, ranges, n) != pick->expect)
             atomic_fetch_add(&copy_violations, 1);
         pthread_mutex_lock(&host_lock);
+        d->copy_bytes += bytes;
+        d->copy_ns += t1 - t0;
         pick->pending = 0;
         pick->copied->done = pick->copied->recorded;
         pthread_cond_broadcast(&host_changed);
@@ -344,6 +358,18 @@ static uint64_t host_bytes(reader_device *d)
     return d->slot_bytes * d->slots;
 }
 
+static void host_counters(reader_device *d, reader_device_counters *out)
+{
+    pthread_mutex_lock(&host_lock);
+    out->copy_bytes = d->copy_bytes;
+    out->copy_seconds = (double)d->copy_ns * 1e-9;
+    uint64_t waited = 0;
+    for (uint32_t i = 0; i < d->slots; i++)
+        waited += d->s[i].copied->waited_ns;
+    out->stream_wait_seconds = (double)waited * 1e-9;
+    pthread_mutex_unlock(&host_lock);
+}
+
 static void host_close(reader_device *d)
 {
     if (!d)
@@ -382,5 +408,6 @@ const reader_device_ops reader_device_host = {
     .stream = host_none,
     .event = host_none,
     .bytes = host_bytes,
+    .counters = host_counters,
     .close = host_close,
 };

@@ -19,7 +19,10 @@ extern pthread_cond_t host_changed;
 typedef struct host_event {
     uint64_t recorded, done;
     unsigned refs;
+    uint64_t waited_ns; /* time streams spent blocked waiting on it */
 } host_event;
+
+uint64_t host_now_ns(void);
 
 host_event *host_event_new(void);
 void host_event_unref(host_event *e);

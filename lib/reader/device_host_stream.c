@@ -26,7 +26,7 @@ struct sf_host_stream {
     struct sf_host_stream *next_live; /* the list of live streams (handles are checked) */
     pthread_t thread;
     host_item *head, *tail;
-    int running; /* the head item is being run */
+    uint64_t blocked_since; /* the head item (a WAIT) found its event pending at this time */
     int hold;    /* test hook: the stream starts nothing */
     int stop;
 };
@@ -81,8 +81,14 @@ static void *stream_thread(void *arg)
             continue;
         }
         if (s->hold || !run_item_locked(it)) {
+            if (!s->hold && !s->blocked_since)
+                s->blocked_since = host_now_ns();
             pthread_cond_wait(&host_changed, &host_lock);
             continue;
+        }
+        if (s->blocked_since) { /* a consumer's wait for a copy, as CUDA streams stall */
+            it->event->waited_ns += host_now_ns() - s->blocked_since;
+            s->blocked_since = 0;
         }
         s->head = it->next;
         if (!s->head)

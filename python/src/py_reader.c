@@ -239,11 +239,13 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
         (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
     PyObject *more = d ? Py_BuildValue(
-        "{sssKsdsdsdsKsKsssN}", "device", s.device ? s.device : "", "device_bytes",
+        "{sssKsdsdsdsKsKsssNsKsdsd}", "device", s.device ? s.device : "", "device_bytes",
         (unsigned long long)s.device_bytes, "elapsed_seconds", s.elapsed_seconds,
         "device_enqueue_seconds", s.device_enqueue_seconds, "device_wait_seconds",
         s.device_wait_seconds, "trace_events", (unsigned long long)s.trace_events, "trace_dropped",
-        (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions)
+        (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions,
+        "device_copy_bytes", (unsigned long long)s.device_copy_bytes, "device_copy_seconds",
+        s.device_copy_seconds, "device_stream_wait_seconds", s.device_stream_wait_seconds)
                        : NULL;
     if (!d)
         Py_DECREF(fractions);
@@ -390,6 +392,8 @@ int sf_py_batch_import(sf_py_batch *self, void *stream)
                      self->stream);
         return -1;
     }
+    if (self->bound)
+        return 0; /* the stream waits already */
     sf_reader *r = reader_handle(self->reader);
     int rc;
     if (stream) {

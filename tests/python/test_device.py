@@ -108,8 +108,15 @@ class HostCopyTorch(unittest.TestCase):
                 pool = (min(pool[0], ptr), max(pool[1], ptr)) if pool else (ptr, ptr)
             hs.synchronize()
             self.assertLess(pool[1] - pool[0], dev_bytes, "tensors outside the device pool")
-            self.assertEqual(ld.stats()["device_bytes"], dev_bytes)
-            self.assertEqual(ld.stats()["device"], "host-copy")
+            st = ld.stats()
+            self.assertEqual(st["device_bytes"], dev_bytes)
+            self.assertEqual(st["device"], "host-copy")
+            # every field of every batch crossed once (H2D bytes; read-ahead of the next
+            # epoch's batches too), in measurable time
+            per_batch = sum(v.nbytes for v in got.values()) // len(want)
+            self.assertGreaterEqual(st["device_copy_bytes"], per_batch * len(want))
+            self.assertEqual(st["device_copy_bytes"] % per_batch, 0)
+            self.assertGreater(st["device_copy_seconds"], 0)
         self.assertEqual(len(got), 2 * len(want))
         for (e, i), fields in want.items():
             for k, v in fields.items():
@@ -132,6 +139,10 @@ class HostCopyTorch(unittest.TestCase):
                 hs.synchronize()
                 np.testing.assert_array_equal(dst, as_bytes(want[(0, b.index)]["img"]))
                 del b
+            # The stream stalled for the slow copies: the consumer's wait for copies.
+            st = ld.stats()
+            self.assertGreater(st["device_stream_wait_seconds"], 0)
+            self.assertGreater(st["fractions"]["device_wait"], 0)
         self.assertNoHazards()
         hs.close()
 
