@@ -382,7 +382,7 @@ static void batch_dealloc(sf_py_batch *self)
 
 int sf_py_batch_import(sf_py_batch *self, void *stream)
 {
-    if (self->bound && self->stream != stream) {
+    if (stream && self->bound && self->stream != stream) {
         PyErr_Format(PyExc_BufferError,
                      "shardfeed: batch %llu of epoch %llu was imported on stream %p already and "
                      "is released after that stream's work; import every array of a batch on "
@@ -392,7 +392,7 @@ int sf_py_batch_import(sf_py_batch *self, void *stream)
                      self->stream);
         return -1;
     }
-    if (self->bound)
+    if (stream && self->bound)
         return 0; /* the stream waits already */
     sf_reader *r = reader_handle(self->reader);
     int rc;
