@@ -71,11 +71,15 @@ fi
 fake_targets="test_fakecuda test_device_cuda gpu_check shardfeed_cli"
 fake_tests='^unit\.test_fakecuda$|^unit\.test_device_cuda$|^cli\.gpu_check_fake$'
 for leg in plain asan; do
-    opts=(-DSHARDFEED_CUDA=FAKE -DSHARDFEED_PYTHON=OFF)
-    [ "$leg" = asan ] && opts+=(-DSHARDFEED_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+    opts=(-DSHARDFEED_CUDA=FAKE) targets=$fake_targets tests=$fake_tests
+    if [ "$leg" = asan ]; then
+        opts+=(-DSHARDFEED_PYTHON=OFF -DSHARDFEED_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+    else # the Python device path on the fake too (tests/python/test_device.py, FakeCuda)
+        targets="$targets shardfeed_python" tests="$tests|^python\.test_device\$"
+    fi
     cmake -S . -B "$work/fake-$leg" -DSHARDFEED_WERROR=ON "${opts[@]}" >/dev/null
-    cmake --build "$work/fake-$leg" -j "$jobs" --target $fake_targets >/dev/null
-    ctest --test-dir "$work/fake-$leg" --output-on-failure -R "$fake_tests"
+    cmake --build "$work/fake-$leg" -j "$jobs" --target $targets >/dev/null
+    ctest --test-dir "$work/fake-$leg" --output-on-failure -R "$tests"
 done
 # Criterion's test runner does not start under TSan: the reader's threads,
 # the copies they enqueue and the fake's stream threads run under TSan in the

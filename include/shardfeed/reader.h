@@ -247,6 +247,45 @@ SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *st
  * CUDA stream of their own). 0 at once for CPU batches. */
 SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
 
+/* Makes `stream` wait for a device batch's copy without blocking the host:
+ * work queued on it from now on sees the batch's device_data (CUDA:
+ * cudaStreamWaitEvent(stream, batch->device_event)). `stream` is a
+ * cudaStream_t (cudaStreamLegacy and cudaStreamPerThread included) or, for
+ * SF_DEVICE_HOST_COPY, an sf_host_stream. Release such a batch with
+ * sf_reader_release_after on the same stream. 0 at once for CPU batches;
+ * SF_E_INVALID for a NULL stream (use sf_batch_wait). */
+SF_API int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream);
+
+/* ---- SF_DEVICE_HOST_COPY's streams (for tests) ----------------------------
+ *
+ * The host-copy device's stand-in for a consumer's CUDA stream: work queued
+ * on it runs in order on a thread of its own. Pass it where a cudaStream_t
+ * goes (sf_batch_wait_on, sf_reader_release_after): the device records and
+ * waits on events in stream order as CUDA does, so a test sees, without a
+ * GPU, what a missing wait or fence does. The device counts two hazards
+ * (sf_host_stream_hazards, each also printed on stderr): a read queued on a
+ * stream that runs before the copy of the memory it reads has landed (the
+ * stream did not wait for the batch), and a copy into a slot's device memory
+ * while a read queued on a stream before the slot's release has not run yet
+ * (the release did not fence that stream). */
+typedef struct sf_host_stream sf_host_stream;
+
+SF_API int sf_host_stream_create(sf_host_stream **out);
+/* Runs what is queued on it first (a held stream is let go). NULL ok. */
+SF_API void sf_host_stream_destroy(sf_host_stream *s);
+/* Queues a consumer's "kernel": copies len bytes of host-copy device memory
+ * at src to dst once the stream reaches it. */
+SF_API int sf_host_stream_read(sf_host_stream *s, void *dst, const void *src, size_t len);
+/* While on, the stream starts nothing (its queue grows). */
+SF_API int sf_host_stream_hold(sf_host_stream *s, int on);
+/* Blocks until the stream has run everything queued; SF_E_STATE while held. */
+SF_API int sf_host_stream_synchronize(sf_host_stream *s);
+/* Hazards seen so far, over the process. */
+SF_API uint64_t sf_host_stream_hazards(void);
+/* Every host-copy copy first sleeps `us` microseconds (0: none), so that
+ * copies are late. */
+SF_API void sf_host_copy_set_delay_us(unsigned us);
+
 /* The field called `name` of a batch, or NULL. */
 SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name);
 
@@ -279,7 +318,8 @@ typedef struct sf_reader_statistics {
     int registered_buffers;   /* io_uring: 1 when the whole slab is registered (reads go
                                  straight into fixed buffers) */
     uint64_t registered_bytes; /* io_uring: bytes of the slab registered as fixed buffers
-                                  (all of it unless RLIMIT_MEMLOCK is small) */
+                                  in every ring (all of it unless RLIMIT_MEMLOCK is small;
+                                  then pieces that fit it) */
     uint32_t io_threads;
     uint32_t queue_depth;
     uint32_t prefetch;
@@ -296,6 +336,14 @@ typedef struct sf_reader_statistics {
                                       not seen) */
     uint64_t trace_events;    /* trace records kept so far (batches and spans; see below) */
     uint64_t trace_dropped;   /* records not kept because the trace was full */
+    /* The device's own counts (device != CPU): */
+    uint64_t device_copy_bytes;    /* bytes copied host to device */
+    double device_copy_seconds;    /* time the copies took on the device (CUDA: timed with
+                                      events on the slots' streams, counted when a slot's next
+                                      copy is enqueued) */
+    double device_stream_wait_seconds; /* time consumers' streams stalled on the device waiting
+                                          for copies after sf_batch_wait_on (CUDA: timed with
+                                          events around the wait; Python imports use it) */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
@@ -305,12 +353,14 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
  * Which stage limits the rate at which the caller gets batches, from a
  * sf_reader_stats snapshot. The rule, in order:
  *
- *   stall = (wait_seconds + device_wait_seconds) / elapsed_seconds
+ *   copy_wait = device_wait_seconds + device_stream_wait_seconds
+ *   stall = (wait_seconds + copy_wait) / elapsed_seconds
  *   1. stall < 0.10 (SF_VERDICT_STALL_MAX): "consumer-bound": batches were
  *      ready when the caller asked for them; the caller's own work per batch
  *      (the model step) sets the pace, and a faster reader would not help;
- *   2. device_wait_seconds > wait_seconds: "copy-bound": the caller waited
- *      more for device copies than for batches;
+ *   2. copy_wait > wait_seconds: "copy-bound": the caller (on the host, or
+ *      its streams on the device) waited more for device copies than for
+ *      batches;
  *   3. otherwise the caller waited for the reader; the largest of the I/O
  *      threads' times names the stage: io_seconds "io-bound",
  *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound".
@@ -327,7 +377,7 @@ typedef struct sf_reader_bottleneck {
     const char *verdict;   /* "io-bound", "checksum-bound", "copy-bound", "consumer-bound",
                               or "none" (static strings) */
     double consumer_wait;  /* wait_seconds / elapsed_seconds */
-    double device_wait;    /* device_wait_seconds / elapsed_seconds */
+    double device_wait;    /* copy_wait / elapsed_seconds */
     double io_busy;        /* (io + checksum + device_enqueue) thread-seconds
                               / (io_threads * elapsed_seconds) */
     double io_share;       /* io_seconds / (io + checksum + device_enqueue) */

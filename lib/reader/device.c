@@ -88,6 +88,25 @@ int sf_batch_wait(sf_reader *r, const sf_batch *batch)
     return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
 }
 
+int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream)
+{
+    if (!r || !batch)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: NULL argument");
+    if (batch->device == SF_DEVICE_CPU)
+        return 0;
+    if (!stream)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: NULL stream (the host waits with "
+                                     "sf_batch_wait)");
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        reader_slot *s = &r->slots[i];
+        if (&s->batch != batch)
+            continue;
+        int rc = r->device_ops->wait_on(r->device, i, stream);
+        return rc ? sf_fail_prefix(rc, "sf_batch_wait_on") : 0;
+    }
+    return sf_fail(SF_E_INVALID, "sf_batch_wait_on: not a batch of this reader");
+}
+
 int sf_has_feature(const char *name)
 {
     if (!name)

@@ -16,6 +16,8 @@
  *   copy(slot, ranges)   after the slot's reads completed: enqueue the copy of
  *                        the used ranges of the slot to the slot's device
  *                        buffer, after any release fence of the slot;
+ *   wait_on(slot, stream) the consumer's stream waits for the slot's last
+ *                        copy (on the device: the host does not block);
  *   (consumer uses device_ptr(slot) after waiting on event(slot))
  *   release(slot, stream) the consumer is done enqueuing work on the slot's
  *                        device buffer; work on `stream` (NULL: none) must
@@ -35,6 +37,14 @@ typedef struct reader_copy_range {
     uint64_t len;
 } reader_copy_range;
 
+/* What a device counted (sf_reader_statistics). */
+typedef struct reader_device_counters {
+    uint64_t copy_bytes;        /* bytes copied to the device */
+    double copy_seconds;        /* time the copies took on the device (CUDA: timed with events,
+                                   counted once a slot's next copy finds them complete) */
+    double stream_wait_seconds; /* time consumers' streams waited for copies (wait_on) */
+} reader_device_counters;
+
 typedef struct reader_device_ops {
     const char *name;
     /* Page-locks the slab (once), allocates one device buffer of slot_bytes
@@ -43,6 +53,9 @@ typedef struct reader_device_ops {
                 uint32_t slots, uint64_t slot_bytes);
     int (*copy)(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n);
     int (*release)(reader_device *d, uint32_t slot, void *stream);
+    /* Work queued on `stream` (not NULL) from now on waits for the slot's
+     * last copy. */
+    int (*wait_on)(reader_device *d, uint32_t slot, void *stream);
     int (*reuse)(reader_device *d, uint32_t slot);
     /* Blocks until the slot's copy is complete (for consumers without a
      * stream of their own, and for tests). */
@@ -52,6 +65,7 @@ typedef struct reader_device_ops {
     void *(*event)(reader_device *d, uint32_t slot);  /* cudaEvent_t recorded after the copy */
     /* Device memory the implementation holds (for the constant-memory check). */
     uint64_t (*bytes)(reader_device *d);
+    void (*counters)(reader_device *d, reader_device_counters *out);
     void (*close)(reader_device *d);
 } reader_device_ops;
 

@@ -32,6 +32,15 @@ struct reader_device {
     cudaEvent_t *copied, *released;
     int *fenced; /* released[slot] was recorded and the next copy must wait on it */
     int registered;
+    /* Counters: timing events around each copy on the slot's stream and
+     * around the consumer's wait in its stream (wait_on), read when the
+     * slot's next copy finds them complete. copied and released stay
+     * without timing: they order streams, the fastest kind. */
+    cudaEvent_t *copy_from, *copy_to, *wait_from, *wait_to;
+    int *copy_timed, *wait_timed; /* a pair was recorded and not counted yet */
+    pthread_mutex_t count_lock;
+    uint64_t copy_bytes;
+    double copy_ms, wait_ms;
 };
 
 static int cuda_err(cudaError_t e, const char *what)
@@ -67,6 +76,10 @@ static void *close_on_device(void *arg)
             cudaEventDestroy(d->copied[i]);
         if (d->released && d->released[i])
             cudaEventDestroy(d->released[i]);
+        cudaEvent_t *timing[] = {d->copy_from, d->copy_to, d->wait_from, d->wait_to};
+        for (size_t k = 0; k < sizeof timing / sizeof timing[0]; k++)
+            if (timing[k] && timing[k][i])
+                cudaEventDestroy(timing[k][i]);
     }
     if (d->pool)
         cudaFree(d->pool);
@@ -84,6 +97,13 @@ static void cuda_close(reader_device *d)
     free(d->copied);
     free(d->released);
     free(d->fenced);
+    free(d->copy_from);
+    free(d->copy_to);
+    free(d->wait_from);
+    free(d->wait_to);
+    free(d->copy_timed);
+    free(d->wait_timed);
+    pthread_mutex_destroy(&d->count_lock);
     free(d);
 }
 
@@ -111,7 +131,11 @@ static void *open_on_device(void *arg)
     for (uint32_t i = 0; e == cudaSuccess && i < d->slots; i++) {
         if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess)
+            (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess ||
+            (e = cudaEventCreate(&d->copy_from[i])) != cudaSuccess ||
+            (e = cudaEventCreate(&d->copy_to[i])) != cudaSuccess ||
+            (e = cudaEventCreate(&d->wait_from[i])) != cudaSuccess ||
+            (e = cudaEventCreate(&d->wait_to[i])) != cudaSuccess)
             j->what = "creating streams and events";
     }
     j->e = e;
@@ -140,8 +164,16 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     d->copied = calloc(slots, sizeof *d->copied);
     d->released = calloc(slots, sizeof *d->released);
     d->fenced = calloc(slots, sizeof *d->fenced);
+    d->copy_from = calloc(slots, sizeof *d->copy_from);
+    d->copy_to = calloc(slots, sizeof *d->copy_to);
+    d->wait_from = calloc(slots, sizeof *d->wait_from);
+    d->wait_to = calloc(slots, sizeof *d->wait_to);
+    d->copy_timed = calloc(slots, sizeof *d->copy_timed);
+    d->wait_timed = calloc(slots, sizeof *d->wait_timed);
+    pthread_mutex_init(&d->count_lock, NULL);
     int rc = 0;
-    if (!d->stream || !d->copied || !d->released || !d->fenced)
+    if (!d->stream || !d->copied || !d->released || !d->fenced || !d->copy_from || !d->copy_to ||
+        !d->wait_from || !d->wait_to || !d->copy_timed || !d->wait_timed)
         rc = sf_fail(-ENOMEM, "out of memory");
     open_job job = {d, cudaSuccess, NULL};
     if (!rc)
@@ -156,19 +188,56 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     return 0;
 }
 
+/* Adds the time between two timing events to *ms when both completed. */
+static void count_pair(reader_device *d, cudaEvent_t from, cudaEvent_t to, double *ms)
+{
+    float t = 0;
+    if (cudaEventQuery(to) == cudaSuccess && cudaEventElapsedTime(&t, from, to) == cudaSuccess) {
+        pthread_mutex_lock(&d->count_lock);
+        *ms += t;
+        pthread_mutex_unlock(&d->count_lock);
+    }
+}
+
+/* Before a slot's events are recorded again: counts the last copy's time
+ * and the consumer's wait for it, when complete (a wait still pending on a
+ * consumer's stream far behind is not counted). */
+static void count_slot(reader_device *d, uint32_t slot)
+{
+    if (d->copy_timed[slot])
+        count_pair(d, d->copy_from[slot], d->copy_to[slot], &d->copy_ms);
+    if (d->wait_timed[slot])
+        count_pair(d, d->wait_from[slot], d->wait_to[slot], &d->wait_ms);
+    d->copy_timed[slot] = d->wait_timed[slot] = 0;
+}
+
 static int cuda_copy(reader_device *d, uint32_t slot, const reader_copy_range *ranges, uint32_t n)
 {
     /* Called from I/O threads: the device is per thread in the runtime. */
     cudaError_t e = cudaSetDevice(d->ordinal);
     if (e == cudaSuccess && d->fenced[slot])
         e = cudaStreamWaitEvent(d->stream[slot], d->released[slot], 0);
+    count_slot(d, slot);
     const uint8_t *src = d->slab + (uint64_t)slot * d->slot_bytes;
     uint8_t *dst = d->pool + (uint64_t)slot * d->slot_bytes;
-    for (uint32_t k = 0; e == cudaSuccess && k < n; k++)
+    uint64_t bytes = 0;
+    if (e == cudaSuccess)
+        e = cudaEventRecord(d->copy_from[slot], d->stream[slot]);
+    for (uint32_t k = 0; e == cudaSuccess && k < n; k++) {
         e = cudaMemcpyAsync(dst + ranges[k].off, src + ranges[k].off, ranges[k].len,
                             cudaMemcpyHostToDevice, d->stream[slot]);
+        bytes += ranges[k].len;
+    }
+    if (e == cudaSuccess)
+        e = cudaEventRecord(d->copy_to[slot], d->stream[slot]);
     if (e == cudaSuccess)
         e = cudaEventRecord(d->copied[slot], d->stream[slot]);
+    if (e == cudaSuccess) {
+        d->copy_timed[slot] = 1;
+        pthread_mutex_lock(&d->count_lock);
+        d->copy_bytes += bytes;
+        pthread_mutex_unlock(&d->count_lock);
+    }
     return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemcpyAsync of a batch");
 }
 
@@ -182,6 +251,18 @@ static int cuda_release(reader_device *d, uint32_t slot, void *stream)
         return cuda_err(e, "recording the release of a batch");
     d->fenced[slot] = 1;
     return 0;
+}
+
+static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
+{
+    /* The consumer's stream may belong to any thread; the event carries its
+     * device. */
+    cudaStream_t s = (cudaStream_t)stream;
+    int timed = !d->wait_timed[slot] && cudaEventRecord(d->wait_from[slot], s) == cudaSuccess;
+    cudaError_t e = cudaStreamWaitEvent(s, d->copied[slot], 0);
+    if (e == cudaSuccess && timed)
+        d->wait_timed[slot] = cudaEventRecord(d->wait_to[slot], s) == cudaSuccess;
+    return e == cudaSuccess ? 0 : cuda_err(e, "making a stream wait for a batch copy");
 }
 
 static int cuda_wait(reader_device *d, uint32_t slot)
@@ -210,17 +291,28 @@ static uint64_t cuda_bytes(reader_device *d)
     return d->slot_bytes * d->slots;
 }
 
+static void cuda_counters(reader_device *d, reader_device_counters *out)
+{
+    pthread_mutex_lock(&d->count_lock);
+    out->copy_bytes = d->copy_bytes;
+    out->copy_seconds = d->copy_ms * 1e-3;
+    out->stream_wait_seconds = d->wait_ms * 1e-3;
+    pthread_mutex_unlock(&d->count_lock);
+}
+
 const reader_device_ops reader_device_cuda = {
     .name = "cuda",
     .open = cuda_open,
     .copy = cuda_copy,
     .release = cuda_release,
+    .wait_on = cuda_wait_on,
     .reuse = cuda_wait,
     .wait = cuda_wait,
     .device_ptr = cuda_device_ptr,
     .stream = cuda_stream,
     .event = cuda_event,
     .bytes = cuda_bytes,
+    .counters = cuda_counters,
     .close = cuda_close,
 };
 

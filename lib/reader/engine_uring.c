@@ -5,8 +5,9 @@
  *
  * Registration pins memory and counts against RLIMIT_MEMLOCK for users
  * without CAP_IPC_LOCK: we register as many slots as the limit allows
- * (halving on failure) and read the rest with plain IORING_OP_READ into the
- * same slab, saying once on stderr how to raise the limit. */
+ * (halving on failure), in pieces that fit the limit when not even one slot
+ * does, and read the rest with plain IORING_OP_READ into the same slab,
+ * saying once on stderr how much was registered and how to raise the limit. */
 #include <errno.h>
 #include <liburing.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "error_internal.h"
 #include "reader_internal.h"
@@ -62,7 +64,7 @@ static int ring_init(struct io_uring *ring, unsigned qd)
     return rc;
 }
 
-static void memlock_notice(uint64_t slab_bytes, unsigned registered, unsigned total, int rc)
+static void memlock_notice(uint64_t slab_bytes, uint64_t registered, uint64_t piece, int rc)
 {
     static atomic_int said;
     if (atomic_exchange(&said, 1))
@@ -76,40 +78,88 @@ static void memlock_notice(uint64_t slab_bytes, unsigned registered, unsigned to
             snprintf(lim, sizeof lim, "%llu KiB", (unsigned long long)(rl.rlim_cur >> 10));
     }
     fprintf(stderr,
-            "shardfeed: io_uring registered %u of %u slots of the %llu MiB batch slab (%s; "
-            "RLIMIT_MEMLOCK is %s): the rest is read without fixed buffers; raise the limit "
-            "(ulimit -l unlimited, systemd LimitMEMLOCK=infinity, docker --ulimit memlock=-1) "
-            "for zero-copy registered reads\n",
-            registered, total, (unsigned long long)(slab_bytes >> 20), sf_strerror(rc), lim);
+            "shardfeed: io_uring registered %llu KiB of the %llu KiB batch slab (in pieces of "
+            "%llu KiB; %s; RLIMIT_MEMLOCK is %s): the rest is read without fixed buffers; "
+            "raise the limit (ulimit -l unlimited, systemd LimitMEMLOCK=infinity, docker "
+            "--ulimit memlock=-1) for zero-copy registered reads\n",
+            (unsigned long long)(registered >> 10), (unsigned long long)(slab_bytes >> 10),
+            (unsigned long long)(piece >> 10), rc ? sf_strerror(rc) : "at most 1024 buffers", lim);
 }
 
+/* Registers the slab's first buffers of `piece` bytes, as many as the
+ * kernel takes (halving the count on failure); returns how many, with *rc
+ * the error that refused more (0: none did). */
+static unsigned register_pieces(uring_thread *u, uint8_t *slab, uint64_t slab_bytes,
+                                uint64_t piece, int *rc)
+{
+    uint64_t total = (slab_bytes + piece - 1) / piece;
+    unsigned want = total > MAX_REG_BUFS ? MAX_REG_BUFS : (unsigned)total;
+    struct iovec *iov = calloc(want, sizeof *iov);
+    *rc = -ENOMEM;
+    unsigned m = want;
+    if (!iov)
+        return 0;
+    for (unsigned i = 0; i < want; i++) {
+        uint64_t off = (uint64_t)i * piece;
+        iov[i].iov_base = slab + off;
+        iov[i].iov_len = slab_bytes - off < piece ? slab_bytes - off : piece;
+    }
+    int refused = 0; /* why the whole of it was not taken */
+    for (; m > 0; m /= 2) {
+        *rc = io_uring_register_buffers(&u->ring, iov, m);
+        if (*rc == 0)
+            break;
+        if (!refused)
+            refused = *rc;
+    }
+    free(iov);
+    int ok = *rc == 0;
+    *rc = refused;
+    return ok ? m : 0;
+}
+
+/* Pieces that fit RLIMIT_MEMLOCK: a quarter of it (the rings and the other
+ * I/O threads' registrations count against the same limit), in whole pages;
+ * 0 when the limit is unlimited or too small for a page. */
+static uint64_t memlock_piece(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return (uint64_t)rl.rlim_cur / 4 / page * page;
+}
+
+/* One buffer per slot (1 GiB pieces of larger slots) first: reads never
+ * straddle two. Where RLIMIT_MEMLOCK refuses that (it counts for users
+ * without CAP_IPC_LOCK, and a slot may be larger than the whole limit),
+ * smaller pieces that fit it: part of the slab is registered rather than
+ * none. */
 static void register_slab(reader_io_thread *t, uring_thread *u)
 {
     sf_reader *r = t->r;
-    uint64_t chunk = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
-    uint64_t total = (r->slab_bytes + chunk - 1) / chunk;
-    unsigned want = total > MAX_REG_BUFS ? MAX_REG_BUFS : (unsigned)total;
-    struct iovec *iov = calloc(want, sizeof *iov);
-    int rc = -ENOMEM;
-    unsigned m = want;
-    if (iov) {
-        for (unsigned i = 0; i < want; i++) {
-            uint64_t off = (uint64_t)i * chunk;
-            iov[i].iov_base = r->slab + off;
-            iov[i].iov_len = r->slab_bytes - off < chunk ? r->slab_bytes - off : chunk;
+    uint64_t piece = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
+    int rc;
+    unsigned n = register_pieces(u, r->slab, r->slab_bytes, piece, &rc);
+    uint64_t small = memlock_piece();
+    if ((uint64_t)n * piece < r->slab_bytes && small && small < piece) {
+        if (n)
+            io_uring_unregister_buffers(&u->ring);
+        int rc2;
+        unsigned n2 = register_pieces(u, r->slab, r->slab_bytes, small, &rc2);
+        if ((uint64_t)n2 * small > (uint64_t)n * piece || !n) {
+            n = n2, piece = small, rc = rc2;
+        } else if (n) {
+            register_pieces(u, r->slab, r->slab_bytes, piece, &rc); /* the first choice again */
         }
-        for (; m > 0; m /= 2) {
-            rc = io_uring_register_buffers(&u->ring, iov, m);
-            if (rc == 0)
-                break;
-        }
-        free(iov);
     }
-    u->chunk = chunk;
-    u->nbufs = rc == 0 ? m : 0;
-    if (u->nbufs < total)
-        memlock_notice(r->slab_bytes, u->nbufs, (unsigned)(total > UINT32_MAX ? UINT32_MAX : total), rc);
-    uint64_t bytes = (uint64_t)u->nbufs * chunk;
+    u->chunk = piece;
+    u->nbufs = n;
+    uint64_t bytes = (uint64_t)n * piece;
+    if (bytes > r->slab_bytes)
+        bytes = r->slab_bytes;
+    if (bytes < r->slab_bytes)
+        memlock_notice(r->slab_bytes, bytes, piece, rc);
     pthread_mutex_lock(&r->lock);
     if (bytes < r->registered)
         r->registered = bytes;

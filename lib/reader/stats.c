@@ -37,6 +37,13 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->device = r->opts.device == SF_DEVICE_CUDA ? "cuda"
                   : r->opts.device == SF_DEVICE_HOST_COPY ? "host-copy" : "cpu";
     out->device_bytes = r->device ? r->device_ops->bytes(r->device) : 0;
+    if (r->device) {
+        reader_device_counters c = {0, 0, 0};
+        r->device_ops->counters(r->device, &c);
+        out->device_copy_bytes = c.copy_bytes;
+        out->device_copy_seconds = c.copy_seconds;
+        out->device_stream_wait_seconds = c.stream_wait_seconds;
+    }
     return 0;
 }
 
@@ -58,12 +65,14 @@ int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
     if (st->batches == 0 || !(el > 0))
         return 0;
     out->consumer_wait = st->wait_seconds / el;
-    out->device_wait = st->device_wait_seconds / el;
+    /* The consumer's waits for copies: on the host, and its streams' on the device. */
+    double copy_wait = st->device_wait_seconds + st->device_stream_wait_seconds;
+    out->device_wait = copy_wait / el;
     if (st->io_threads)
         out->io_busy = busy / ((double)st->io_threads * el);
     if (out->consumer_wait + out->device_wait < SF_VERDICT_STALL_MAX)
         out->verdict = "consumer-bound";
-    else if (st->device_wait_seconds > st->wait_seconds)
+    else if (copy_wait > st->wait_seconds)
         out->verdict = "copy-bound";
     else if (st->device_enqueue_seconds > st->io_seconds && st->device_enqueue_seconds > st->checksum_seconds)
         out->verdict = "copy-bound";

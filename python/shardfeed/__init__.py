@@ -70,8 +70,13 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   "io-bound", "checksum-bound", "copy-bound", "consumer-bound" (the loop's own
   work per batch sets the pace) or "none", from ``fractions``
   (consumer_wait, device_wait, io_busy, io_share, checksum_share, copy_share);
-  the rule is sf_reader_verdict's (shardfeed/reader.h, the README). device=
-  "cuda" copies in torch, outside the reader: that time shows as the loop's.
+  the rule is sf_reader_verdict's (shardfeed/reader.h, the README). With
+  device="cuda" the reader copies on its own streams: device_bytes (its pool),
+  device_copy_bytes and device_copy_seconds (H2D bytes and the copies' GPU
+  time), device_enqueue_seconds (enqueuing copies), device_stream_wait_seconds
+  (your stream stalled waiting for copies) and device_wait_seconds (the host
+  waiting for copies) count them; "copy-bound" means you waited more for
+  copies than for batches (README, "GPU delivery").
 - ``trace_start(max_batches=0)`` / ``trace_write(path)``: record each batch's
   stages (submitted, read, checksummed, handed, released, ...) and the I/O
   threads' work, and write them as a Chrome trace (JSON for

@@ -1,6 +1,8 @@
 """From the extension's batches to what a Loader yields: a Batch of torch tensors (zero-copy
 through DLPack), numpy arrays, or the raw DLPack-capable Array objects; variable-length fields
-as lists or (data, offsets) pairs."""
+as lists or (data, offsets) pairs. Device batches (_device.py) are imported on the consumer's
+stream."""
+from . import _device
 from . import _shardfeed as _C
 
 
@@ -73,10 +75,14 @@ class Converter:
     """Turns a C batch into a Batch of torch tensors, numpy arrays or raw
     DLPack objects."""
 
-    def __init__(self, output, varlen, torch):
+    def __init__(self, output, varlen, torch, device=None):
         self.output = output
         self.varlen = varlen
         self.torch = torch
+        self.device = device  # a _device.Device, or None for the CPU
+        # CUDA memory reaches torch only: a field torch cannot import is an error, not numpy.
+        self.cuda = device is not None and device.kind == _C.DEVICE_CUDA
+        self.stream = None    # the __dlpack__ stream of the batch being converted
         self.np = None
         if output in ("numpy", "torch"):
             import numpy
@@ -90,11 +96,10 @@ class Converter:
                                (_C.DT_UINT64, "uint64")):
                 if not hasattr(torch, name):
                     self.torch_fallback.add(code)
-            c_from = getattr(torch._C, "_from_dlpack", None)
-            if c_from is not None:
-                self.torch_from = lambda a: c_from(a.__dlpack__())
-            else:
-                self.torch_from = torch.from_dlpack
+            # The capsule is made here, with the stream of the batch (None on the CPU), so
+            # that every torch version imports it the same way.
+            c_from = getattr(torch._C, "_from_dlpack", None) or torch.utils.dlpack.from_dlpack
+            self.torch_from = lambda a: c_from(a.__dlpack__(stream=self.stream))
 
     def ids(self, raw):
         np = self.np
@@ -103,7 +108,9 @@ class Converter:
             self.np = np
         a = np.frombuffer(raw, dtype="<i8")
         if self.output == "torch":
-            return self.torch.from_numpy(a)
+            t = self.torch.from_numpy(a)
+            # Every field on one device, ids too: a small copy from pageable memory.
+            return t.to(self.device.torch_device) if self.cuda else t
         return a
 
     def array(self, a, dtype):
@@ -114,9 +121,15 @@ class Converter:
             try:
                 t = self.torch_from(a)
             except (RuntimeError, TypeError, BufferError):
+                if self.cuda:
+                    raise
                 self.torch_fallback.add(dtype)
             else:
                 return t.view(self.torch.bool) if dtype == _C.DT_BOOL else t
+        if self.cuda:
+            raise TypeError(f"shardfeed: dtype {a.dtype} cannot be delivered to CUDA with this "
+                            f"torch {self.torch.__version__} (it has no such dtype); use "
+                            f"output='dlpack' or device='cpu'")
         np = self.np
         if self.np_from_dlpack is not None:
             x = self.np_from_dlpack(a)
@@ -125,10 +138,12 @@ class Converter:
 
     def var(self, pair, dtype):
         data, offsets = pair
-        if self.varlen == "pair" or self.output == "dlpack":
+        if self.output == "dlpack" or (self.varlen == "pair" and not self.cuda):
             return (self.array(data, dtype), self.array(offsets, _C.DT_INT64))
         offs = memoryview(offsets).tolist()
-        if dtype == _C.DT_BYTES:
+        if self.cuda and self.varlen == "pair":
+            return (self.array(data, dtype), self.ids(offsets))  # offsets copied to the device
+        if dtype == _C.DT_BYTES and not self.cuda:
             raw = bytes(memoryview(data))
             return [raw[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)]
         d = self.array(data, dtype)
@@ -136,6 +151,8 @@ class Converter:
         return [d[offs[i] // esz:offs[i + 1] // esz] for i in range(len(offs) - 1)]
 
     def __call__(self, b):
+        if self.device is not None and self.output == "torch":
+            self.stream = _device.import_stream(self.device, self.torch)
         out = Batch()
         for name, storage, dtype, value in b.fields():
             if storage == _C.STORAGE_VARIABLE:

@@ -51,8 +51,6 @@ class _EpochIterator:
             raise StopIteration
         loader._pos = b.index + 1
         batch = loader._convert(b)
-        if loader._device is not None:
-            batch = _device.to_device(batch, loader._device)
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
         return batch
@@ -126,9 +124,14 @@ class Loader(EpochControl):
       world_size, so the union over ranks is the dataset, plus wrap-around padding to
       fill the last global batch (uneven="pad", the default), or minus that tail
       (uneven="drop" or drop_last=True).
-    - device: "cpu" (default), or "cuda" / "cuda:N" / a torch.device: tensors are
-      copied to the GPU (``.to(device, non_blocking=True)``) and the slot is released at
-      once. "cuda" means cuda:LOCAL_RANK when LOCAL_RANK is set. Needs output "torch".
+    - device: "cpu" (default), or "cuda" / "cuda:N" / a torch.device: the reader copies
+      each batch from its page-locked slab into a device buffer of its own (a pool
+      allocated at open) on a stream of its own, and every field (labels too; ids as well)
+      comes out as a CUDA tensor viewing that buffer, imported on torch's current stream,
+      which waits for the copy on the GPU (the host never blocks). The slot is released
+      when the batch's last tensor dies, after the work queued on that stream so far. Use
+      a batch on one stream, or see README "GPU delivery". "cuda" means cuda:LOCAL_RANK
+      when LOCAL_RANK is set. Needs output "torch" (or "dlpack": raw kDLCUDA arrays).
     - prefetch: batch slots, 1 to 1024 (read-ahead plus the batches you hold; see
       "Memory" in help(shardfeed)). A ``for`` loop holds the previous batch while
       asking for the next, so it must be at least 2.
@@ -226,11 +229,14 @@ class Loader(EpochControl):
         output = opt.exact_choice("output", output, opt.OUTPUTS)
         self.varlen = opt.exact_choice("varlen", varlen, opt.VARLEN)
         self.output, torch = resolve_output(output, device)
-        self._device = _device.resolve_device(device, torch)
-        if self._device is not None and self.output != "torch":
-            raise ValueError(f"shardfeed: device={device!r} needs output='torch'")
-        self.device = str(self._device) if self._device is not None else "cpu"
-        self._convert = Converter(self.output, self.varlen, torch)
+        self._device = _device.resolve_device(device, torch, self.output)
+        if self._device is not None and self.output == "numpy" and \
+                self._device.kind == _C.DEVICE_CUDA:
+            raise ValueError(f"shardfeed: device={device!r} needs output='torch' or 'dlpack'")
+        self.device = self._device.name if self._device is not None else "cpu"
+        self._convert = Converter(self.output, self.varlen, torch, self._device)
+        dev_kind = self._device.kind if self._device is not None else _C.DEVICE_CPU
+        dev_index = self._device.index if self._device is not None else 0
 
         self._reader = _C.Reader(
             self.path, batch_size=self.batch_size, shuffle=opt.SHUFFLE[self.shuffle],
@@ -238,7 +244,8 @@ class Loader(EpochControl):
             drop_last=self.drop_last, uneven=opt.UNEVEN[self.uneven], prefetch=self.prefetch,
             engine=opt.ENGINE[self.engine], direct=opt.DIRECT[self.direct], verify=self.verify,
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
-            window=self.window, io_threads=self.io_threads)
+            window=self.window, io_threads=self.io_threads, device=dev_kind,
+            device_index=dev_index)
         self._num_batches = self._reader.num_batches()
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None

@@ -64,6 +64,7 @@ PyObject *sf_py_array_new(PyObject *owner, void *data, int dtype, int ndim, cons
     a->data = data;
     a->dtype = dtype;
     a->readonly = readonly;
+    a->device = SF_DEVICE_CPU;
     a->ndim = ndim;
     a->itemsize = (Py_ssize_t)sf_dtype_size(dtype);
     Py_ssize_t n = a->itemsize;
@@ -92,6 +93,19 @@ static void array_dealloc(sf_py_array *a)
 static int array_getbuffer(PyObject *self, Py_buffer *view, int flags)
 {
     sf_py_array *a = (sf_py_array *)self;
+    if (a->device == SF_DEVICE_CUDA) {
+        PyErr_SetString(PyExc_BufferError,
+                        "shardfeed: this array is in CUDA device memory: import it with "
+                        "torch.from_dlpack (or any DLPack consumer), not the buffer protocol");
+        view->obj = NULL;
+        return -1;
+    }
+    /* Host-copy "device" memory: the host waits for the copy, as a consumer
+     * without a stream must. */
+    if (a->device != SF_DEVICE_CPU && sf_py_batch_import((sf_py_batch *)a->owner, NULL) < 0) {
+        view->obj = NULL;
+        return -1;
+    }
     if ((flags & PyBUF_WRITABLE) && a->readonly) {
         PyErr_SetString(PyExc_BufferError, "shardfeed: this view is read-only (a memory map)");
         view->obj = NULL;
@@ -137,6 +151,18 @@ static void dl_deleter(DLManagedTensor *mt)
 
 static const char DLTENSOR[] = "dltensor";
 
+/* Where the array's memory is: CUDA device memory of the reader's device,
+ * or host memory (the host-copy device's included). */
+static void dl_device(DLDevice *out, const sf_py_array *a)
+{
+    out->device_type = kDLCPU;
+    out->device_id = 0;
+    if (a->device == SF_DEVICE_CUDA) {
+        out->device_type = kDLCUDA;
+        out->device_id = ((sf_py_batch *)a->owner)->reader->device_index;
+    }
+}
+
 /* A capsule nobody consumed still owns its tensor. */
 static void dl_capsule_destructor(PyObject *cap)
 {
@@ -147,6 +173,42 @@ static void dl_capsule_destructor(PyObject *cap)
     }
 }
 
+/* DLPack's stream argument for a device array: the consumer's stream that
+ * must wait for the copy. CUDA (DLPack): None is the legacy default stream,
+ * 1 the legacy default stream, 2 the per-thread one, larger values stream
+ * handles (cudaStreamLegacy and cudaStreamPerThread are the handles 1 and 2,
+ * so every value passes through); 0 is disallowed; -1 (the consumer
+ * synchronises itself) cannot be honoured: the slot's release needs the
+ * stream. Host-copy: an sf_host_stream handle, or None for the host. */
+static int dlpack_stream(void **out, const sf_py_array *a, PyObject *stream)
+{
+    *out = NULL;
+    if (stream == Py_None) {
+        *out = a->device == SF_DEVICE_CUDA ? (void *)1 : NULL;
+        return 0;
+    }
+    if (!PyLong_Check(stream)) {
+        PyErr_SetString(PyExc_TypeError, "shardfeed: __dlpack__ stream must be an int or None");
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(stream);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v == 0 || v == -1) {
+        PyErr_Format(PyExc_BufferError,
+                     "shardfeed: __dlpack__(stream=%lld): a device batch needs the consumer's "
+                     "stream (None, 1, 2 or a stream handle) to order its copy and its release",
+                     v);
+        return -1;
+    }
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "shardfeed: __dlpack__(stream=%lld): not a stream", v);
+        return -1;
+    }
+    *out = (void *)(uintptr_t)v;
+    return 0;
+}
+
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"stream", NULL};
@@ -154,7 +216,11 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:__dlpack__", kwlist, &stream))
         return NULL;
     sf_py_array *a = (sf_py_array *)self;
-    if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
+    if (a->device != SF_DEVICE_CPU) {
+        void *s;
+        if (dlpack_stream(&s, a, stream) < 0 || sf_py_batch_import((sf_py_batch *)a->owner, s) < 0)
+            return NULL;
+    } else if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
         if (PyErr_Occurred())
             return NULL;
         return PyErr_Format(PyExc_ValueError, "shardfeed: a CPU array takes no stream");
@@ -172,8 +238,7 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
     }
     DLTensor *t = &h->mt.dl_tensor;
     t->data = a->data;
-    t->device.device_type = kDLCPU;
-    t->device.device_id = 0;
+    dl_device(&t->device, a);
     t->ndim = a->ndim;
     t->dtype.code = DTYPES[a->dtype].dl_code;
     t->dtype.bits = (uint8_t)(a->itemsize * 8);
@@ -194,9 +259,10 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *array_dlpack_device(PyObject *self, PyObject *unused)
 {
-    (void)self;
     (void)unused;
-    return Py_BuildValue("(ii)", (int)kDLCPU, 0);
+    DLDevice d;
+    dl_device(&d, (sf_py_array *)self);
+    return Py_BuildValue("(ii)", (int)d.device_type, (int)d.device_id);
 }
 
 static PyObject *array_get_shape(sf_py_array *a, void *unused)
@@ -252,11 +318,24 @@ static PyObject *array_repr(sf_py_array *a)
 
 static PyMethodDef array_methods[] = {
     {"__dlpack__", SF_PY_KW(array_dlpack), METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(*, stream=None) -> a 'dltensor' capsule sharing this memory"},
-    {"__dlpack_device__", array_dlpack_device, METH_NOARGS, "(kDLCPU, 0)"},
+     "__dlpack__(*, stream=None) -> a 'dltensor' capsule sharing this memory. For a device "
+     "batch, `stream` (DLPack's: None or 1 the legacy default stream, 2 per-thread, else a "
+     "cudaStream_t; an sf_host_stream handle on the host-copy device) waits for the batch's copy "
+     "and is the stream the batch is released after; every import of a batch must name the same "
+     "stream"},
+    {"__dlpack_device__", array_dlpack_device, METH_NOARGS,
+     "(device_type, device_id): (kDLCPU, 0), or (kDLCUDA, N) for a batch on cuda:N"},
     {NULL, NULL, 0, NULL}};
 
+static PyObject *array_get_data_ptr(sf_py_array *a, void *unused)
+{
+    (void)unused;
+    return PyLong_FromVoidPtr(a->data);
+}
+
 static PyGetSetDef array_getset[] = {
+    {"data_ptr", (getter)array_get_data_ptr, NULL,
+     "address of the first element (device memory for a device batch)", NULL},
     {"shape", (getter)array_get_shape, NULL, "shape (tuple)", NULL},
     {"dtype", (getter)array_get_dtype, NULL, "NumPy descr of the element type", NULL},
     {"nbytes", (getter)array_get_nbytes, NULL, "bytes viewed", NULL},

@@ -58,6 +58,7 @@ extern PyTypeObject sf_py_array_type;
 extern PyTypeObject sf_py_reader_type;
 extern PyTypeObject sf_py_batch_type;
 extern PyTypeObject sf_py_dataset_type;
+extern PyTypeObject sf_py_host_stream_type;
 
 /* Raises shardfeed.Error for a failed library call: the message is
  * sf_strerror(rc) plus sf_last_error(); .code is rc, .errno is -rc for an
@@ -107,6 +108,8 @@ typedef struct sf_py_array {
     void *data;
     int dtype;       /* SPEC.md dtype code (0 = bytes, exported as uint8) */
     int readonly;    /* buffer protocol read-only; no DLPack export */
+    int device;      /* enum sf_reader_device of `data`: SF_DEVICE_CPU, or a device batch's
+                        device memory (then `owner` is that sf_py_batch) */
     int ndim;
     Py_ssize_t itemsize;
     Py_ssize_t nbytes;
@@ -128,13 +131,27 @@ typedef struct sf_py_reader {
     sf_py_owner owner; /* the sf_reader; a hold per Batch alive and per running call */
     pid_t pid;         /* process that opened it: a forked child must not touch it */
     int busy;          /* a call runs with the GIL released (one thread at a time) */
+    int device;        /* enum sf_reader_device batches are delivered to */
+    int device_index;  /* cuda:N */
 } sf_py_reader;
 
+/* A device batch's stream handshake (DLPack's, see py_array.c): the first
+ * __dlpack__(stream=S) of any of its arrays makes S wait for the batch's
+ * copy and binds the batch to S; the batch is released after the work queued
+ * on S (sf_reader_release_after) when its last array or tensor dies. */
 typedef struct sf_py_batch {
     PyObject_HEAD
     sf_py_reader *reader;
     const sf_batch *b;
+    void *stream;   /* the consumer's stream the batch is bound to (NULL: none) */
+    int bound;      /* stream was set by an import */
 } sf_py_batch;
+
+/* Makes the consumer's `stream` (a cudaStream_t or sf_host_stream; NULL: the
+ * host itself, which then waits for the copy) wait for the batch's copy, and
+ * binds the batch to it. -1 with an exception set when the batch is bound to
+ * another stream already, or the library fails. */
+int sf_py_batch_import(sf_py_batch *b, void *stream);
 
 /* ---- Dataset ---- */
 typedef struct sf_py_dataset {

@@ -96,7 +96,18 @@ static PyObject *mod_param_bounds(PyObject *self, PyObject *unused)
     return out;
 }
 
+static PyObject *mod_has_feature(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    return PyBool_FromLong(sf_has_feature(name));
+}
+
 static PyMethodDef module_methods[] = {
+    {"has_feature", mod_has_feature, METH_O,
+     "has_feature(name) -> sf_has_feature(name): \"cuda\" when CUDA delivery was built in"},
     {"param_bounds", mod_param_bounds, METH_NOARGS,
      "param_bounds() -> {\"reader.batch_size\": (min, max), ...}: the library's option bounds"},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> sf_strerror(code)"},
@@ -160,6 +171,9 @@ static int add_constants(PyObject *m)
         {"E_INVALID", SF_E_INVALID},
         {"E_STATE", SF_E_STATE},
         {"DEFAULT_PREFETCH", SF_READER_DEFAULT_PREFETCH},
+        {"DEVICE_CPU", SF_DEVICE_CPU},
+        {"DEVICE_CUDA", SF_DEVICE_CUDA},
+        {"DEVICE_HOST_COPY", SF_DEVICE_HOST_COPY},
     };
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
         if (PyModule_AddIntConstant(m, K[i].name, K[i].value) < 0)
@@ -209,7 +223,8 @@ PyMODINIT_FUNC PyInit__shardfeed(void)
     }
     if (add_type(m, "Array", &sf_py_array_type) < 0 || add_type(m, "Reader", &sf_py_reader_type) < 0 ||
         add_type(m, "Batch", &sf_py_batch_type) < 0 ||
-        add_type(m, "Dataset", &sf_py_dataset_type) < 0 || add_constants(m) < 0 ||
+        add_type(m, "Dataset", &sf_py_dataset_type) < 0 ||
+        add_type(m, "HostStream", &sf_py_host_stream_type) < 0 || add_constants(m) < 0 ||
         PyModule_AddStringConstant(m, "__version__", sf_version()) < 0)
         goto fail;
     return m;

@@ -60,18 +60,19 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path",     "batch_size", "shuffle",     "seed",       "rank",
                              "world_size", "drop_last", "uneven",     "prefetch",   "engine",
                              "direct",   "verify",     "on_corrupt",  "block_size", "window",
-                             "io_threads", "queue_depth", NULL};
+                             "io_threads", "queue_depth", "device", "device_index", NULL};
     PyObject *path = NULL;
     sf_reader_opts o = SF_READER_OPTS_INIT;
     unsigned int batch_size = 0, rank = 0, world_size = 0, prefetch = 0, block_size = 0,
                  window = 0, io_threads = 0, queue_depth = 0;
     unsigned long long seed = 0;
-    int shuffle = 0, drop_last = 0, uneven = 0, engine = 0, direct = 0, verify = 1, on_corrupt = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIII:Reader", kwlist,
+    int shuffle = 0, drop_last = 0, uneven = 0, engine = 0, direct = 0, verify = 1, on_corrupt = 0,
+        device = SF_DEVICE_CPU, device_index = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIIIii:Reader", kwlist,
                                      PyUnicode_FSConverter, &path, &batch_size, &shuffle, &seed,
                                      &rank, &world_size, &drop_last, &uneven, &prefetch, &engine,
                                      &direct, &verify, &on_corrupt, &block_size, &window,
-                                     &io_threads, &queue_depth))
+                                     &io_threads, &queue_depth, &device, &device_index))
         return NULL;
     o.batch_size = batch_size;
     o.shuffle = shuffle;
@@ -89,6 +90,8 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.window = window;
     o.io_threads = io_threads;
     o.queue_depth = queue_depth;
+    o.device = device;
+    o.device_index = device_index;
 
     sf_py_reader *self = (sf_py_reader *)type->tp_alloc(type, 0);
     if (!self) {
@@ -96,6 +99,8 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->pid = getpid();
+    self->device = device;
+    self->device_index = device_index;
     sf_reader *r = NULL;
     int rc;
     const char *p = PyBytes_AS_STRING(path);
@@ -127,6 +132,8 @@ static PyObject *reader_next(sf_py_reader *self, PyObject *unused)
         return NULL;
     batch->reader = NULL;
     batch->b = NULL;
+    batch->stream = NULL;
+    batch->bound = 0;
     const sf_batch *b = NULL;
     sf_reader *r = reader_handle(self);
     int rc;
@@ -232,11 +239,13 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
         (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
     PyObject *more = d ? Py_BuildValue(
-        "{sssKsdsdsdsKsKsssN}", "device", s.device ? s.device : "", "device_bytes",
+        "{sssKsdsdsdsKsKsssNsKsdsd}", "device", s.device ? s.device : "", "device_bytes",
         (unsigned long long)s.device_bytes, "elapsed_seconds", s.elapsed_seconds,
         "device_enqueue_seconds", s.device_enqueue_seconds, "device_wait_seconds",
         s.device_wait_seconds, "trace_events", (unsigned long long)s.trace_events, "trace_dropped",
-        (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions)
+        (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions,
+        "device_copy_bytes", (unsigned long long)s.device_copy_bytes, "device_copy_seconds",
+        s.device_copy_seconds, "device_stream_wait_seconds", s.device_stream_wait_seconds)
                        : NULL;
     if (!d)
         Py_DECREF(fractions);
@@ -344,7 +353,8 @@ PyTypeObject sf_py_reader_type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Reader(path, batch_size=0, shuffle=0, seed=0, rank=0, world_size=0, drop_last=False, "
               "uneven=0, prefetch=0, engine=0, direct=0, verify=True, on_corrupt=0, block_size=0, "
-              "window=0, io_threads=0, queue_depth=0): the C streaming reader (sf_reader_opts; "
+              "window=0, io_threads=0, queue_depth=0, device=0, device_index=0): the C streaming reader "
+              "(sf_reader_opts; device: 0 cpu, 1 cuda, 2 host-copy; "
               "0 means the default). Use shardfeed.Loader.",
     .tp_methods = reader_methods,
     .tp_getset = reader_getset,
@@ -357,13 +367,52 @@ static void batch_dealloc(sf_py_batch *self)
 {
     sf_py_reader *reader = self->reader;
     const sf_batch *b = self->b;
+    void *stream = self->stream;
     PyObject_Free(self);
     if (!reader)
         return;
+    /* Thread-safe; cannot fail for a held batch. A device batch goes back
+     * after the work queued on the stream it was imported on: the next copy
+     * into its device buffer waits for that work (on the device). */
     if (reader->pid == getpid())
-        sf_reader_release(reader_handle(reader), b); /* thread-safe; cannot fail for a held batch */
+        sf_reader_release_after(reader_handle(reader), b, stream);
     sf_py_owner_release(&reader->owner);
     Py_DECREF(reader);
+}
+
+int sf_py_batch_import(sf_py_batch *self, void *stream)
+{
+    if (stream && self->bound && self->stream != stream) {
+        PyErr_Format(PyExc_BufferError,
+                     "shardfeed: batch %llu of epoch %llu was imported on stream %p already and "
+                     "is released after that stream's work; import every array of a batch on "
+                     "one stream (make other streams wait on it, and it on them before the "
+                     "tensors die: see README, GPU delivery)",
+                     (unsigned long long)self->b->index, (unsigned long long)self->b->epoch,
+                     self->stream);
+        return -1;
+    }
+    if (stream && self->bound)
+        return 0; /* the stream waits already */
+    sf_reader *r = reader_handle(self->reader);
+    int rc;
+    if (stream) {
+        rc = sf_batch_wait_on(r, self->b, stream);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = sf_batch_wait(r, self->b);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        sf_py_raise(rc);
+        return -1;
+    }
+    /* The host's own waits need no fence: its work is done when it returns. */
+    if (stream) {
+        self->stream = stream;
+        self->bound = 1;
+    }
+    return 0;
 }
 
 static PyObject *ids_copy(const uint64_t *ids, uint32_t n)
@@ -385,6 +434,18 @@ static PyObject *batch_source_ids(sf_py_batch *self, PyObject *unused)
     return ids_copy(self->b->source_ids, self->b->size);
 }
 
+/* A field's data as an Array: its host bytes, or for a device batch the
+ * same bytes in device memory. */
+static PyObject *device_array(PyObject *batch, int device, const sf_batch_field *f, int ndim,
+                              const uint64_t *shape)
+{
+    void *data = device == SF_DEVICE_CPU ? f->data : f->device_data;
+    PyObject *a = sf_py_array_new(batch, data, f->dtype, ndim, shape, 0);
+    if (a)
+        ((sf_py_array *)a)->device = device;
+    return a;
+}
+
 /* fields() -> tuple of (name, storage, dtype, value): value is an Array
  * [size, shape...] for fixed and inline fields, (data, offsets) for
  * variable-length ones: data a 1-D Array of the packed values (uint8 for
@@ -393,6 +454,7 @@ static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
 {
     (void)unused;
     const sf_batch *b = self->b;
+    int dev = b->device; /* the arrays view device memory, offsets stay on the host */
     PyObject *out = PyTuple_New(b->num_fields);
     if (!out)
         return NULL;
@@ -403,7 +465,7 @@ static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
             uint64_t esz = f->elem_size ? f->elem_size : 1;
             uint64_t n = f->bytes / esz;
             uint64_t noff = (uint64_t)b->size + 1;
-            PyObject *data = sf_py_array_new((PyObject *)self, f->data, f->dtype, 1, &n, 0);
+            PyObject *data = device_array((PyObject *)self, dev, f, 1, &n);
             PyObject *offs = data ? sf_py_array_new((PyObject *)self, (void *)f->offsets, 9 /* int64 */,
                                                     1, &noff, 0)
                                   : NULL;
@@ -416,7 +478,7 @@ static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
             shape[0] = b->size;
             for (uint32_t i = 0; i < nd; i++)
                 shape[i + 1] = f->shape[i];
-            value = sf_py_array_new((PyObject *)self, f->data, f->dtype, (int)nd + 1, shape, 0);
+            value = device_array((PyObject *)self, dev, f, (int)nd + 1, shape);
         }
         PyObject *item = value ? Py_BuildValue("(siiN)", f->name, f->storage, f->dtype, value) : NULL;
         if (!item) {
@@ -452,6 +514,20 @@ static PyObject *batch_get_substituted(sf_py_batch *self, void *unused)
     return PyLong_FromUnsignedLong(self->b->substituted);
 }
 
+static PyObject *batch_get_device(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(self->b->device);
+}
+
+static PyObject *batch_get_stream(sf_py_batch *self, void *unused)
+{
+    (void)unused;
+    if (!self->bound)
+        Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(self->stream);
+}
+
 static PyMethodDef batch_methods[] = {
     {"fields", (PyCFunction)batch_fields, METH_NOARGS,
      "fields() -> tuple of (name, storage, dtype, Array or (data, offsets))"},
@@ -465,6 +541,11 @@ static PyGetSetDef batch_getset[] = {
     {"index", (getter)batch_get_index, NULL, "batch number within the epoch (this rank)", NULL},
     {"size", (getter)batch_get_size, NULL, "samples in the batch", NULL},
     {"substituted", (getter)batch_get_substituted, NULL, "corrupt samples substituted", NULL},
+    {"device", (getter)batch_get_device, NULL, "enum sf_reader_device the batch was delivered to",
+     NULL},
+    {"stream", (getter)batch_get_stream, NULL,
+     "the consumer's stream the batch was imported on and is released after, or None",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject sf_py_batch_type = {

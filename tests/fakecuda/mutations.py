@@ -2,9 +2,11 @@
 """Mutation checks of the CUDA glue, on the fake CUDA runtime.
 
 Removes each wait, fence, device switch and teardown step of
-lib/reader/device_cuda.c (and the reader's slot waits on the device), one at a
-time, in a scratch copy of the tree; rebuilds with -DSHARDFEED_CUDA=FAKE; runs
-tests/unit/test_device_cuda.c and the GPU check on the fake. Every mutation
+lib/reader/device_cuda.c (and the reader's slot waits on the device, and the
+Python module's wait at import and fence at release), one at a time, in a
+scratch copy of the tree; rebuilds with -DSHARDFEED_CUDA=FAKE; runs
+tests/unit/test_device_cuda.c, the GPU check and tests/python/test_device.py
+(the fake and the host-copy legs) on the fake. Every mutation
 must make a test fail, except the ones marked equivalent (with the reason):
 a surviving one means a test is missing.
 
@@ -27,6 +29,7 @@ NOWAIT = ("static void *cuda_device_ptr",
           "    return 0;\n}\n\nstatic void *cuda_device_ptr")
 CUDA = "lib/reader/device_cuda.c"
 SCHEDULE = "lib/reader/schedule.c"
+PY_READER = "python/src/py_reader.c"
 
 # name: (file, [(old, new)], what it removes, None or why it is equivalent)
 MUTATIONS = {
@@ -73,6 +76,15 @@ MUTATIONS = {
     "release_reuse": (SCHEDULE, [("        int waited = r->device_ops->reuse(r->device, s->index);",
                                 "        int waited = 0;")],
                       "the wait for the copy when a slot is released", None),
+    "wait_on": (CUDA, [("    cudaError_t e = cudaStreamWaitEvent(s, d->copied[slot], 0);\n",
+                        "    cudaError_t e = cudaSuccess;\n")],
+                "sf_batch_wait_on's cudaStreamWaitEvent on the copy event", None),
+    "py_import_wait": (PY_READER, [("        rc = sf_batch_wait_on(r, self->b, stream);\n",
+                                    "        rc = 0;\n")],
+                       "the Python import's wait of the consumer's stream (DLPack __dlpack__)", None),
+    "py_release_fence": (PY_READER, [("        sf_reader_release_after(reader_handle(reader), b, stream);\n",
+                                      "        (void)stream, sf_reader_release_after(reader_handle(reader), b, NULL);\n")],
+                         "the Python batch's release after its import stream", None),
     "reposition_reuse": (SCHEDULE, [("            r->device_ops->reuse(r->device, s->index);\n"
                                    "            s->device_busy = 0;\n", "            s->device_busy = 0;\n")],
                          "the wait for dropped read-ahead copies after a reposition", None),
@@ -97,7 +109,9 @@ def failing_tests(build):
     if unit.returncode and not fails:
         fails = ["test_device_cuda exited %d" % unit.returncode]
     gpu = run(["ctest", "-R", "cli.gpu_check_fake"], cwd=build)
-    return fails + (["cli.gpu_check_fake"] if gpu.returncode else [])
+    py = run(["ctest", "-R", "^python.test_device$"], cwd=build)
+    return (fails + (["cli.gpu_check_fake"] if gpu.returncode else [])
+            + (["python.test_device"] if py.returncode else []))
 
 
 def main():
@@ -109,9 +123,9 @@ def main():
     scratch = tempfile.mkdtemp(prefix="sf-mutations-")
     src, build = os.path.join(scratch, "src"), os.path.join(scratch, "build")
     copy_tree(root, src)
-    targets = ["test_device_cuda", "gpu_check", "shardfeed_cli"]
+    targets = ["test_device_cuda", "gpu_check", "shardfeed_cli", "shardfeed_python"]
     jobs = str(min(os.cpu_count() or 2, 8))
-    conf = run(["cmake", "-S", src, "-B", build, "-DSHARDFEED_CUDA=FAKE", "-DSHARDFEED_PYTHON=OFF"])
+    conf = run(["cmake", "-S", src, "-B", build, "-DSHARDFEED_CUDA=FAKE"])
     if conf.returncode:
         sys.exit(conf.stdout)
 

@@ -478,6 +478,10 @@ class Device(unittest.TestCase):
             def device_count():
                 return 4
 
+            @staticmethod
+            def current_device():
+                return 2
+
         class FakeTorch:
             device = torch.device
             cuda = FakeCuda
@@ -486,13 +490,14 @@ class Device(unittest.TestCase):
         saved = os.environ.get("LOCAL_RANK")
         try:
             os.environ["LOCAL_RANK"] = "3"
-            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda:3")
-            self.assertEqual(str(resolve_device("cuda:1", FakeTorch)), "cuda:1")  # explicit wins
+            self.assertEqual(resolve_device("cuda", FakeTorch, "torch").name, "cuda:3")
+            self.assertEqual(resolve_device("cuda:1", FakeTorch, "torch").name, "cuda:1")  # explicit wins
             del os.environ["LOCAL_RANK"]
-            self.assertEqual(str(resolve_device("cuda", FakeTorch)), "cuda")
-            self.assertIsNone(resolve_device("cpu", FakeTorch))
+            # "cuda" is torch's current device, as torch.device("cuda") means
+            self.assertEqual(resolve_device("cuda", FakeTorch, "torch").name, "cuda:2")
+            self.assertIsNone(resolve_device("cpu", FakeTorch, "torch"))
             with self.assertRaisesRegex(shardfeed.Error, "only 4 CUDA"):
-                resolve_device("cuda:4", FakeTorch)
+                resolve_device("cuda:4", FakeTorch, "torch")
         finally:
             os.environ.pop("LOCAL_RANK", None)
             if saved is not None:

@@ -217,3 +217,101 @@ Test(device_pipeline, cpu_batches_have_no_device_data)
     sf_reader_release(r, b);
     sf_reader_close(r);
 }
+
+/* The first float of each sample in a copy of a batch's img field read back
+ * from the device: the sample's id * 1000 (unit_write_image_samples). */
+static void check_read_back(const float *img, const uint64_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++)
+        cr_assert(img[(uint64_t)k * (IMG_BYTES / 4)] == (float)(ids[k] * 1000),
+                  "sample %u read back on the stream holds another sample", k);
+}
+
+enum { MAX_BATCHES = 16 };
+
+Test(device_pipeline, a_consumer_stream_waits_for_copies_and_fences_its_releases)
+{
+    /* A consumer that never blocks: each batch's reads are queued on its
+     * stream behind sf_batch_wait_on, and the batch is released at once
+     * after them. Slow copies; only the stream orders anything. */
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 8;
+    o.prefetch = 2;
+    o.shuffle = SF_READER_SHUFFLE_GLOBAL;
+    o.device = SF_DEVICE_HOST_COPY;
+    sf_reader *r;
+    cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
+    sf_host_stream *s;
+    cr_assert_eq(sf_host_stream_create(&s), 0);
+    reader_device_host_set_delay_us(3000);
+    uint64_t hazards = sf_host_stream_hazards();
+    static float out[MAX_BATCHES][8 * IMG_BYTES / 4];
+    static uint64_t ids[MAX_BATCHES][8];
+    uint32_t sizes[MAX_BATCHES];
+    for (int epoch = 0; epoch < 2; epoch++) {
+        const sf_batch *b;
+        uint32_t n = 0;
+        while (sf_reader_next(&b, r) == 0 && b) {
+            cr_assert_lt(n, MAX_BATCHES);
+            const sf_batch_field *img = sf_batch_field_find(b, "img");
+            cr_assert_eq(sf_batch_wait_on(r, b, s), 0, "%s", sf_last_error());
+            cr_assert_eq(sf_host_stream_read(s, out[n], img->device_data, img->bytes), 0);
+            memcpy(ids[n], b->source_ids, b->size * sizeof ids[n][0]);
+            sizes[n++] = b->size;
+            cr_assert_eq(sf_reader_release_after(r, b, s), 0);
+        }
+        cr_assert_eq(sf_host_stream_synchronize(s), 0);
+        for (uint32_t i = 0; i < n; i++)
+            check_read_back(out[i], ids[i], sizes[i]);
+    }
+    cr_assert_eq(sf_host_stream_hazards(), hazards, "the consumer's reads met a hazard");
+    sf_reader_statistics st;
+    cr_assert_eq(sf_reader_stats(&st, r), 0);
+    cr_assert_gt(st.device_copy_bytes, 0);
+    cr_assert_gt(st.device_stream_wait_seconds, 0, "the stream never waited for a slow copy");
+    sf_reader_close(r);
+    sf_host_stream_destroy(s);
+    cr_assert_eq(sf_batch_wait_on(NULL, NULL, NULL), SF_E_INVALID);
+}
+
+Test(device_pipeline, the_host_streams_see_a_missing_wait_and_a_missing_fence)
+{
+    /* The model's own check: the hazards the Python tests rely on are seen. */
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 8;
+    o.prefetch = 2;
+    o.device = SF_DEVICE_HOST_COPY;
+    sf_reader *r;
+    cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
+    sf_host_stream *s;
+    cr_assert_eq(sf_host_stream_create(&s), 0);
+    static float out[8 * IMG_BYTES / 4];
+    /* No wait: the read runs while the slow copy has not landed. */
+    reader_device_host_set_delay_us(200000);
+    uint64_t before = sf_host_stream_hazards();
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0);
+    const sf_batch_field *img = sf_batch_field_find(b, "img");
+    cr_assert_eq(sf_host_stream_read(s, out, img->device_data, img->bytes), 0);
+    cr_assert_eq(sf_host_stream_synchronize(s), 0);
+    cr_assert_gt(sf_host_stream_hazards(), before, "a read before its copy went unseen");
+    reader_device_host_set_delay_us(0);
+    cr_assert_eq(sf_batch_wait(r, b), 0);
+    /* No fence: the slot's next copy overwrites what a held read still has to read. */
+    before = sf_host_stream_hazards();
+    cr_assert_eq(sf_host_stream_hold(s, 1), 0);
+    cr_assert_eq(sf_host_stream_read(s, out, img->device_data, img->bytes), 0);
+    cr_assert_eq(sf_reader_release_after(r, b, NULL), 0);
+    for (int i = 0; i < 2; i++) { /* the second batch reuses the first's slot */
+        cr_assert_eq(sf_reader_next(&b, r), 0);
+        cr_assert_eq(sf_batch_wait(r, b), 0);
+        if (i == 0)
+            cr_assert_eq(sf_reader_release(r, b), 0);
+    }
+    cr_assert_gt(sf_host_stream_hazards(), before, "a copy over a queued read went unseen");
+    cr_assert_eq(sf_host_stream_hold(s, 0), 0);
+    cr_assert_eq(sf_host_stream_synchronize(s), 0);
+    cr_assert_eq(sf_reader_release(r, b), 0);
+    sf_reader_close(r);
+    sf_host_stream_destroy(s);
+}
