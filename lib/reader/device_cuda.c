@@ -148,7 +148,11 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
-        return sf_fail(SF_E_UNSUPPORTED, "no CUDA device available (%s)", cudaGetErrorString(e));
+        /* A machine without a GPU usually has no driver either: cudart then says
+         * "driver version is insufficient", which sends users after a driver
+         * upgrade. Say what it means first. */
+        return sf_fail(SF_E_UNSUPPORTED, "no GPU found: no CUDA device available (%s)",
+                       cudaGetErrorString(e));
     if (ordinal < 0 || ordinal >= count)
         return sf_fail(SF_E_UNSUPPORTED, "no CUDA device cuda:%d (this machine has %d)", ordinal,
                        count);

@@ -67,7 +67,7 @@ def resolve_device(device, torch, output):
         # Raw DLPack arrays need no torch; the library says whether the device exists.
         return Device(_C.DEVICE_CUDA, index, name, None)
     if not torch.cuda.is_available():
-        raise error(f"shardfeed: device {name} asked for, but there is no CUDA device "
+        raise error(f"shardfeed: device {name}: no GPU found: there is no CUDA device "
                     f"(torch.cuda.is_available() is False); use device='cpu'", _C.E_UNSUPPORTED)
     if index >= torch.cuda.device_count():
         raise error(f"shardfeed: device {name}: only {torch.cuda.device_count()} CUDA device(s)",

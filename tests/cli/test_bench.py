@@ -164,6 +164,19 @@ class Trace(Base):
         run("bench", ds, "--trace", "", check=1)
 
 
+    def test_cuda_without_a_gpu_says_no_gpu_found(self):
+        # This machine has no GPU; with CUDA compiled in, cudart's own words
+        # for that are "driver version is insufficient" (no driver at all).
+        ds = self.small(50)
+        p = run("bench", ds, "--device", "cuda:0", check=None)
+        if p.returncode == 0:
+            self.skipTest("this machine has a GPU")
+        if "built without CUDA" in p.stderr:
+            self.skipTest("this build has no CUDA")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no GPU found", p.stderr)
+
+
 class Verdict(Base):
     def test_json_fields(self):
         j = self.bench_json(self.small(300))

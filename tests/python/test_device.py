@@ -360,7 +360,7 @@ class NoDevice(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith(f"{_C.E_UNSUPPORTED} "), r.stdout)
         if _C.has_feature("cuda"):
-            self.assertIn("no CUDA device", r.stdout)
+            self.assertIn("no GPU found: no CUDA device", r.stdout)
         else:
             self.assertIn("built without CUDA", r.stdout)
 
@@ -371,7 +371,7 @@ class NoDevice(unittest.TestCase):
         with self.assertRaises(shardfeed.Error) as cm:
             shardfeed.Loader(DS, 4, device="cuda")
         self.assertEqual(cm.exception.code, _C.E_UNSUPPORTED)
-        self.assertIn("no CUDA device", str(cm.exception))
+        self.assertIn("no GPU found: there is no CUDA device", str(cm.exception))
 
     def test_bad_device_names(self):
         for bad in ("gpu", "cuda:x", "cuda:-1"):

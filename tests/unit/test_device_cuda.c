@@ -573,7 +573,7 @@ Test(device_cuda, no_device_and_a_missing_ordinal_fail_cleanly)
     sf_reader *r = NULL;
     cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
     cr_assert_null(r);
-    cr_assert(strstr(sf_last_error(), "no CUDA device available"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "no GPU found: no CUDA device available"), "%s", sf_last_error());
     fakecuda_set_device_count(1);
     o.device_index = 1;
     cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
