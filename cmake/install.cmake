@@ -13,8 +13,8 @@ include(CMakePackageConfigHelpers)
 
 # What the static library needs from the system, as link-line names once
 # installed (Debian's -dev packages put them on the default search path).
-set(SF_STATIC_DEPS uring zstd xxhash)
-set(SF_PC_REQUIRES_PRIVATE "liburing libzstd libxxhash")
+set(SF_STATIC_DEPS uring zstd xxhash jpeg png webp)
+set(SF_PC_REQUIRES_PRIVATE "liburing libzstd libxxhash libjpeg libpng libwebp")
 if(SF_HAVE_ARCHIVE)
   list(APPEND SF_STATIC_DEPS archive)
   string(APPEND SF_PC_REQUIRES_PRIVATE " libarchive")

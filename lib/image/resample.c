@@ -1,0 +1,212 @@
+/* Bilinear resampling with antialiasing, as torchvision's
+ * F.resize(antialias=True) (and PIL's BILINEAR) computes it: each output
+ * pixel is a normalised triangle-filter average of the source pixels within
+ * `support` of its centre, the triangle widened by the downscale factor
+ * (so a 2x reduction averages over 4 source pixels, not 2). Separable:
+ * rows first (into float), then columns; rounded half to even at the end,
+ * as torch's round() does. Written here rather than taken from a package:
+ * the crop, the partial (centre-crop) window of the resized image, the
+ * flip and the CHW layout all fuse into the two passes, and it must agree
+ * with torchvision's coefficients exactly (libswscale and pixman use other
+ * filters; README "Images"). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error_internal.h"
+#include "image.h"
+
+/* The weights of one output pixel: source pixels [lo, lo + n). */
+typedef struct coef_span {
+    uint32_t lo, n;
+    uint32_t w_at; /* index of its first weight in the weight array */
+} coef_span;
+
+static double axis_scale(const image_axis *a)
+{
+    return a->len / (double)a->dst;
+}
+
+static double axis_support(const image_axis *a)
+{
+    double s = axis_scale(a);
+    return s >= 1.0 ? s : 1.0; /* the triangle's support is 1 source pixel, times the downscale */
+}
+
+/* The interval of source pixels the axis may read: its box, inside the image. */
+static void axis_clamp(const image_axis *a, uint32_t size, int64_t *lo, int64_t *hi)
+{
+    *lo = (int64_t)floor(a->x0);
+    *hi = (int64_t)ceil(a->x0 + a->len);
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > (int64_t)size)
+        *hi = size;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Source bounds of destination pixel u (torch's _compute_indices_weights_aa). */
+static void pixel_bounds(const image_axis *a, int64_t u, int64_t clo, int64_t chi, int64_t *lo,
+                         int64_t *hi, double *center)
+{
+    double support = axis_support(a);
+    *center = a->x0 + ((double)u + 0.5) * axis_scale(a);
+    *lo = (int64_t)(*center - support + 0.5);
+    *hi = (int64_t)(*center + support + 0.5);
+    if (*lo < clo)
+        *lo = clo;
+    if (*hi > chi)
+        *hi = chi;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Whether output pixel i of the axis falls inside the resized image. */
+static int axis_inside(const image_axis *a, uint32_t i)
+{
+    int64_t u = a->off + (int64_t)i;
+    return u >= 0 && u < (int64_t)a->dst;
+}
+
+void image_axis_span(const image_axis *a, uint32_t size, uint32_t *lo, uint32_t *hi)
+{
+    int64_t clo, chi, mn = INT64_MAX, mx = INT64_MIN;
+    axis_clamp(a, size, &clo, &chi);
+    for (uint32_t i = 0; i < a->out; i++) {
+        if (!axis_inside(a, i))
+            continue;
+        int64_t l, h;
+        double c;
+        pixel_bounds(a, a->off + (int64_t)i, clo, chi, &l, &h, &c);
+        if (l < mn)
+            mn = l;
+        if (h > mx)
+            mx = h;
+    }
+    if (mn == INT64_MAX || mx <= mn) {
+        *lo = *hi = 0;
+        return;
+    }
+    *lo = (uint32_t)mn;
+    *hi = (uint32_t)mx;
+}
+
+/* The weights of every output pixel of axis a over source interval
+ * [0, size), relative to region start `base`: spans[i], weights in w.
+ * An output pixel outside the resized image gets n = 0 (it stays 0). */
+static void axis_coefs(const image_axis *a, uint32_t size, uint32_t base, coef_span *spans,
+                       float *w)
+{
+    int64_t clo, chi;
+    axis_clamp(a, size, &clo, &chi);
+    double inv = 1.0 / axis_support(a);
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < a->out; i++) {
+        spans[i] = (coef_span){0, 0, at};
+        if (!axis_inside(a, i))
+            continue;
+        int64_t lo, hi;
+        double center;
+        pixel_bounds(a, a->off + (int64_t)i, clo, chi, &lo, &hi, &center);
+        double sum = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            double x = fabs(((double)k - center + 0.5) * inv);
+            double t = x < 1.0 ? 1.0 - x : 0.0;
+            w[at + (uint32_t)(k - lo)] = (float)t;
+            sum += t;
+        }
+        for (int64_t k = lo; k < hi && sum != 0.0; k++)
+            w[at + (uint32_t)(k - lo)] = (float)(w[at + (uint32_t)(k - lo)] / sum);
+        spans[i].lo = (uint32_t)(lo - base);
+        spans[i].n = (uint32_t)(hi - lo);
+        at += spans[i].n;
+    }
+}
+
+/* The most weights axis a needs: per output pixel at most 2 * ceil(support) + 1. */
+static size_t axis_weight_cap(const image_axis *a)
+{
+    return (size_t)a->out * (2 * (size_t)ceil(axis_support(a)) + 2);
+}
+
+static uint8_t to_u8(float v)
+{
+    float r = nearbyintf(v);
+    return r <= 0.0f ? 0 : r >= 255.0f ? 255 : (uint8_t)r;
+}
+
+int image_grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    void *q = realloc(*p, need);
+    if (!q)
+        return sf_fail(-ENOMEM, "out of memory for a %zu-byte image buffer", need);
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+void image_scratch_free(image_scratch *s)
+{
+    free(s->pix);
+    free(s->tmp);
+    free(s->coef);
+    memset(s, 0, sizeof *s);
+}
+
+int image_resample(uint8_t *out, const image_plan *plan, const image_region *src, uint32_t channels,
+                   int chw, image_scratch *s)
+{
+    const uint32_t C = channels, OW = plan->x.out, OH = plan->y.out;
+    size_t wx_cap = axis_weight_cap(&plan->x), wy_cap = axis_weight_cap(&plan->y);
+    size_t coef_bytes = (OW + OH) * sizeof(coef_span) + (wx_cap + wy_cap) * sizeof(float);
+    size_t tmp_bytes = (size_t)src->h * OW * C * sizeof(float);
+    int rc;
+    if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)) ||
+        (rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes ? tmp_bytes : 1)))
+        return rc;
+    coef_span *sx = s->coef, *sy = sx + OW;
+    float *wx = (float *)(sy + OH), *wy = wx + wx_cap;
+    /* The region holds image pixels [x0, x0 + w): coefficients are relative to it. */
+    axis_coefs(&plan->x, src->x0 + src->w, src->x0, sx, wx);
+    axis_coefs(&plan->y, src->y0 + src->h, src->y0, sy, wy);
+    /* Rows: every region row to OW float pixels. */
+    float *tmp = s->tmp;
+    for (uint32_t r = 0; r < src->h; r++) {
+        const uint8_t *row = src->pix + (size_t)r * src->stride;
+        float *dst = tmp + (size_t)r * OW * C;
+        for (uint32_t i = 0; i < OW; i++) {
+            const coef_span *sp = &sx[i];
+            const float *w = wx + sp->w_at;
+            const uint8_t *p = row + (size_t)sp->lo * C;
+            for (uint32_t c = 0; c < C; c++) {
+                float acc = 0;
+                for (uint32_t k = 0; k < sp->n; k++)
+                    acc += w[k] * (float)p[(size_t)k * C + c];
+                dst[(size_t)i * C + c] = acc;
+            }
+        }
+    }
+    /* Columns, then round, flip and lay out. */
+    for (uint32_t j = 0; j < OH; j++) {
+        const coef_span *sp = &sy[j];
+        const float *w = wy + sp->w_at;
+        for (uint32_t i = 0; i < OW; i++) {
+            uint32_t xo = plan->flip ? OW - 1 - i : i;
+            for (uint32_t c = 0; c < C; c++) {
+                float acc = 0;
+                for (uint32_t k = 0; k < sp->n; k++)
+                    acc += w[k] * tmp[((size_t)(sp->lo + k) * OW + i) * C + c];
+                uint8_t v = sp->n && sx[i].n ? to_u8(acc) : 0;
+                if (chw)
+                    out[((size_t)c * OH + j) * OW + xo] = v;
+                else
+                    out[((size_t)j * OW + xo) * C + c] = v;
+            }
+        }
+    }
+    return 0;
+}
