@@ -3,6 +3,7 @@ import os
 
 from . import _device
 from . import _options as opt
+from . import image as _image
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
 from ._errors import error
@@ -135,6 +136,10 @@ class Loader:
     - direct: "auto" (default; buffered in this version), "on" (O_DIRECT: cold reads
       that bypass the page cache; needs a dataset packed with --align 4096 and fields
       whose byte size is a multiple of 4096, else Error saying why) or "off".
+    - transforms: {field: shardfeed.image.RandomResizedCrop(...) | CenterCrop(...) |
+      Decode()}: that field's encoded images (JPEG, PNG, WebP) are decoded, cropped,
+      resized and flipped in the reader's I/O threads, and the batch holds a uint8
+      tensor [B, 3, H, W] (help(shardfeed.image)).
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
@@ -145,7 +150,7 @@ class Loader:
     def __init__(self, path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
                  world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
                  output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-                 block_size=0, window=0, direct="auto"):
+                 block_size=0, window=0, direct="auto", transforms=None):
         self._reader = None
         self._final_stats = None
         self.path = os.fspath(path)
@@ -178,7 +183,10 @@ class Loader:
             drop_last=self.drop_last, uneven=opt.UNEVEN[self.uneven], prefetch=self.prefetch,
             engine=opt.ENGINE[self.engine], direct=opt.DIRECT[self.direct], verify=self.verify,
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
-            window=self.window, io_threads=self.io_threads)
+            window=self.window, io_threads=self.io_threads,
+            # transforms= (issue 14): image fields decoded in the I/O threads (shardfeed.image)
+            images=_image.specs(transforms))
+        self.transforms = dict(transforms) if transforms else {}
         self._num_batches = self._reader.num_batches()
         self._epoch = 0
         self._pos = 0        # next batch of the current epoch (what state_dict reports)
