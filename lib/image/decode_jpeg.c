@@ -83,6 +83,10 @@ void image_jpeg_scaled_size(uint32_t *w, uint32_t *h, uint32_t width, uint32_t h
 static void convert_row(uint8_t *dst, const uint8_t *src, uint32_t n, int comps, int adobe_cmyk,
                         uint32_t channels)
 {
+    if ((uint32_t)comps == channels && comps != 4) { /* RGB to RGB, gray to gray */
+        memcpy(dst, src, (size_t)n * channels);
+        return;
+    }
     for (uint32_t i = 0; i < n; i++) {
         uint8_t r, g, b;
         if (comps == 1) {

@@ -19,7 +19,7 @@ int image_webp_header(image_header *out, const uint8_t *data, size_t len)
 int image_webp_decode(image_region *out, const uint8_t *data, size_t len, const image_request *rq,
                       image_scratch *s)
 {
-    image_header hd;
+    image_header hd = {0};
     int rc = image_webp_header(&hd, data, len);
     if (rc)
         return rc;

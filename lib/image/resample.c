@@ -131,10 +131,81 @@ static size_t axis_weight_cap(const image_axis *a)
     return (size_t)a->out * (2 * (size_t)ceil(axis_support(a)) + 2);
 }
 
-static uint8_t to_u8(float v)
+/* Rounds half to even (as torch's round()) and clamps to 0..255: adding and
+ * subtracting 1.5 * 2^23 leaves the nearest integer in the default rounding
+ * mode, without a libm call, so the loop vectorises. */
+static inline uint8_t to_u8(float v)
 {
-    float r = nearbyintf(v);
-    return r <= 0.0f ? 0 : r >= 255.0f ? 255 : (uint8_t)r;
+    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+    return (uint8_t)(int)((v + 12582912.0f) - 12582912.0f);
+}
+
+/* One region row through the horizontal weights: OW pixels of C channels. */
+static void resample_row(float *dst, const uint8_t *row, const coef_span *sx, const float *wx,
+                         uint32_t OW, uint32_t C)
+{
+    if (C == 3) {
+        for (uint32_t i = 0; i < OW; i++) {
+            const float *w = wx + sx[i].w_at;
+            const uint8_t *p = row + (size_t)sx[i].lo * 3;
+            float a0 = 0, a1 = 0, a2 = 0;
+            for (uint32_t k = 0; k < sx[i].n; k++, p += 3) {
+                a0 += w[k] * (float)p[0];
+                a1 += w[k] * (float)p[1];
+                a2 += w[k] * (float)p[2];
+            }
+            dst[3 * i] = a0;
+            dst[3 * i + 1] = a1;
+            dst[3 * i + 2] = a2;
+        }
+        return;
+    }
+    for (uint32_t i = 0; i < OW; i++) {
+        const float *w = wx + sx[i].w_at;
+        const uint8_t *p = row + sx[i].lo;
+        float a = 0;
+        for (uint32_t k = 0; k < sx[i].n; k++)
+            a += w[k] * (float)p[k];
+        dst[i] = a;
+    }
+}
+
+/* Output row j from the horizontally resampled rows: acc = sum of w[k] *
+ * tmp row (lo + k), over whole rows at once (contiguous: vectorised). */
+static void resample_column(float *restrict acc, const float *restrict tmp, const coef_span *sp,
+                            const float *restrict wy, size_t rowlen)
+{
+    const float *w = wy + sp->w_at;
+    for (size_t i = 0; i < rowlen; i++)
+        acc[i] = 0;
+    for (uint32_t k = 0; k < sp->n; k++) {
+        const float *restrict t = tmp + (size_t)(sp->lo + k) * rowlen;
+        const float wk = w[k];
+        for (size_t i = 0; i < rowlen; i++)
+            acc[i] += wk * t[i];
+    }
+}
+
+/* Writes output row j (acc: OW x C floats) rounded, flipped and laid out:
+ * for CHW one contiguous run per channel plane. Pixels outside the resized
+ * image (a centre crop larger than it) are 0. */
+static void store_row(uint8_t *restrict out, float *restrict acc, const coef_span *sx, uint32_t j,
+                      uint32_t OW, uint32_t OH, uint32_t C, int flip, int chw, int row_inside)
+{
+    for (uint32_t i = 0; i < OW; i++)
+        if (!row_inside || !sx[i].n)
+            for (uint32_t c = 0; c < C; c++)
+                acc[(size_t)i * C + c] = 0;
+    for (uint32_t c = 0; c < C; c++) {
+        uint8_t *dst = chw ? out + ((size_t)c * OH + j) * OW : out + (size_t)j * OW * C + c;
+        size_t step = chw ? 1 : C;
+        if (flip)
+            for (uint32_t i = 0; i < OW; i++)
+                dst[(size_t)(OW - 1 - i) * step] = to_u8(acc[(size_t)i * C + c]);
+        else
+            for (uint32_t i = 0; i < OW; i++)
+                dst[(size_t)i * step] = to_u8(acc[(size_t)i * C + c]);
+    }
 }
 
 int image_grow(void **p, size_t *cap, size_t need)
@@ -163,7 +234,7 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     const uint32_t C = channels, OW = plan->x.out, OH = plan->y.out;
     size_t wx_cap = axis_weight_cap(&plan->x), wy_cap = axis_weight_cap(&plan->y);
     size_t coef_bytes = (OW + OH) * sizeof(coef_span) + (wx_cap + wy_cap) * sizeof(float);
-    size_t tmp_bytes = (size_t)src->h * OW * C * sizeof(float);
+    size_t tmp_bytes = ((size_t)src->h + 1) * OW * C * sizeof(float);
     int rc;
     if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)) ||
         (rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes ? tmp_bytes : 1)))
@@ -173,40 +244,14 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     /* The region holds image pixels [x0, x0 + w): coefficients are relative to it. */
     axis_coefs(&plan->x, src->x0 + src->w, src->x0, sx, wx);
     axis_coefs(&plan->y, src->y0 + src->h, src->y0, sy, wy);
-    /* Rows: every region row to OW float pixels. */
-    float *tmp = s->tmp;
-    for (uint32_t r = 0; r < src->h; r++) {
-        const uint8_t *row = src->pix + (size_t)r * src->stride;
-        float *dst = tmp + (size_t)r * OW * C;
-        for (uint32_t i = 0; i < OW; i++) {
-            const coef_span *sp = &sx[i];
-            const float *w = wx + sp->w_at;
-            const uint8_t *p = row + (size_t)sp->lo * C;
-            for (uint32_t c = 0; c < C; c++) {
-                float acc = 0;
-                for (uint32_t k = 0; k < sp->n; k++)
-                    acc += w[k] * (float)p[(size_t)k * C + c];
-                dst[(size_t)i * C + c] = acc;
-            }
-        }
-    }
-    /* Columns, then round, flip and lay out. */
+    /* Rows: every region row to OW float pixels; then columns, rounded,
+     * flipped and laid out. tmp holds the region's rows and one output row. */
+    float *tmp = s->tmp, *acc = tmp + (size_t)src->h * OW * C;
+    for (uint32_t r = 0; r < src->h; r++)
+        resample_row(tmp + (size_t)r * OW * C, src->pix + (size_t)r * src->stride, sx, wx, OW, C);
     for (uint32_t j = 0; j < OH; j++) {
-        const coef_span *sp = &sy[j];
-        const float *w = wy + sp->w_at;
-        for (uint32_t i = 0; i < OW; i++) {
-            uint32_t xo = plan->flip ? OW - 1 - i : i;
-            for (uint32_t c = 0; c < C; c++) {
-                float acc = 0;
-                for (uint32_t k = 0; k < sp->n; k++)
-                    acc += w[k] * tmp[((size_t)(sp->lo + k) * OW + i) * C + c];
-                uint8_t v = sp->n && sx[i].n ? to_u8(acc) : 0;
-                if (chw)
-                    out[((size_t)c * OH + j) * OW + xo] = v;
-                else
-                    out[((size_t)j * OW + xo) * C + c] = v;
-            }
-        }
+        resample_column(acc, tmp, &sy[j], wy, (size_t)OW * C);
+        store_row(out, acc, sx, j, OW, OH, C, plan->flip, chw, sy[j].n != 0);
     }
     return 0;
 }

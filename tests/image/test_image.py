@@ -213,8 +213,10 @@ class ImageTest(unittest.TestCase):
         self.assertIn(words, err)
 
     def test_damaged_images_are_refused(self):
-        jpg = open(self.save("t.jpg", self.photo, format="JPEG"), "rb").read()
-        png = open(self.save("t.png", self.photo, format="PNG"), "rb").read()
+        with open(self.save("t.jpg", self.photo, format="JPEG"), "rb") as f:
+            jpg = f.read()
+        with open(self.save("t.png", self.photo, format="PNG"), "rb") as f:
+            png = f.read()
         self.assert_refused(self.write("cut.jpg", jpg[:len(jpg) // 2]), E_CORRUPT, "truncated")
         self.assert_refused(self.write("cut.png", png[:len(png) // 2]), E_CORRUPT, "truncated")
         self.assert_refused(self.write("head.jpg", jpg[:40]), E_CORRUPT, "JPEG")
