@@ -148,6 +148,7 @@ int image_jpeg_decode(image_region *out, const uint8_t *data, size_t len, const 
     }
     ci.scale_num = rq->scale_num;
     ci.scale_denom = 8;
+
     jpeg_start_decompress(&ci);
     if (ci.output_width < rq->x0 + rq->w || ci.output_height < rq->y0 + rq->h) {
         jpeg_destroy_decompress(&ci);

@@ -36,13 +36,18 @@ int image_probe(image_header *out, const uint8_t *data, size_t len)
 
 /* The smallest JPEG DCT scale M / 8 at which the plan's box still has at
  * least as many pixels as the output takes from it on both axes, so the
- * resample only ever reduces (or keeps) the size. */
+ * resample only ever reduces (or keeps) the size; M a power of two:
+ * libjpeg-turbo has SIMD IDCTs for 8x8, 4x4 and 2x2 (and 1x1), the other
+ * sizes are plain C, so 6/8 costs about what 8/8 does. */
 static uint32_t jpeg_scale(const image_plan *pl)
 {
     double fx = (double)pl->x.dst / pl->x.len, fy = (double)pl->y.dst / pl->y.len;
     double f = fx > fy ? fx : fy;
     uint32_t m = (uint32_t)ceil(8.0 * f - 1e-9);
-    return m < 1 ? 1 : m > 8 ? 8 : m;
+    uint32_t p = 1;
+    while (p < m && p < 8)
+        p *= 2;
+    return p;
 }
 
 static void axis_rescale(image_axis *a, double k)

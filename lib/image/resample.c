@@ -136,76 +136,86 @@ static size_t axis_weight_cap(const image_axis *a)
  * mode, without a libm call, so the loop vectorises. */
 static inline uint8_t to_u8(float v)
 {
-    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
-    return (uint8_t)(int)((v + 12582912.0f) - 12582912.0f);
+    /* Round in float, clamp in integers: no float comparison (which GCC
+     * will not if-convert without -ffast-math), so the store loop
+     * vectorises. |v| stays far below 2^22 (weights sum to 1). */
+    int i = (int)((v + 12582912.0f) - 12582912.0f);
+    i = i < 0 ? 0 : i;
+    return (uint8_t)(i > 255 ? 255 : i);
 }
 
-/* One region row through the horizontal weights: OW pixels of C channels. */
-static void resample_row(float *dst, const uint8_t *row, const coef_span *sx, const float *wx,
-                         uint32_t OW, uint32_t C)
+/* Four floats in one SSE register (GCC and clang vector extensions): an RGB
+ * pixel and a pad lane, so each filter tap is one multiply-add. */
+typedef float v4f __attribute__((vector_size(16)));
+
+/* One region row through the horizontal weights into the C planes of tmp
+ * (row r of each plane, OW floats; planes `plane` floats apart). rowf: room
+ * for the row as float pixels. */
+static void resample_row(float *restrict tmp, size_t plane, const uint8_t *restrict row,
+                         uint32_t w, const coef_span *sx, const float *restrict wx, uint32_t OW,
+                         uint32_t C, int flip, v4f *restrict rowf)
 {
     if (C == 3) {
+        for (uint32_t x = 0; x < w; x++)
+            rowf[x] = (v4f){(float)row[3 * x], (float)row[3 * x + 1], (float)row[3 * x + 2], 0.0f};
         for (uint32_t i = 0; i < OW; i++) {
-            const float *w = wx + sx[i].w_at;
-            const uint8_t *p = row + (size_t)sx[i].lo * 3;
-            float a0 = 0, a1 = 0, a2 = 0;
-            for (uint32_t k = 0; k < sx[i].n; k++, p += 3) {
-                a0 += w[k] * (float)p[0];
-                a1 += w[k] * (float)p[1];
-                a2 += w[k] * (float)p[2];
-            }
-            dst[3 * i] = a0;
-            dst[3 * i + 1] = a1;
-            dst[3 * i + 2] = a2;
+            const float *wk = wx + sx[i].w_at;
+            const v4f *p = rowf + sx[i].lo;
+            v4f acc = {0, 0, 0, 0};
+            for (uint32_t k = 0; k < sx[i].n; k++)
+                acc += wk[k] * p[k];
+            uint32_t o = flip ? OW - 1 - i : i; /* the flip happens here, once */
+            tmp[o] = acc[0];
+            tmp[plane + o] = acc[1];
+            tmp[2 * plane + o] = acc[2];
         }
         return;
     }
     for (uint32_t i = 0; i < OW; i++) {
-        const float *w = wx + sx[i].w_at;
+        const float *wk = wx + sx[i].w_at;
         const uint8_t *p = row + sx[i].lo;
         float a = 0;
         for (uint32_t k = 0; k < sx[i].n; k++)
-            a += w[k] * (float)p[k];
-        dst[i] = a;
+            a += wk[k] * (float)p[k];
+        tmp[flip ? OW - 1 - i : i] = a;
     }
 }
 
-/* Output row j from the horizontally resampled rows: acc = sum of w[k] *
- * tmp row (lo + k), over whole rows at once (contiguous: vectorised). */
-static void resample_column(float *restrict acc, const float *restrict tmp, const coef_span *sp,
-                            const float *restrict wy, size_t rowlen)
+/* Output row j of one plane from its horizontally resampled rows: acc = sum
+ * of w[k] * row (lo + k), whole rows at once (contiguous: vectorised). */
+static void resample_column(float *restrict acc, const float *restrict rows, const coef_span *sp,
+                            const float *restrict wy, uint32_t OW)
 {
     const float *w = wy + sp->w_at;
-    for (size_t i = 0; i < rowlen; i++)
+    for (uint32_t i = 0; i < OW; i++)
         acc[i] = 0;
     for (uint32_t k = 0; k < sp->n; k++) {
-        const float *restrict t = tmp + (size_t)(sp->lo + k) * rowlen;
+        const float *restrict t = rows + (size_t)(sp->lo + k) * OW;
         const float wk = w[k];
-        for (size_t i = 0; i < rowlen; i++)
+        for (uint32_t i = 0; i < OW; i++)
             acc[i] += wk * t[i];
     }
 }
 
-/* Writes output row j (acc: OW x C floats) rounded, flipped and laid out:
- * for CHW one contiguous run per channel plane. Pixels outside the resized
- * image (a centre crop larger than it) are 0. */
+/* Writes channel c of output row j (acc: OW floats, already flipped)
+ * rounded and laid out. Pixels outside the resized image (a centre crop
+ * larger than it) are 0. */
 static void store_row(uint8_t *restrict out, float *restrict acc, const coef_span *sx, uint32_t j,
-                      uint32_t OW, uint32_t OH, uint32_t C, int flip, int chw, int row_inside)
+                      uint32_t c, uint32_t OW, uint32_t OH, uint32_t C, int flip, int chw,
+                      int row_inside, int padded)
 {
-    for (uint32_t i = 0; i < OW; i++)
-        if (!row_inside || !sx[i].n)
-            for (uint32_t c = 0; c < C; c++)
-                acc[(size_t)i * C + c] = 0;
-    for (uint32_t c = 0; c < C; c++) {
-        uint8_t *dst = chw ? out + ((size_t)c * OH + j) * OW : out + (size_t)j * OW * C + c;
-        size_t step = chw ? 1 : C;
-        if (flip)
-            for (uint32_t i = 0; i < OW; i++)
-                dst[(size_t)(OW - 1 - i) * step] = to_u8(acc[(size_t)i * C + c]);
-        else
-            for (uint32_t i = 0; i < OW; i++)
-                dst[(size_t)i * step] = to_u8(acc[(size_t)i * C + c]);
+    for (uint32_t i = 0; padded && i < OW; i++)
+        if (!row_inside || !sx[flip ? OW - 1 - i : i].n)
+            acc[i] = 0;
+    if (chw) {
+        uint8_t *dst = out + ((size_t)c * OH + j) * OW;
+        for (uint32_t i = 0; i < OW; i++)
+            dst[i] = to_u8(acc[i]);
+        return;
     }
+    uint8_t *dst = out + (size_t)j * OW * C + c;
+    for (uint32_t i = 0; i < OW; i++)
+        dst[(size_t)i * C] = to_u8(acc[i]);
 }
 
 int image_grow(void **p, size_t *cap, size_t need)
@@ -234,7 +244,10 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     const uint32_t C = channels, OW = plan->x.out, OH = plan->y.out;
     size_t wx_cap = axis_weight_cap(&plan->x), wy_cap = axis_weight_cap(&plan->y);
     size_t coef_bytes = (OW + OH) * sizeof(coef_span) + (wx_cap + wy_cap) * sizeof(float);
-    size_t tmp_bytes = ((size_t)src->h + 1) * OW * C * sizeof(float);
+    /* The planes and an output row (rounded up to 4 floats: rowf is 16-byte
+     * aligned after them), and a region row of 4-float pixels. */
+    size_t tmp_bytes = (((size_t)src->h * OW * C + OW + 3u) & ~(size_t)3u) * sizeof(float) +
+                       (size_t)src->w * sizeof(v4f);
     int rc;
     if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)) ||
         (rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes ? tmp_bytes : 1)))
@@ -244,14 +257,23 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     /* The region holds image pixels [x0, x0 + w): coefficients are relative to it. */
     axis_coefs(&plan->x, src->x0 + src->w, src->x0, sx, wx);
     axis_coefs(&plan->y, src->y0 + src->h, src->y0, sy, wy);
-    /* Rows: every region row to OW float pixels; then columns, rounded,
-     * flipped and laid out. tmp holds the region's rows and one output row. */
-    float *tmp = s->tmp, *acc = tmp + (size_t)src->h * OW * C;
+    /* Rows: every region row to OW float pixels, one plane per channel;
+     * then columns, rounded, flipped and laid out. tmp holds the planes,
+     * one output row (acc) and one region row as float pixels (rowf). */
+    size_t plane = (size_t)src->h * OW;
+    float *tmp = s->tmp, *acc = tmp + plane * C;
+    /* 16-byte aligned: realloc's block is, and the offset is a multiple of 4 floats. */
+    v4f *rowf = (v4f *)(tmp + ((plane * C + OW + 3u) & ~(size_t)3u));
     for (uint32_t r = 0; r < src->h; r++)
-        resample_row(tmp + (size_t)r * OW * C, src->pix + (size_t)r * src->stride, sx, wx, OW, C);
-    for (uint32_t j = 0; j < OH; j++) {
-        resample_column(acc, tmp, &sy[j], wy, (size_t)OW * C);
-        store_row(out, acc, sx, j, OW, OH, C, plan->flip, chw, sy[j].n != 0);
-    }
+        resample_row(tmp + (size_t)r * OW, plane, src->pix + (size_t)r * src->stride, src->w, sx,
+                     wx, OW, C, plan->flip, rowf);
+    /* Whether some output pixel lies outside the resized image (zero padding). */
+    int padded = plan->x.off < 0 || plan->x.off + plan->x.out > plan->x.dst || plan->y.off < 0 ||
+                 plan->y.off + plan->y.out > plan->y.dst;
+    for (uint32_t c = 0; c < C; c++)
+        for (uint32_t j = 0; j < OH; j++) {
+            resample_column(acc, tmp + c * plane, &sy[j], wy, OW);
+            store_row(out, acc, sx, j, c, OW, OH, C, plan->flip, chw, sy[j].n != 0, padded);
+        }
     return 0;
 }
