@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write an ImageNet-like ImageFolder tree from real photographs.
 
-  make-image-tree.py OUT_DIR [--count N] [--classes C] [--seed S]
+  make-image-tree.py OUT_DIR [--count N] [--classes C] [--seed S] [--png-share F]
 
 OUT_DIR/class_NN/img_NNNNNN.{jpg,png}: N images (default 2000) in C
 classes (default 10), made from the photographs python3-skimage ships
@@ -10,7 +10,8 @@ of each side), mirror images and rescales to about ImageNet's typical size
 (500x375 landscape or 375x500 portrait, +-20%), saved as JPEG quality 90
 (4:2:0) like ImageNet's, with camera-like grain added back (upscaled crops are
 smoother than photographs); about 3% are PNG, 2% grayscale JPEG and 1% CMYK
-JPEG, so every decoder path runs. Photographs, not noise: random pixels
+JPEG, so every decoder path runs (--png-share 0: JPEG only, as tools/bench/run
+uses it, so that a plain JPEG decoder reads the same files). Photographs, not noise: random pixels
 compress and decode unlike photographs (a noise JPEG decodes several times
 slower per pixel). Deterministic for a given seed.
 """
@@ -72,6 +73,7 @@ def main():
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--png-share", type=float, default=0.03, help="fraction of PNG files (default 0.03)")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     photos = load_photos()
@@ -82,14 +84,14 @@ def main():
         img = make_image(photos, rng)
         kind = rng.random()
         base = os.path.join(a.out, f"class_{i % a.classes:02d}", f"img_{i:06d}")
-        if kind < 0.03:
+        if kind < a.png_share:
             path = base + ".png"
             img.save(path, format="PNG")
         else:
             path = base + ".jpg"
-            if kind < 0.05:
+            if 0.03 <= kind < 0.05:
                 img = img.convert("L")
-            elif kind < 0.06:
+            elif 0.05 <= kind < 0.06:
                 img = img.convert("CMYK")
             img.save(path, format="JPEG", quality=90)
         total += os.path.getsize(path)

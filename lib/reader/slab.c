@@ -156,7 +156,8 @@ int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t sam
     uint64_t var_bytes[SF_MAX_FIELDS] = {0};
     int has_var = 0;
     for (uint32_t f = 0; f < s->field_count; f++)
-        has_var |= s->fields[f].storage == SF_STORAGE_VARIABLE;
+        /* an image field is fixed-size in the slot: every batch writes all of it */
+        has_var |= s->fields[f].storage == SF_STORAGE_VARIABLE && !reader_image_field(r, f);
     if (s->n_var) {
         int rc = var_bounds(out, r, samples < r->n ? samples : r->n, var_bytes);
         if (rc)
