@@ -105,6 +105,18 @@ int image_transform(uint8_t *out, const image_spec *spec, uint64_t key, const ui
         memset(out, 0, (size_t)spec->out_w * spec->out_h * spec->channels);
         return 0;
     }
+    if (hd.format == IMAGE_JPEG) {
+        /* A margin around the region: at the first rows after
+         * jpeg_skip_scanlines and the first columns after jpeg_crop_scanline,
+         * fancy (smooth) chroma upsampling lacks its neighbours and differs
+         * from a whole decode by up to 3; JPEG_MARGIN rows and columns more
+         * keep the pixels the resampler reads equal to a whole decode's. */
+        enum { JPEG_MARGIN = 16 };
+        xlo = xlo > JPEG_MARGIN ? xlo - JPEG_MARGIN : 0;
+        ylo = ylo > JPEG_MARGIN ? ylo - JPEG_MARGIN : 0;
+        xhi = xhi + JPEG_MARGIN < W ? xhi + JPEG_MARGIN : W;
+        yhi = yhi + JPEG_MARGIN < H ? yhi + JPEG_MARGIN : H;
+    }
     rq.x0 = xlo;
     rq.w = xhi - xlo;
     rq.y0 = ylo;

@@ -139,6 +139,13 @@ class ImageLoaderTest(unittest.TestCase):
         half = shardfeed.image.normalize(x, mean, std, dtype=torch.float16)
         self.assertEqual(half.dtype, torch.float16)
 
+    def test_the_readme_training_example_runs(self):
+        p = subprocess.run([PYTHON, os.path.join(SOURCE_DIR, "tools", "demo", "train_images.py"), self.ds,
+                            "--size", "32", "--batch-size", "16"], capture_output=True, text=True,
+                           env=dict(os.environ))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("trained 1 epoch(s), 48 images", p.stdout)
+
     def test_bad_transform_arguments(self):
         with self.assertRaisesRegex(shardfeed.Error, "no such field"):
             self.loader(transforms={"nope": shardfeed.image.Decode()})
