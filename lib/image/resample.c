@@ -152,11 +152,11 @@ typedef float v4f __attribute__((vector_size(16)));
  * (row r of each plane, OW floats; planes `plane` floats apart). rowf: room
  * for the row as float pixels. */
 static void resample_row(float *restrict tmp, size_t plane, const uint8_t *restrict row,
-                         uint32_t w, const coef_span *sx, const float *restrict wx, uint32_t OW,
-                         uint32_t C, int flip, v4f *restrict rowf)
+                         uint32_t x0, uint32_t x1, const coef_span *sx, const float *restrict wx,
+                         uint32_t OW, uint32_t C, int flip, v4f *restrict rowf)
 {
     if (C == 3) {
-        for (uint32_t x = 0; x < w; x++)
+        for (uint32_t x = x0; x < x1; x++) /* only the columns some tap reads */
             rowf[x] = (v4f){(float)row[3 * x], (float)row[3 * x + 1], (float)row[3 * x + 2], 0.0f};
         for (uint32_t i = 0; i < OW; i++) {
             const float *wk = wx + sx[i].w_at;
@@ -264,9 +264,22 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     float *tmp = s->tmp, *acc = tmp + plane * C;
     /* 16-byte aligned: realloc's block is, and the offset is a multiple of 4 floats. */
     v4f *rowf = (v4f *)(tmp + ((plane * C + OW + 3u) & ~(size_t)3u));
-    for (uint32_t r = 0; r < src->h; r++)
-        resample_row(tmp + (size_t)r * OW, plane, src->pix + (size_t)r * src->stride, src->w, sx,
-                     wx, OW, C, plan->flip, rowf);
+    /* Only the rows and columns some tap reads (the region may hold a
+     * decoder's margin around them). */
+    uint32_t r0 = src->h, r1 = 0, c0 = src->w, c1 = 0;
+    for (uint32_t j = 0; j < OH; j++)
+        if (sy[j].n) {
+            r0 = sy[j].lo < r0 ? sy[j].lo : r0;
+            r1 = sy[j].lo + sy[j].n > r1 ? sy[j].lo + sy[j].n : r1;
+        }
+    for (uint32_t i = 0; i < OW; i++)
+        if (sx[i].n) {
+            c0 = sx[i].lo < c0 ? sx[i].lo : c0;
+            c1 = sx[i].lo + sx[i].n > c1 ? sx[i].lo + sx[i].n : c1;
+        }
+    for (uint32_t r = r0; r < r1; r++)
+        resample_row(tmp + (size_t)r * OW, plane, src->pix + (size_t)r * src->stride, c0, c1, sx, wx,
+                     OW, C, plan->flip, rowf);
     /* Whether some output pixel lies outside the resized image (zero padding). */
     int padded = plan->x.off < 0 || plan->x.off + plan->x.out > plan->x.dst || plan->y.off < 0 ||
                  plan->y.off + plan->y.out > plan->y.dst;
