@@ -11,7 +11,8 @@
 #                                .gpu-debs/ carried along: unpack, build, run
 #
 # The GPU image is expected to have nvcc (/usr/local/cuda), cmake, a C
-# compiler and python3 with numpy; liburing, libxxhash and libzstd come from the .debs
+# compiler and python3 with numpy; liburing, libxxhash, libzstd and the image codecs
+# (libjpeg62-turbo, libpng, libwebp, with zlib's headers for png.h) come from the .debs
 # (libarchive is optional and left out: tar inputs are compiled out there),
 # unpacked into a private prefix (never into /).
 set -euo pipefail
@@ -19,7 +20,8 @@ cd "$(dirname "$0")/.."
 debs=.gpu-debs
 if [ "${1:-}" = "--fetch" ]; then
     mkdir -p "$debs"
-    (cd "$debs" && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev libzstd1 libzstd-dev)
+    (cd "$debs" && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev libzstd1 libzstd-dev \
+        libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev libwebp7 libwebp-dev)
     ls -l "$debs"
     exit 0
 fi
