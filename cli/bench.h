@@ -11,9 +11,13 @@
 extern const char *const BENCH_SHUFFLES[3];
 extern const char *const BENCH_ENGINES[4];
 
+#define BENCH_MAX_IMAGES 8
+
 /* What the command line asked for. */
 typedef struct bench_args {
     sf_reader_opts o;
+    sf_image_opts images[BENCH_MAX_IMAGES]; /* --image: o.images points here */
+    char image_field[BENCH_MAX_IMAGES][64];
     const char *dir;
     uint64_t epochs;
     uint64_t sleep_us; /* --consumer-sleep-us */

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -59,7 +60,7 @@ const char *const BENCH_SHUFFLES[3] = {"none", "global", "block"};
 const char *const BENCH_ENGINES[4] = {"auto", "uring", "pread", "mmap"};
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_ENGINE, O_DIRECT, O_NOVERIFY, O_PREFETCH,
-       O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE, O_SLEEP, O_TRACE };
+       O_THREADS, O_QD, O_SKIP, O_JSON, O_DEVICE, O_SLEEP, O_TRACE, O_IMAGE };
 
 static const char *parse_device(sf_reader_opts *o, const char *arg)
 {
@@ -93,6 +94,72 @@ static const char *parse_count(uint32_t *out, const char *arg, const char *flag,
         return bad;
     }
     *out = (uint32_t)v;
+    return NULL;
+}
+
+/* One modifier of --image after the mode: flip, flip=P, hwc, gray, exact,
+ * or a number (center: the resize). */
+static int image_modifier(sf_image_opts *im, const char *tok)
+{
+    uint64_t v;
+    if (strcmp(tok, "flip") == 0) {
+        im->flip = 0.5;
+    } else if (strncmp(tok, "flip=", 5) == 0) {
+        char *end;
+        im->flip = strtod(tok + 5, &end);
+        return *end || !(im->flip >= 0 && im->flip <= 1) ? -1 : 0;
+    } else if (strcmp(tok, "hwc") == 0) {
+        im->layout = SF_IMAGE_HWC;
+    } else if (strcmp(tok, "gray") == 0) {
+        im->channels = 1;
+    } else if (strcmp(tok, "exact") == 0) {
+        im->exact = 1;
+    } else if (im->mode == SF_IMAGE_CENTER_CROP && !cli_parse_uint(tok, &v) && v && v <= 65535) {
+        im->resize = (uint32_t)v;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* --image FIELD=MODE[:SIZE][:modifier...] (README "Images"): the field's
+ * transform into the next free a->images entry. */
+static const char *parse_image(bench_args *a, const char *arg)
+{
+    static const char *const bad = "--image takes FIELD=rrc:SIZE[:flip], FIELD=center:SIZE[:RESIZE] "
+                                   "or FIELD=decode, each with optional :hwc, :gray, :exact, :flip=P";
+    const char *eq = strchr(arg, '=');
+    uint32_t i = a->o.num_images;
+    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof a->image_field[0])
+        return bad;
+    if (i == BENCH_MAX_IMAGES)
+        return "--image: at most 8 fields";
+    sf_image_opts *im = &a->images[i];
+    *im = (sf_image_opts)SF_IMAGE_OPTS_INIT;
+    memcpy(a->image_field[i], arg, (size_t)(eq - arg));
+    a->image_field[i][eq - arg] = 0;
+    im->field = a->image_field[i];
+    char spec[128];
+    if (strlen(eq + 1) >= sizeof spec)
+        return bad;
+    strcpy(spec, eq + 1);
+    char *save = NULL, *tok = strtok_r(spec, ":", &save);
+    static const char *const modes[] = {"none", "decode", "rrc", "center"};
+    im->mode = tok ? parse_choice(tok, modes, 4) : -1;
+    if (im->mode <= 0)
+        return bad;
+    if (im->mode != SF_IMAGE_DECODE) {
+        uint64_t v;
+        tok = strtok_r(NULL, ":", &save);
+        if (!tok || cli_parse_uint(tok, &v) || v == 0 || v > 65535)
+            return bad;
+        im->height = im->width = (uint32_t)v;
+    }
+    while ((tok = strtok_r(NULL, ":", &save)))
+        if (image_modifier(im, tok))
+            return bad;
+    a->o.images = a->images;
+    a->o.num_images = i + 1;
     return NULL;
 }
 
@@ -132,6 +199,8 @@ static const char *bench_option(bench_args *a, int c, const char *arg)
         return *arg ? NULL : "--trace takes a file name";
     case O_DEVICE:
         return parse_device(o, arg);
+    case O_IMAGE:
+        return parse_image(a, arg);
     }
     assert(!"bench_option: an option getopt_long does not return");
     return NULL;
@@ -153,6 +222,7 @@ static int bench_parse(bench_args *a, int argc, char **argv)
         {"skip-corrupt", no_argument, NULL, O_SKIP},      {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEVICE},
         {"consumer-sleep-us", required_argument, NULL, O_SLEEP}, {"trace", required_argument, NULL, O_TRACE},
+        {"image", required_argument, NULL, O_IMAGE},
         {"help", no_argument, NULL, 'h'},                 {NULL, 0, NULL, 0}};
     *a = (bench_args){.o = SF_READER_OPTS_INIT, .epochs = 1};
     a->o.batch_size = SF_READER_DEFAULT_BATCH;

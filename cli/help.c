@@ -103,7 +103,8 @@ static const cli_command_help HELP[] = {
      "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"
      "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"
      "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"
-     "           [--consumer-sleep-us N] [--trace FILE]",
+     "           [--consumer-sleep-us N] [--trace FILE]\n"
+     "           [--image FIELD=rrc:SIZE[:flip]|center:SIZE[:RESIZE]|decode]",
      "stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS",
      "Reads every batch of every epoch through the reader (checksums on unless\n"
      "--no-verify) and reports samples/s, GB/s, CPU seconds and peak RSS, how the\n"
@@ -135,6 +136,10 @@ static const cli_command_help HELP[] = {
      "  --consumer-sleep-us N  the consumer sleeps N us per batch (a model step)\n"
      "  --trace FILE           write a Chrome/Perfetto trace of every batch's\n"
      "                         stages (ui.perfetto.dev; at most 65536 batches)\n"
+     "  --image FIELD=SPEC     decode FIELD's images in the I/O threads: rrc:224:flip\n"
+     "                         (RandomResizedCrop(224) + flip), center:224:256 (Resize\n"
+     "                         256 + CenterCrop 224) or decode (no resizing); add :hwc,\n"
+     "                         :gray, :exact or :flip=P\n"
      "  -h, --help             this help\n"},
     {"version", "shardfeed version", "print the version of shardfeed and of its format",
      "Prints 'shardfeed VERSION (format MAJOR.MINOR)'. Also: shardfeed --version.\n"},

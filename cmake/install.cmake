@@ -14,13 +14,13 @@ include(CMakePackageConfigHelpers)
 
 # What the static library needs from the system, as link-line names once
 # installed (Debian's -dev packages put them on the default search path).
-set(SF_STATIC_DEPS uring zstd xxhash)
-set(SF_PC_REQUIRES_PRIVATE "liburing libzstd libxxhash")
+set(SF_STATIC_DEPS uring zstd xxhash jpeg png webp m)
+set(SF_PC_REQUIRES_PRIVATE "liburing libzstd libxxhash libjpeg libpng libwebp")
 if(SF_HAVE_ARCHIVE)
   list(APPEND SF_STATIC_DEPS archive)
   string(APPEND SF_PC_REQUIRES_PRIVATE " libarchive")
 endif()
-set(SF_PC_LIBS_PRIVATE "-lpthread")
+set(SF_PC_LIBS_PRIVATE "-lm -lpthread")
 if(SF_HAVE_CUDA AND NOT SF_FAKE_CUDA)
   # cudart_static is not on the default search path: name the file.
   get_target_property(SF_CUDART_FILE CUDA::cudart_static IMPORTED_LOCATION)

@@ -3,7 +3,8 @@
 #  1. the whole C test suite (unit, CLI, fuzz replays, reliability) built with
 #     AddressSanitizer + UndefinedBehaviorSanitizer;
 #  2. the threaded paths (pack -j, verify -j, the reader's I/O threads with
-#     every engine, the host-copy device) under ThreadSanitizer;
+#     every engine, the host-copy device, images decoded in the I/O threads)
+#     under ThreadSanitizer;
 #  3. valgrind memcheck on a pack + verify + read + export run, zero errors;
 #  4. the CUDA delivery code (lib/reader/device_cuda.c, tools/gpu/gpu_check.cu)
 #     on the fake CUDA runtime (tests/fakecuda, -DSHARDFEED_CUDA=FAKE): its
@@ -44,6 +45,15 @@ for engine in uring pread mmap; do
 done
 "$sf" bench "$data/ds" --device host-copy --batch-size 16 --epochs 3 --prefetch 2 >/dev/null
 "$sf" bench "$data/ds" --engine pread --direct --batch-size 16 --epochs 2 >/dev/null 2>&1 || true
+# Images decoded in the I/O threads (lib/image through lib/reader/transform.c).
+rm -rf "$data/imgtree" "$data/imgds"
+/usr/bin/python3 tools/make-image-tree.py "$data/imgtree" --count 48 --classes 3 >/dev/null
+"$sf" pack "$data/imgtree" -o "$data/imgds" --quiet
+for engine in pread mmap; do
+    "$sf" bench "$data/imgds" --engine "$engine" --threads 3 --batch-size 8 --epochs 2 \
+          --shuffle global --prefetch 3 --image image=rrc:64:flip >/dev/null
+done
+"$sf" bench "$data/imgds" --threads 2 --batch-size 8 --image image=center:48:56 --skip-corrupt >/dev/null
 echo "TSan: no data races reported"
 
 echo "== 3/4 valgrind memcheck: pack, verify, read, export"

@@ -22,7 +22,8 @@
 # The GPU image is expected to have nvcc (/usr/local/cuda), cmake, a C
 # compiler and python3 with numpy (PYTHON=... names another interpreter, e.g.
 # one with a CUDA build of torch, and its headers for the module);
-# liburing, libxxhash, libzstd and DLPack's header come from the .debs
+# liburing, libxxhash, libzstd, DLPack's header and the image codecs (libjpeg62-turbo,
+# libpng, libwebp, with zlib's headers for png.h) come from the .debs
 # (libarchive is optional and left out: tar inputs are compiled out there),
 # unpacked into a private prefix (never into /).
 set -euo pipefail
@@ -31,7 +32,8 @@ debs=.gpu-debs
 if [ "${1:-}" = "--fetch" ]; then
     mkdir -p "$debs"
     (cd "$debs" && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev libzstd1 libzstd-dev \
-        libdlpack-dev)
+        libdlpack-dev libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev \
+        libwebp7 libwebp-dev)
     ls -l "$debs"
     exit 0
 fi

@@ -126,7 +126,73 @@ enum sf_reader_device {
                                the same slot protocol and "device" buffers in host memory */
 };
 
-#define SF_READER_OPTS_VERSION 1
+/* ---- images: decode, crop, resize and flip in the I/O threads -------------
+ *
+ * A variable-length field of encoded images (JPEG, PNG, WebP: an
+ * ImageFolder's "image", a list's "data", a tar's "jpg") can be delivered as
+ * fixed-size uint8 pixels instead of bytes: the I/O thread that reads a
+ * record (and checks its checksum) decodes it straight into the batch slot.
+ * The batch field then reads like any fixed field: storage FIXED, dtype
+ * UINT8, ndim 3, shape [C, H, W] (layout CHW) or [H, W, C] (HWC), item_size
+ * C*H*W; the slot is sized by that shape, not by the encoded values.
+ *
+ * Transforms follow torchvision: RANDOM_RESIZED_CROP is
+ * RandomResizedCrop((height, width), scale, ratio) (its parameter sampling:
+ * 10 tries, then the centre crop), CENTER_CROP is Resize(resize) (the
+ * shorter side) then CenterCrop((height, width)), both bilinear with
+ * antialiasing (antialias=True); flip is RandomHorizontalFlip(flip). JPEGs
+ * are decoded at the smallest DCT scale (1/8 .. 8/8) that still has as many
+ * pixels as the output takes, and only in the rows and columns the crop
+ * needs (exact = 1 decodes at full scale). Randomness is a pure function of
+ * (seed, epoch, sample id, field): the same pixels with any number of I/O
+ * threads, any engine, any world size, and after sf_reader_restore.
+ * EXIF orientation is ignored, as torchvision's decoders do.
+ *
+ * An image that does not decode (damaged, truncated, not JPEG/PNG/WebP, more
+ * than max_pixels pixels -- refused from its header, before anything is
+ * allocated -- or, for DECODE, not the size of the output) is a corrupt
+ * sample: with on_corrupt = ERROR sf_reader_next fails with SF_E_CORRUPT
+ * naming the shard, record, key and why; with SKIP it is substituted as a
+ * sample that fails its checksum is (stats.corrupt_substitutions). */
+enum sf_image_mode {
+    SF_IMAGE_NONE = 0,
+    SF_IMAGE_DECODE = 1,              /* no resizing: every image must be height x width */
+    SF_IMAGE_RANDOM_RESIZED_CROP = 2, /* RandomResizedCrop((height, width), scale, ratio) */
+    SF_IMAGE_CENTER_CROP = 3          /* Resize(resize) + CenterCrop((height, width)) */
+};
+
+enum sf_image_layout {
+    SF_IMAGE_CHW = 0, /* [C, H, W] per sample (torchvision's tensors) */
+    SF_IMAGE_HWC = 1  /* [H, W, C] per sample */
+};
+
+#define SF_IMAGE_OPTS_VERSION 1
+/* PIL's limit (twice Image.MAX_IMAGE_PIXELS, where it raises
+ * DecompressionBombError): about 179 million pixels. */
+#define SF_IMAGE_DEFAULT_MAX_PIXELS 178956970ull
+
+/* One field's transform. Every member's zero value means its default. */
+typedef struct sf_image_opts {
+    unsigned version;     /* SF_IMAGE_OPTS_VERSION */
+    const char *field;    /* the variable-length field of encoded images */
+    int mode;             /* enum sf_image_mode */
+    uint32_t height, width; /* output size; DECODE: 0 (both) = the size of sample 0's image */
+    uint32_t resize;      /* CENTER_CROP: the shorter side's size before the crop;
+                             0: max(height, width) */
+    double scale_min, scale_max; /* RANDOM_RESIZED_CROP: area fraction; 0, 0: 0.08, 1.0 */
+    double ratio_min, ratio_max; /* RANDOM_RESIZED_CROP: aspect (w / h); 0, 0: 3/4, 4/3 */
+    double flip;          /* probability of a horizontal flip, 0..1 */
+    int layout;           /* enum sf_image_layout */
+    uint32_t channels;    /* 0 or 3: RGB; 1: gray (PIL's "L": ITU-R 601-2 luma) */
+    uint64_t max_pixels;  /* larger images are refused; 0: SF_IMAGE_DEFAULT_MAX_PIXELS */
+    int exact;            /* nonzero: decode JPEGs at full scale (slower; within 1 of
+                             torchvision on every pixel instead of a mean within 2) */
+} sf_image_opts;
+
+#define SF_IMAGE_OPTS_INIT                                                                         \
+    {SF_IMAGE_OPTS_VERSION, NULL, SF_IMAGE_NONE, 0, 0, 0, 0, 0, 0, 0, 0, SF_IMAGE_CHW, 0, 0, 0}
+
+#define SF_READER_OPTS_VERSION 2 /* 2: images, num_images */
 #define SF_READER_DEFAULT_BATCH 32u
 #define SF_READER_DEFAULT_PREFETCH 4u
 
@@ -151,11 +217,16 @@ typedef struct sf_reader_opts {
     uint32_t queue_depth; /* io_uring: reads in flight per ring; 0: 32 */
     int device;           /* enum sf_reader_device */
     int device_index;     /* CUDA device ordinal (cuda:N) */
+    /* version 2: */
+    const sf_image_opts *images; /* num_images transforms, one per field (above); the
+                                    reader copies them at open */
+    uint32_t num_images;
 } sf_reader_opts;
 
 #define SF_READER_OPTS_INIT                                                                        \
     {SF_READER_OPTS_VERSION, 0, SF_READER_SHUFFLE_NONE, 0, 0, 0, 0, 0, 0, SF_READER_UNEVEN_PAD,   \
-     0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0, SF_DEVICE_CPU, 0}
+     0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0, SF_DEVICE_CPU, 0, \
+     NULL, 0}
 
 /* One field of a batch (dtype and storage: shardfeed/types.h). */
 typedef struct sf_batch_field {

@@ -41,6 +41,10 @@ int reader_small_records(const sf_reader *r)
 static uint32_t default_threads(const sf_reader *r, const reader_engine_ops *e)
 {
     unsigned n = ncpu();
+    /* Decoding images is CPU work, not copying: one thread per core (more
+     * only took turns; transform.c). */
+    if (r->images)
+        return n > 16 ? 16 : n;
     if (e == &reader_engine_uring || reader_small_records(r))
         return n < 2 ? 2 : n > 8 ? 8 : n;
     return n < 2 ? 4 : n > 8 ? 16 : 2 * n;

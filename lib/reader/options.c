@@ -1,6 +1,9 @@
 /* Reader options: the defaults of sf_reader_opts fields left 0 and the
  * checks of every field against its range. The defaults that depend on the
  * dataset and the engine (I/O threads) are engine.c's. */
+#include <stddef.h>
+#include <string.h>
+
 #include "error_internal.h"
 #include "reader_internal.h"
 #include "shardfeed/params.h"
@@ -21,7 +24,9 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
     int rc = sf_check_opts_version("sf_reader_opts", in->version, SF_READER_OPTS_VERSION);
     if (rc)
         return rc;
-    *o = *in;
+    /* A version-1 struct ends before `images`: read only what it has. */
+    memset(o, 0, sizeof *o);
+    memcpy(o, in, in->version >= 2 ? sizeof *o : offsetof(sf_reader_opts, images));
     if (!o->batch_size)
         o->batch_size = SF_READER_DEFAULT_BATCH;
     if (!o->world_size)

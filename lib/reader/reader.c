@@ -52,7 +52,7 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     r->num_batches = reader_sampler_num_batches(r->sampler);
     r->batch_cap = reader_batch_cap(r);
     uint64_t dec_max[SF_MAX_FIELDS];
-    if ((rc = reader_staged_plan(r, dec_max)) ||
+    if ((rc = reader_images_open(r)) || (rc = reader_staged_plan(r, dec_max)) ||
         (rc = reader_slab_layout(&r->layout, r, r->batch_cap)))
         goto fail;
     if (o.direct == SF_DIRECT_ON && (rc = reader_direct_open(r)))
@@ -95,6 +95,7 @@ void sf_reader_close(sf_reader *r)
     reader_direct_close(r);
     reader_sampler_free(r->sampler);
     free(r->zlen);
+    reader_images_close(r);
     sf_dataset_close(r->ds);
     pthread_cond_destroy(&r->ready_cv);
     pthread_cond_destroy(&r->work_cv);

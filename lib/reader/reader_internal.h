@@ -13,6 +13,7 @@
  *                   point, delivery and release
  *   records.c       record checks, failed reads, substitution of corrupt samples
  *   staged.c        records with compressed fields: staging, decompression
+ *   transform.c     image fields: decode, crop, resize into the slot (lib/image)
  *   device.c        device delivery, the reader's side (device.h: the
  *                   interface; device_host.c, device_cuda.c: implementations)
  *   stats.c         statistics and the verdict
@@ -168,6 +169,7 @@ typedef struct reader_slot_layout {
 } reader_slot_layout;
 
 typedef struct reader_engine_ops reader_engine_ops;
+typedef struct reader_images reader_images; /* transform.c */
 
 /* What an I/O thread hashes and decompresses with, made when the thread
  * starts (reader_scratch_init) so that nothing is allocated per record: the
@@ -177,6 +179,7 @@ typedef struct reader_scratch {
     void *xxh;       /* XXH3_state_t */
     void *dctx;      /* ZSTD_DCtx, or NULL when nothing is compressed */
     uint8_t *stage;  /* r->stage_bytes, or NULL */
+    void *image;     /* transform.c: the thread's image buffers (image_scratch), or NULL */
 } reader_scratch;
 
 /* Per I/O thread. */
@@ -230,8 +233,12 @@ struct sf_reader {
     int direct;
     int *direct_fds;      /* shard_count, or NULL */
 
+    /* image transforms (transform.c): NULL when none */
+    reader_images *images;
+
     /* compressed fields (staged.c): set by reader_staged_plan */
-    int compressed;       /* some field has a codec: records go through a staging buffer */
+    int compressed;       /* some field has a codec or an image transform: records go
+                             through a staging buffer */
     uint32_t payload_field[SF_MAX_FIELDS]; /* payload position -> field */
     int8_t zvar_slot[SF_MAX_FIELDS]; /* compressed variable-length field -> column of zlen, or -1 */
     uint32_t n_zvar;
@@ -393,6 +400,31 @@ int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_
 /* reader_copy_fn through the shard's buffered fd. */
 int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                         uint64_t len);
+
+/* ---- transform.c: image fields (shardfeed/reader.h, "images") ----
+ *
+ * A field with a transform is read like a compressed one: its encoded bytes
+ * go to the I/O thread's staging buffer, are hashed with the record, and
+ * only a record that checks out is decoded, straight into the slot, where
+ * the field is a fixed-size uint8 array. */
+
+/* At open, after the dataset: resolves opts.images (SF_E_INVALID naming the
+ * option, SF_E_UNSUPPORTED for a compressed field). */
+int reader_images_open(sf_reader *r);
+void reader_images_close(sf_reader *r); /* none opened ok */
+/* Whether field f carries an image transform. */
+int reader_image_field(const sf_reader *r, uint32_t f);
+/* Bytes one sample of image field f takes in a slot (its pixels). */
+uint64_t reader_image_item_size(const sf_reader *r, uint32_t f);
+/* Makes bf (a batch field of f) the fixed uint8 array of its pixels. */
+void reader_image_batch_field(const sf_reader *r, uint32_t f, sf_batch_field *bf);
+/* The thread's image buffers: 0 or -ENOMEM; fini of none made ok. */
+int reader_image_scratch_init(reader_scratch *st, const sf_reader *r);
+void reader_image_scratch_fini(reader_scratch *st);
+/* Decodes the encoded image src (len bytes) of task t's field f into dst.
+ * 0, SF_E_CORRUPT (sf_last_error() names the key and why), or -ENOMEM. */
+int reader_image_value(reader_scratch *st, sf_reader *r, const reader_task *t, uint32_t f,
+                       const uint8_t *src, uint64_t len, uint8_t *dst);
 
 /* ---- device.c: device delivery (device.h is the interface) ---- */
 /* The device implementation opts asks for: NULL for the CPU. */

@@ -136,7 +136,7 @@ static int substitute_fits(const sf_reader *r, const reader_slot *s, uint32_t po
     sf_index_entry e;
     sf_dataset_entry(&e, r->ds, shard, local);
     for (uint32_t f = 0; f < sc->field_count; f++) {
-        if (sc->fields[f].storage != SF_STORAGE_VARIABLE)
+        if (sc->fields[f].storage != SF_STORAGE_VARIABLE || reader_image_field(r, f))
             continue;
         const uint64_t *vo = reader_slot_var_off(r, s, f);
         uint64_t others = vo[s->batch.size] - (vo[pos + 1] - vo[pos]);

@@ -156,7 +156,8 @@ int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t sam
     uint64_t var_bytes[SF_MAX_FIELDS] = {0};
     int has_var = 0;
     for (uint32_t f = 0; f < s->field_count; f++)
-        has_var |= s->fields[f].storage == SF_STORAGE_VARIABLE;
+        /* an image field is fixed-size in the slot: every batch writes all of it */
+        has_var |= s->fields[f].storage == SF_STORAGE_VARIABLE && !reader_image_field(r, f);
     if (s->n_var) {
         int rc = var_bounds(out, r, samples < r->n ? samples : r->n, var_bytes);
         if (rc)
@@ -165,7 +166,9 @@ int reader_slab_layout(reader_slot_layout *out, const sf_reader *r, uint32_t sam
     uint64_t page = page_size(), pos = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
         const sf_field *fd = &s->fields[f];
-        uint64_t cap = fd->storage == SF_STORAGE_VARIABLE ? var_bytes[f] : mul_sat(fd->item_size, samples);
+        uint64_t cap = reader_image_field(r, f) ? mul_sat(reader_image_item_size(r, f), samples)
+                       : fd->storage == SF_STORAGE_VARIABLE ? var_bytes[f]
+                                                            : mul_sat(fd->item_size, samples);
         if (cap > (1ull << 46) || pos > (1ull << 46))
             return sf_fail(SF_E_LIMIT, "field '%s': a batch of %u needs more than 64 TiB", fd->name,
                            samples);

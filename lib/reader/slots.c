@@ -31,13 +31,15 @@ uint64_t *reader_slot_var_off(const sf_reader *r, const reader_slot *s, uint32_t
 
 /* Bytes the value of payload field f of sample `id` (index entry e) takes
  * in a slot: its stored length, or for a compressed value its decompressed
- * length (staged.c). */
+ * length (staged.c), or for an image field its pixels (transform.c). */
 uint64_t reader_slot_value_len(const sf_reader *r, uint32_t f, uint64_t id,
                                const sf_index_entry *e)
 {
     const sf_field *fd = &r->schema->fields[f];
     if (fd->storage == SF_STORAGE_FIXED)
         return fd->item_size;
+    if (reader_image_field(r, f))
+        return reader_image_item_size(r, f);
     if (fd->codec != SF_CODEC_NONE)
         return r->zlen[id * r->n_zvar + (uint32_t)r->zvar_slot[f]];
     return e->var_len[r->schema->var_slot[f]];
@@ -77,6 +79,7 @@ int reader_slots_init(sf_reader *r)
             bf->data = s->base + r->layout.field_off[f];
             if (fd->storage == SF_STORAGE_VARIABLE)
                 bf->offsets = reader_slot_var_off(r, s, f);
+            reader_image_batch_field(r, f, bf); /* an image field: fixed uint8 pixels */
         }
         s->batch.num_fields = sc->field_count;
         s->batch.fields = s->fields;
@@ -184,8 +187,8 @@ void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id
         }
         uint64_t out = reader_slot_value_len(r, f, id, &e);
         uint8_t *dst;
-        if (fd->storage == SF_STORAGE_FIXED) {
-            dst = arr + pos * fd->item_size;
+        if (fd->storage == SF_STORAGE_FIXED || reader_image_field(r, f)) {
+            dst = arr + pos * out; /* out: the item size (an image field's pixels) */
         } else {
             uint64_t *vo = reader_slot_var_off(r, s, f);
             if (repack) {

@@ -101,11 +101,18 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
     return rc;
 }
 
+/* Whether field f's stored bytes go to the staging buffer: compressed, or
+ * an encoded image to decode. */
+static int field_staged(const sf_reader *r, uint32_t f)
+{
+    return r->schema->fields[f].codec != SF_CODEC_NONE || reader_image_field(r, f);
+}
+
 int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
 {
     const sf_schema *s = r->schema;
     memset(dec_max, 0, SF_MAX_FIELDS * sizeof *dec_max);
-    r->compressed = 0;
+    r->compressed = r->images != NULL; /* image fields are staged too (transform.c) */
     r->n_zvar = 0;
     uint32_t k = 0;
     for (uint32_t f = 0; f < s->field_count; f++) {
@@ -132,7 +139,7 @@ int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
             (void)sf_record_layout(s, r->ds->manifest.align, e.var_len, off, len, &size);
             uint64_t sum = 0;
             for (k = 0; k < s->n_payload; k++)
-                if (s->fields[r->payload_field[k]].codec != SF_CODEC_NONE)
+                if (field_staged(r, r->payload_field[k]))
                     sum += len[k];
             if (sum > r->stage_bytes)
                 r->stage_bytes = sum;
@@ -149,8 +156,8 @@ int reader_scratch_init(reader_scratch *st, const sf_reader *r)
         return sf_fail(-ENOMEM, "out of memory");
     if (!r->compressed)
         return 0;
-    if (r->stage_bytes > SIZE_MAX || !(st->stage = malloc((size_t)r->stage_bytes)) ||
-        !(st->dctx = ZSTD_createDCtx())) {
+    if (reader_image_scratch_init(st, r) || r->stage_bytes > SIZE_MAX ||
+        !(st->stage = malloc((size_t)r->stage_bytes)) || !(st->dctx = ZSTD_createDCtx())) {
         reader_scratch_fini(st);
         return sf_fail(-ENOMEM, "out of memory for a %llu-byte staging buffer",
                        (unsigned long long)r->stage_bytes);
@@ -162,6 +169,7 @@ void reader_scratch_fini(reader_scratch *st)
 {
     XXH3_freeState(st->xxh);
     ZSTD_freeDCtx(st->dctx);
+    reader_image_scratch_fini(st);
     free(st->stage);
     memset(st, 0, sizeof *st);
 }
@@ -185,7 +193,7 @@ int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_
         XXH3_64bits_reset(xxh);
     for (uint32_t k = 0; k < t->nreads && !rc; k++) {
         reader_read *rd = &t->reads[k];
-        int z = s->fields[r->payload_field[k]].codec != SF_CODEC_NONE;
+        int z = field_staged(r, r->payload_field[k]);
         /* Sized from the index at open: every record's values fit. */
         src[k] = z ? st->stage + staged : rd->dst;
         staged += z ? rd->len : 0;
@@ -209,8 +217,11 @@ int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_
             rc = SF_E_CHECKSUM; /* never decompress what fails its checksum */
     }
     for (uint32_t k = 0; k < t->nreads && !rc; k++) {
-        const sf_field *f = &s->fields[r->payload_field[k]];
-        if (f->codec != SF_CODEC_NONE)
+        uint32_t fi = r->payload_field[k];
+        const sf_field *f = &s->fields[fi];
+        if (reader_image_field(r, fi))
+            rc = reader_image_value(st, r, t, fi, src[k], t->reads[k].len, t->reads[k].dst);
+        else if (f->codec != SF_CODEC_NONE)
             rc = sf_decompress_value(t->reads[k].dst, t->reads[k].out_len, f, src[k],
                                      t->reads[k].len, st->dctx);
     }

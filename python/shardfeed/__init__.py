@@ -13,7 +13,8 @@ Reading batches
 Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
        world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
        output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
-       block_size=0, window=0, direct="auto", fields=None, weights=None)
+       block_size=0, window=0, direct="auto", fields=None, weights=None,
+       transforms=None)
 
 help(shardfeed.Loader) describes every parameter (below, under CLASSES).
 
@@ -99,13 +100,14 @@ with ``.code`` (an SF_E_* constant such as shardfeed.E_CHECKSUM, or -errno) and
 ``.errno`` (the errno, or None).
 """
 from . import _shardfeed as _C
+from . import image
 from ._convert import Batch
 from ._dataset import Dataset, Field, Shard, open  # noqa: A004  (shardfeed.open, like tarfile.open)
 from ._loader import Loader
 from ._shardfeed import Error
 
 __version__ = _C.__version__
-__all__ = ["Loader", "Batch", "Dataset", "Field", "Shard", "Error", "open"]
+__all__ = ["Loader", "Batch", "Dataset", "Field", "Shard", "Error", "open", "image"]
 
 for _name in dir(_C):
     if _name.startswith("E_"):

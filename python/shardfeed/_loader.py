@@ -5,6 +5,7 @@ import os
 from . import _device
 from . import _options as opt
 from . import _resume
+from . import image as _image
 from . import _shardfeed as _C
 from ._convert import Converter, resolve_output
 from ._dataset import Dataset
@@ -184,6 +185,10 @@ class Loader(EpochControl):
       the field). Such a Loader also has counts (batches per dataset per epoch) and
       datasets; its state_dict() resumes at the same world size only. README "Mixing
       datasets".
+    - transforms: {field: shardfeed.image.RandomResizedCrop(...) | CenterCrop(...) |
+      Decode()}: that field's encoded images (JPEG, PNG, WebP) are decoded, cropped,
+      resized and flipped in the reader's I/O threads, and the batch holds a uint8
+      tensor [B, 3, H, W] (help(shardfeed.image)).
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
@@ -203,6 +208,8 @@ class Loader(EpochControl):
                  # ---- mixing (issue 17) ----
                  weights=None,
                  # ---- end mixing ----
+                 # transforms= (issue 14): image fields decoded in the I/O threads
+                 transforms=None,
                  ):
         self._reader = None
         self._final_stats = None
@@ -245,7 +252,10 @@ class Loader(EpochControl):
             engine=opt.ENGINE[self.engine], direct=opt.DIRECT[self.direct], verify=self.verify,
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
             window=self.window, io_threads=self.io_threads, device=dev_kind,
-            device_index=dev_index)
+            device_index=dev_index,
+            # transforms= (issue 14): image fields decoded in the I/O threads (shardfeed.image)
+            images=_image.specs(transforms))
+        self.transforms = dict(transforms) if transforms else {}
         self._num_batches = self._reader.num_batches()
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#define SF_MAX_IMAGE_FIELDS 8 /* image transforms one Reader takes (shardfeed.image) */
+
 static sf_reader *reader_handle(const sf_py_reader *self)
 {
     return self->owner.handle;
@@ -55,12 +57,49 @@ static void reader_call_end(sf_py_reader *self)
     sf_py_owner_release(&self->owner);
 }
 
+/* images=: a sequence of (field, mode, height, width, resize, scale_min,
+ * scale_max, ratio_min, ratio_max, flip, layout, channels, max_pixels,
+ * exact) tuples (shardfeed.image builds them) into out[0..*n). The field
+ * names point into `items` (kept alive by the caller until the reader is
+ * open, which copies what it needs). */
+static int parse_images(sf_image_opts *out, uint32_t *n, PyObject *images, PyObject **items)
+{
+    *n = 0;
+    *items = NULL;
+    if (!images || images == Py_None)
+        return 0;
+    PyObject *seq = PySequence_Fast(images, "Reader: images must be a sequence of tuples");
+    if (!seq)
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count > SF_MAX_IMAGE_FIELDS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "Reader: at most %d image fields", SF_MAX_IMAGE_FIELDS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        sf_image_opts *im = &out[i];
+        *im = (sf_image_opts)SF_IMAGE_OPTS_INIT;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "siIIIdddddiIKp:images",
+                              &im->field, &im->mode, &im->height, &im->width, &im->resize,
+                              &im->scale_min, &im->scale_max, &im->ratio_min, &im->ratio_max,
+                              &im->flip, &im->layout, &im->channels, &im->max_pixels, &im->exact)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    *n = (uint32_t)count;
+    *items = seq; /* owns the tuples, so the field names stay valid */
+    return 0;
+}
+
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",     "batch_size", "shuffle",     "seed",       "rank",
                              "world_size", "drop_last", "uneven",     "prefetch",   "engine",
                              "direct",   "verify",     "on_corrupt",  "block_size", "window",
-                             "io_threads", "queue_depth", "device", "device_index", NULL};
+                             "io_threads", "queue_depth", "device", "device_index", "images",
+                             NULL};
     PyObject *path = NULL;
     sf_reader_opts o = SF_READER_OPTS_INIT;
     unsigned int batch_size = 0, rank = 0, world_size = 0, prefetch = 0, block_size = 0,
@@ -68,12 +107,19 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned long long seed = 0;
     int shuffle = 0, drop_last = 0, uneven = 0, engine = 0, direct = 0, verify = 1, on_corrupt = 0,
         device = SF_DEVICE_CPU, device_index = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIIIii:Reader", kwlist,
+    PyObject *images = NULL, *image_items = NULL;
+    sf_image_opts image_opts[SF_MAX_IMAGE_FIELDS];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIIIiiO:Reader", kwlist,
                                      PyUnicode_FSConverter, &path, &batch_size, &shuffle, &seed,
                                      &rank, &world_size, &drop_last, &uneven, &prefetch, &engine,
                                      &direct, &verify, &on_corrupt, &block_size, &window,
-                                     &io_threads, &queue_depth, &device, &device_index))
+                                     &io_threads, &queue_depth, &device, &device_index, &images))
         return NULL;
+    if (parse_images(image_opts, &o.num_images, images, &image_items)) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    o.images = o.num_images ? image_opts : NULL;
     o.batch_size = batch_size;
     o.shuffle = shuffle;
     o.seed = seed;
@@ -96,6 +142,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     sf_py_reader *self = (sf_py_reader *)type->tp_alloc(type, 0);
     if (!self) {
         Py_DECREF(path);
+        Py_XDECREF(image_items);
         return NULL;
     }
     self->pid = getpid();
@@ -108,6 +155,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     rc = sf_reader_open(&r, p, &o);
     Py_END_ALLOW_THREADS
     Py_DECREF(path);
+    Py_XDECREF(image_items);
     if (rc < 0) {
         Py_DECREF(self);
         return sf_py_raise(rc);

@@ -177,6 +177,37 @@ def tar_seeds():
     out(t, "no_members", tar_bytes([("d", None, tarfile.DIRTYPE)]))
 
 
+def image_seeds():
+    """fuzz_image: [selector] + a small encoded image (a gradient with an
+    edge: every layout the decoders convert)."""
+    from PIL import Image
+    t = "fuzz_image"
+    y, x = np.mgrid[0:24, 0:32]
+    rgb = np.stack([x * 8, y * 10, (x + y) * 4], axis=-1).astype(np.uint8)
+    rgb[8:16, 10:20] = 255 - rgb[8:16, 10:20]
+    img = Image.fromarray(rgb)
+
+    def enc(im, **kw):
+        b = io.BytesIO()
+        im.save(b, **kw)
+        return b.getvalue()
+
+    seeds = {
+        "rgb.jpg": enc(img, format="JPEG", quality=90),
+        "prog.jpg": enc(img, format="JPEG", quality=70, progressive=True),
+        "gray.jpg": enc(img.convert("L"), format="JPEG"),
+        "cmyk.jpg": enc(img.convert("CMYK"), format="JPEG"),
+        "rgb.png": enc(img, format="PNG"),
+        "pal.png": enc(img.quantize(16), format="PNG"),
+        "la.png": enc(img.convert("LA"), format="PNG"),
+        "bw.png": enc(img.convert("1"), format="PNG"),
+        "lossless.webp": enc(img, format="WEBP", lossless=True),
+        "lossy.webp": enc(img, format="WEBP", quality=50),
+    }
+    for i, (name, data) in enumerate(sorted(seeds.items())):
+        out(t, name, bytes([(i * 37) & 0xff]) + data)  # selectors spread over the modes
+
+
 def run(*args):
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
 
@@ -240,7 +271,7 @@ def main():
     # Hand-made seeds are rewritten; inputs libFuzzer found (named found-*,
     # picked for the edges they add, see tests/fuzz/run.sh) are kept.
     for t in ("fuzz_npy", "fuzz_manifest", "fuzz_shard", "fuzz_dataset", "fuzz_roundtrip", "fuzz_list",
-              "fuzz_tar"):
+              "fuzz_tar", "fuzz_image"):
         d = os.path.join(CORPUS, t)
         for name in os.listdir(d) if os.path.isdir(d) else []:
             if not name.startswith("found-"):
@@ -248,6 +279,7 @@ def main():
     npy_seeds()
     list_seeds()
     tar_seeds()
+    image_seeds()
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:

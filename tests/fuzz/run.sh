@@ -5,7 +5,7 @@
 #   tests/fuzz/run.sh [TARGET|all] [SECONDS]     (defaults: all, 60)
 #
 # TARGET is one of fuzz_npy fuzz_manifest fuzz_shard fuzz_dataset
-# fuzz_roundtrip fuzz_list fuzz_tar (the "fuzz_" may be left out). Each target fuzzes for
+# fuzz_roundtrip fuzz_list fuzz_tar fuzz_image (the "fuzz_" may be left out). Each target fuzzes for
 # SECONDS starting from its committed seeds in tests/fuzz/corpus/TARGET;
 # new inputs go to $SF_FUZZ_WORK/corpus/TARGET (default build-fuzz/work), so
 # the committed corpus only changes when you copy a finding there on
@@ -21,7 +21,7 @@ target=${1:-all}
 seconds=${2:-60}
 build=${SF_FUZZ_BUILD:-$root/build-fuzz}
 work=${SF_FUZZ_WORK:-$build/work}
-all=(fuzz_npy fuzz_manifest fuzz_shard fuzz_dataset fuzz_roundtrip fuzz_list fuzz_tar)
+all=(fuzz_npy fuzz_manifest fuzz_shard fuzz_dataset fuzz_roundtrip fuzz_list fuzz_tar fuzz_image)
 
 if [[ $target == all ]]; then
     targets=("${all[@]}")

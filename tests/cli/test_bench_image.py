@@ -1,0 +1,83 @@
+"""`shardfeed bench --image`: the reader's image path from the command line
+(issue 14), run in every build including the ASan+UBSan one: random resized
+crops with flips, centre crops, decode without resizing, on every engine with
+1 and 4 I/O threads; a damaged, a hostile (a PNG claiming 65535x65535) and a
+non-image sample stop the run naming the key, or are substituted with
+--skip-corrupt; malformed --image arguments are usage errors.
+
+  SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_bench_image.py -v
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import SOURCE_DIR, ScratchTest, run  # noqa: E402
+
+try:
+    import PIL  # noqa: F401
+    import skimage.data  # noqa: F401
+    HAVE = True
+except ImportError:
+    HAVE = False
+
+
+def bomb_png():
+    c = b"IHDR" + struct.pack(">IIBBBBB", 65535, 65535, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + c + struct.pack(">I", zlib.crc32(c)) + bytes(64)
+
+
+@unittest.skipUnless(HAVE, "needs python3-pil and python3-skimage")
+class BenchImageTest(ScratchTest):
+    def make(self, count, extra=None):
+        tree = os.path.join(self.tmp, "tree")
+        subprocess.run(["/usr/bin/python3", os.path.join(SOURCE_DIR, "tools", "make-image-tree.py"), tree,
+                        "--count", str(count), "--classes", "3"], check=True, capture_output=True)
+        for name, data in (extra or {}).items():
+            with open(os.path.join(tree, name), "wb") as f:
+                f.write(data)
+        ds = os.path.join(self.tmp, "ds")
+        run("pack", tree, "-o", ds, "--quiet", check=0)
+        return ds
+
+    def bench(self, ds, *args, check=0):
+        return run("bench", ds, "--batch-size", 4, "--json", *args, check=check)
+
+    def test_every_mode_engine_and_thread_count(self):
+        ds = self.make(12)
+        for image in ("image=rrc:48:flip", "image=center:40:48:hwc", "image=rrc:32:gray:exact"):
+            for engine in ("auto", "pread", "mmap"):
+                for threads in (1, 4):
+                    p = self.bench(ds, "--image", image, "--engine", engine, "--threads", threads,
+                                   "--shuffle", "global", "--epochs", 2)
+                    out = json.loads(p.stdout)
+                    self.assertEqual(out["samples"], 24, p.stdout)
+
+    def test_damaged_images_name_their_key_or_are_substituted(self):
+        with open(os.path.join(SOURCE_DIR, "tests", "fuzz", "corpus", "fuzz_image", "rgb.jpg"), "rb") as f:
+            jpg = f.read()[1:]
+        ds = self.make(6, {"class_00/bad_cut.jpg": jpg[:len(jpg) // 2], "class_01/bad_bomb.png": bomb_png(),
+                           "class_02/bad_text.jpg": b"plain text"})
+        p = self.bench(ds, "--image", "image=rrc:32", check=2)  # EXIT_CORRUPT: the data is bad
+        self.assertIn("class_00/bad_cut.jpg", p.stderr)
+        self.assertIn("the image does not decode", p.stderr)
+        self.assertIn("shard-000000.sfs: record", p.stderr)
+        p = self.bench(ds, "--image", "image=rrc:32", "--skip-corrupt")
+        self.assertEqual(json.loads(p.stdout)["corrupt_substitutions"], 3, p.stdout)
+
+    def test_bad_image_arguments_are_usage_errors(self):
+        ds = self.make(3)
+        for bad in ("image", "=rrc:32", "image=rrc", "image=rrc:0", "image=crop:32", "image=rrc:32:flip=2",
+                    "image=rrc:32:sideways"):
+            p = self.bench(ds, "--image", bad, check=1)  # EXIT_USAGE
+            self.assertIn("--image takes", p.stderr)
+        p = self.bench(ds, "--image", "label=rrc:32", check=1)
+        self.assertIn("not a variable-length field", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

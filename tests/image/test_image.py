@@ -1,0 +1,244 @@
+"""lib/image against PIL and torchvision, through tests/image/image_tool.c.
+
+Documented results (README "Images") checked here:
+- decode without resizing equals PIL's Image.open(f).convert("RGB") exactly,
+  for JPEG (baseline 4:2:0, gray, CMYK), PNG (RGB, RGBA, palette, gray,
+  1-bit gray, interlaced, 16-bit RGB: its high byte) and WebP; channels=1
+  equals convert("L");
+- Resize(shorter)+CenterCrop without DCT scaling is within 1 of torchvision's
+  F.resize(antialias=True) + F.center_crop on every pixel; with JPEG DCT
+  scaling within a mean absolute difference of 2 (pixels are resampled
+  from the reduced decode);
+- RandomResizedCrop draws boxes with torchvision's distribution (area and
+  aspect: two-sample Kolmogorov-Smirnov over 10,000 draws each), and its
+  pixels for a drawn box are within 1 of torchvision's resized_crop;
+- hostile images: truncated JPEG and PNG, wrong magic, a PNG header claiming
+  65535x65535 (refused before allocating), a corrupt IDAT.
+"""
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import imagedata  # noqa: E402
+
+TOOL = os.environ.get("SF_IMAGE_TOOL", "")
+try:
+    import torch
+    import torchvision.transforms.functional as TF
+    from torchvision.transforms import RandomResizedCrop
+except ImportError:  # pragma: no cover
+    torch = None
+
+E_CORRUPT, E_LIMIT, E_UNSUPPORTED = -30904, -30905, -30908
+
+
+def run_tool(path, *args):
+    p = subprocess.run([TOOL, "run", path, *map(str, args)], capture_output=True)
+    return p.returncode, p.stdout, p.stderr.decode()
+
+
+class ImageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not TOOL or not imagedata.available_photos():
+            raise unittest.SkipTest("needs SF_IMAGE_TOOL and python3-skimage's photographs")
+        root = os.environ.get("SF_TEST_TMP") or None
+        if root:
+            os.makedirs(root, exist_ok=True)
+        cls.tmp = tempfile.TemporaryDirectory(dir=root)
+        cls.rng = np.random.default_rng(14)
+        cls.photo = imagedata.crop_rescale(imagedata.photo("astronaut.png"), cls.rng)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def write(self, name, data):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def save(self, name, img, **kw):
+        buf = io.BytesIO()
+        img.save(buf, **kw)
+        return self.write(name, buf.getvalue())
+
+    def decode(self, path, channels=3):
+        rc, out, err = run_tool(path, "--channels", channels, "--hwc")
+        self.assertEqual(rc, 0, err)
+        return out
+
+    def assert_decodes_as_pil(self, path, mode="RGB"):
+        from PIL import Image
+        want = np.asarray(Image.open(path).convert(mode))
+        got = np.frombuffer(self.decode(path, 3 if mode == "RGB" else 1), np.uint8)
+        self.assertEqual(got.size, want.size)
+        diff = np.abs(got.astype(int) - want.reshape(-1).astype(int))
+        self.assertEqual(diff.max(), 0, f"{path}: {np.count_nonzero(diff)} values differ")
+
+    # ---- decode == PIL -------------------------------------------------------
+    def test_jpeg_rgb_equals_pil(self):
+        for q, sub in [(90, 2), (75, 0), (95, 1)]:
+            self.assert_decodes_as_pil(self.save(f"q{q}.jpg", self.photo, format="JPEG", quality=q,
+                                                 subsampling=sub))
+
+    def test_jpeg_progressive_equals_pil(self):
+        self.assert_decodes_as_pil(self.save("prog.jpg", self.photo, format="JPEG", quality=85,
+                                             progressive=True))
+
+    def test_jpeg_gray_and_cmyk_equal_pil(self):
+        self.assert_decodes_as_pil(self.save("gray.jpg", self.photo.convert("L"), format="JPEG"))
+        self.assert_decodes_as_pil(self.save("cmyk.jpg", self.photo.convert("CMYK"), format="JPEG"))
+        self.assert_decodes_as_pil(self.save("g1.jpg", self.photo, format="JPEG"), mode="L")
+
+    def test_png_layouts_equal_pil(self):
+        p = self.photo
+        self.assert_decodes_as_pil(self.save("rgb.png", p, format="PNG"))
+        rgba = p.copy()
+        rgba.putalpha(p.convert("L"))
+        self.assert_decodes_as_pil(self.save("rgba.png", rgba, format="PNG"))
+        self.assert_decodes_as_pil(self.save("pal.png", p.quantize(200), format="PNG"))
+        self.assert_decodes_as_pil(self.save("l.png", p.convert("L"), format="PNG"))
+        self.assert_decodes_as_pil(self.save("la.png", p.convert("LA"), format="PNG"))
+        self.assert_decodes_as_pil(self.save("bw.png", p.convert("1"), format="PNG"))
+        self.assert_decodes_as_pil(self.save("rgb.png", p, format="PNG"), mode="L")
+        arr = np.asarray(p)
+        self.assert_decodes_as_pil(self.write("inter.png", imagedata.png_bytes(arr, 2, interlace=1)))
+
+    def test_png_16bit_keeps_the_high_byte(self):
+        arr = np.asarray(self.photo).astype(np.uint16) * 257 + 3
+        path = self.write("rgb16.png", imagedata.png_bytes(arr, 2, bit_depth=16))
+        got = np.frombuffer(self.decode(path), np.uint8).reshape(arr.shape)
+        np.testing.assert_array_equal(got, (arr >> 8).astype(np.uint8))
+        self.assert_decodes_as_pil(path)  # PIL's RGB;16B takes the high byte too
+
+    def test_webp_equals_pil(self):
+        self.assert_decodes_as_pil(self.save("l.webp", self.photo, format="WEBP", lossless=True))
+        self.assert_decodes_as_pil(self.save("q.webp", self.photo, format="WEBP", quality=80))
+
+    def test_layout_and_flip(self):
+        path = self.save("rgb.png", self.photo, format="PNG")
+        rc, hwc, err = run_tool(path, "--mode", "center", "--size", 64, 80, "--resize", 100, "--hwc")
+        self.assertEqual(rc, 0, err)
+        rc, chw, err = run_tool(path, "--mode", "center", "--size", 64, 80, "--resize", 100)
+        rc2, flipped, err = run_tool(path, "--mode", "center", "--size", 64, 80, "--resize", 100,
+                                     "--flip", 1)
+        hwc = np.frombuffer(hwc, np.uint8).reshape(64, 80, 3)
+        np.testing.assert_array_equal(np.frombuffer(chw, np.uint8).reshape(3, 64, 80),
+                                      hwc.transpose(2, 0, 1))
+        np.testing.assert_array_equal(np.frombuffer(flipped, np.uint8).reshape(3, 64, 80),
+                                      hwc.transpose(2, 0, 1)[:, :, ::-1])
+
+    # ---- transforms vs torchvision -------------------------------------------
+    def torch_center(self, img, size, resize):
+        t = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1)
+        r = TF.resize(t, resize, antialias=True)
+        return TF.center_crop(r, [size, size]).numpy()
+
+    def test_center_crop_matches_torchvision(self):
+        if torch is None:
+            self.skipTest("torchvision")
+        for name in imagedata.available_photos()[:4]:
+            img = imagedata.crop_rescale(imagedata.photo(name), self.rng)
+            path = self.save(name + ".png", img, format="PNG")
+            for size, resize in [(224, 256), (100, 100), (300, 400), (64, 480)]:
+                rc, out, err = run_tool(path, "--mode", "center", "--size", size, size, "--resize", resize)
+                self.assertEqual(rc, 0, err)
+                got = np.frombuffer(out, np.uint8).reshape(3, size, size).astype(int)
+                want = self.torch_center(img, size, resize).astype(int)
+                self.assertLessEqual(np.abs(got - want).max(), 1, f"{name} {size}/{resize}")
+
+    def test_center_crop_jpeg_dct_scaled_close_to_torchvision(self):
+        if torch is None:
+            self.skipTest("torchvision")
+        from PIL import Image
+        path = self.save("c.jpg", self.photo, format="JPEG", quality=90)
+        img = Image.open(path).convert("RGB")
+        want = self.torch_center(img, 224, 256).astype(int)
+        rc, out, err = run_tool(path, "--mode", "center", "--size", 224, 224, "--resize", 256)
+        self.assertEqual(rc, 0, err)
+        got = np.frombuffer(out, np.uint8).reshape(3, 224, 224).astype(int)
+        self.assertLess(np.abs(got - want).mean(), 2.0)
+        rc, out, err = run_tool(path, "--mode", "center", "--size", 224, 224, "--resize", 256, "--no-dct")
+        got = np.frombuffer(out, np.uint8).reshape(3, 224, 224).astype(int)
+        self.assertLessEqual(np.abs(got - want).max(), 1)
+
+    def test_rrc_boxes_follow_torchvision(self):
+        if torch is None:
+            self.skipTest("torchvision")
+        n, (w, h) = 10000, (500, 375)
+        out = subprocess.run([TOOL, "boxes", str(w), str(h), str(n)], capture_output=True, check=True)
+        ours = np.array([list(map(int, l.split())) for l in out.stdout.decode().splitlines()])
+        torch.manual_seed(0)
+        img = torch.zeros(3, h, w)
+        theirs = np.array([RandomResizedCrop.get_params(img, [0.08, 1.0], [3 / 4, 4 / 3])
+                           for _ in range(n)])  # (top, left, h, w)
+        theirs = theirs[:, [1, 0, 3, 2]]
+        for name, f in [("area", lambda b: b[:, 2] * b[:, 3] / (w * h)),
+                        ("aspect", lambda b: np.log(b[:, 2] / b[:, 3])),
+                        ("centre x", lambda b: b[:, 0] + b[:, 2] / 2),
+                        ("centre y", lambda b: b[:, 1] + b[:, 3] / 2)]:
+            a, b = np.sort(f(ours)), np.sort(f(theirs))
+            grid = np.union1d(a, b)
+            d = np.abs(np.searchsorted(a, grid, "right") / n - np.searchsorted(b, grid, "right") / n).max()
+            self.assertLess(d, 0.03, f"{name}: KS distance {d:.4f}")  # p < 0.001 at n = 10,000
+
+    def test_rrc_pixels_match_torchvision_resized_crop(self):
+        if torch is None:
+            self.skipTest("torchvision")
+        path = self.save("rrc.png", self.photo, format="PNG")
+        w, h = self.photo.size
+        out = subprocess.run([TOOL, "boxes", str(w), str(h), "20"], capture_output=True, check=True)
+        t = torch.from_numpy(np.asarray(self.photo).copy()).permute(2, 0, 1)
+        for key, line in enumerate(out.stdout.decode().splitlines()):
+            left, top, bw, bh = map(int, line.split())
+            rc, px, err = run_tool(path, "--mode", "rrc", "--size", 224, 224, "--key", key)
+            self.assertEqual(rc, 0, err)
+            got = np.frombuffer(px, np.uint8).reshape(3, 224, 224).astype(int)
+            want = TF.resized_crop(t, top, left, bh, bw, [224, 224], antialias=True).numpy().astype(int)
+            self.assertLessEqual(np.abs(got - want).max(), 1, f"key {key}: box {line}")
+
+    # ---- hostile and damaged images ------------------------------------------
+    def assert_refused(self, path, code, words, *args):
+        rc, out, err = run_tool(path, *args)
+        self.assertEqual(rc, 3, err)
+        self.assertIn(f"error {code}", err)
+        self.assertIn(words, err)
+
+    def test_damaged_images_are_refused(self):
+        with open(self.save("t.jpg", self.photo, format="JPEG"), "rb") as f:
+            jpg = f.read()
+        with open(self.save("t.png", self.photo, format="PNG"), "rb") as f:
+            png = f.read()
+        self.assert_refused(self.write("cut.jpg", jpg[:len(jpg) // 2]), E_CORRUPT, "truncated")
+        self.assert_refused(self.write("cut.png", png[:len(png) // 2]), E_CORRUPT, "truncated")
+        self.assert_refused(self.write("head.jpg", jpg[:40]), E_CORRUPT, "JPEG")
+        self.assert_refused(self.write("magic.jpg", b"GIF89a" + jpg[6:]), E_UNSUPPORTED, "not a JPEG")
+        self.assert_refused(self.write("empty.jpg", b""), E_UNSUPPORTED, "not a JPEG")
+        bad = bytearray(png)
+        at = bad.find(b"IDAT") + 40
+        bad[at:at + 16] = b"\xff" * 16
+        self.assert_refused(self.write("idat.png", bytes(bad)), E_CORRUPT, "PNG")
+
+    def test_pixel_bomb_refused_before_allocating(self):
+        bomb = imagedata.png_bytes(np.zeros((1, 1, 3), np.uint8), 2)
+        bomb = bytearray(bomb)
+        bomb[16:24] = (65535).to_bytes(4, "big") * 2  # IHDR width, height (CRC now wrong, too)
+        path = self.write("bomb.png", bytes(bomb))
+        self.assert_refused(path, E_LIMIT, "65535x65535", "--mode", "rrc", "--size", 224, 224)
+        # under the limit the header is believed, and the data is found short
+        self.assert_refused(path, E_CORRUPT, "PNG", "--mode", "rrc", "--size", 8, 8,
+                            "--max-pixels", 1 << 33)
+        self.assert_refused(self.save("small.png", self.photo, format="PNG"), E_LIMIT, "max_pixels",
+                            "--max-pixels", 1000)
+
+
+if __name__ == "__main__":
+    unittest.main()
