@@ -128,19 +128,30 @@ static int start_engine(sf_reader *r, const reader_engine_ops *ops)
     return rc;
 }
 
+/* Shards whose residency is sampled: evenly spread over the dataset, so a
+ * dataset of 20,000 shards is not opened whole to choose an engine. */
+#define RESIDENT_SHARDS 64u
+
 /* Whether the shards' bytes are in the page cache: a sample of up to 256
- * pages per shard (65,536 in all) checked with mincore, on a mapping that
- * is dropped at once. A hint for the engine choice only. */
+ * pages in each of up to RESIDENT_SHARDS shards (65,536 pages in all)
+ * checked with mincore, on a mapping that is dropped at once. A hint for
+ * the engine choice only. */
 static int shards_resident(const sf_reader *r)
 {
     uint64_t count = r->ds->manifest.shard_count, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t per = count ? 65536 / count : 0;
+    uint64_t shards = count < RESIDENT_SHARDS ? count : RESIDENT_SHARDS;
+    uint64_t per = shards ? 65536 / shards : 0;
     per = per > 256 ? 256 : per < 1 ? 1 : per;
     uint64_t seen = 0, in = 0;
-    for (uint64_t i = 0; i < count; i++) {
+    for (uint64_t j = 0; j < shards; j++) {
+        uint64_t i = j * count / shards;
         const sf_open_shard *sh = &r->ds->shards[i];
         uint64_t size = sh->meta.file_size, pages = (size + page - 1) / page;
-        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, sh->fd, 0);
+        int fd;
+        if (dataset_fd_acquire(&fd, r->ds, i, 0))
+            return 0;
+        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        dataset_fd_release(r->ds, i, 0);
         if (map == MAP_FAILED)
             return 0;
         for (uint64_t k = 0; k < per && k < pages; k++) {

@@ -92,7 +92,6 @@ void sf_reader_close(sf_reader *r)
         r->device_ops->close(r->device);
     reader_slots_free(r);
     reader_slab_free(r->slab, r->slab_bytes);
-    reader_direct_close(r);
     reader_sampler_free(r->sampler);
     free(r->zlen);
     sf_dataset_close(r->ds);
