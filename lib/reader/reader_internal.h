@@ -259,6 +259,14 @@ struct sf_reader {
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
     uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
+    /* the order thread (schedule.c): builds the next epoch's order ahead,
+     * outside r->lock, so the schedule does not stall at an epoch boundary */
+    pthread_t order_tid;
+    int order_running;
+    pthread_cond_t order_cv;
+    int order_stop;       /* under lock */
+    int order_pending;    /* under lock: order_want asked for and not yet taken */
+    uint64_t order_want;  /* under lock */
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
@@ -333,6 +341,12 @@ void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id
 void reader_place_claimed(sf_reader *r, reader_task **tasks, unsigned n);
 /* Sets each field's `bytes` for the slot's batch. */
 void reader_set_field_bytes(sf_reader *r, reader_slot *s);
+
+/* ---- schedule.c, for open and close ---- */
+/* Starts and stops the order thread (shuffled orders only; stop of none
+ * started ok). */
+int reader_order_start(sf_reader *r);
+void reader_order_stop(sf_reader *r);
 
 /* ---- schedule.c, for the engines ---- */
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
