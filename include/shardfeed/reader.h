@@ -81,10 +81,14 @@ enum sf_reader_uneven {
 };
 
 enum sf_reader_engine {
-    SF_ENGINE_AUTO = 0,  /* io_uring; pread (with a one-line notice) where io_uring is blocked
-                            (ENOSYS, EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM);
-                            mmap for small fixed-size records (<= 64 KiB, uncompressed) whose
-                            shards are in the page cache at open (checked with mincore) */
+    SF_ENGINE_AUTO = 0,  /* shards in the page cache at open (a mincore sample: warm data is
+                            memcpy work): mmap for small fixed-size records (<= 64 KiB,
+                            uncompressed: no system call per record), pread for the others
+                            (each piece hashed while it is in cache); otherwise (cold, or
+                            O_DIRECT) io_uring, and pread (with a one-line notice) where
+                            io_uring is blocked (ENOSYS, EPERM, EACCES) or its rings exceed
+                            RLIMIT_MEMLOCK (ENOMEM). Compressed fields: pread (below). The
+                            measurements behind it: README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */

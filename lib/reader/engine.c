@@ -169,14 +169,22 @@ static int shards_resident(const sf_reader *r)
 
 int reader_engine_start(sf_reader *r)
 {
-    /* Small fixed records already in the page cache are memcpy work: mmap
-     * copies a whole claim with no system call per record, where io_uring
-     * and pread pay one read each (about 1.5 M records/s on 2 cores against
-     * 4.7 M for mmap on Fashion-MNIST; README "Small records"). Cold data
-     * keeps io_uring, whose reads the kernel can batch and queue. */
-    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed &&
-        reader_small_records(r) && shards_resident(r))
-        return start_engine(r, &reader_engine_mmap);
+    /* Auto, for shards already in the page cache (reader.h says the rule):
+     * the reads are memcpy work, and the copy engines copy and hash each
+     * piece while it is in L2, where io_uring's reads land whole and are
+     * hashed afterwards from memory. Small fixed records: mmap copies a
+     * whole claim with no system call per record, where io_uring and pread
+     * pay one read each (about 1.5 M records/s on 2 cores against 4.7 M for
+     * mmap on Fashion-MNIST; README "Small records"). Large records: pread
+     * (issue 16's run: pread 17.3-17.5 GB/s, io_uring 16.4-16.5 with
+     * checksums; here, on a loaded machine, the same within noise, with
+     * io_uring's I/O threads hashing 35-41% of their time against pread's
+     * 21-30%: README "Engines"). mmap was faster still in issue 16's run
+     * but 2x slower than pread in this VM, whose page faults are costly:
+     * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
+     * the kernel can queue. */
+    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed && shards_resident(r))
+        return start_engine(r, reader_small_records(r) ? &reader_engine_mmap : &reader_engine_pread);
     /* A record with compressed fields is read whole into a staging buffer
      * and decompressed by the thread that read it (staged.c): synchronous
      * work per record, which the copy engines do; io_uring's asynchronous

@@ -243,5 +243,29 @@ print(json.dumps(dict(live=s, closed=L.stats())))
             self.assertEqual(times, sorted(times), e)
 
 
+class AutoEngine(Base):
+    """engine auto on shards in the page cache: mmap for small fixed records, pread for larger
+    ones (copy and hash each piece while it is in cache), io_uring only for cold data."""
+
+    def warm(self, ds):
+        for name in os.listdir(ds):
+            with open(os.path.join(ds, name), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        return ds
+
+    def test_warm_small_records_are_mmap_and_large_ones_pread(self):
+        small = self.warm(self.small(512))
+        inp, large = os.path.join(self.tmp, "large-in"), os.path.join(self.tmp, "large")
+        write_samples(inp, 48, (3, 64, 128), np.float32)  # 96 KiB a record: not small
+        run("pack", inp, "-o", large, "--quiet", check=0)
+        self.warm(large)
+        for ds, want in ((small, "mmap"), (large, "pread")):
+            with self.subTest(engine=want):
+                j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
+                self.assertEqual(j["options"]["engine"], want)
+                self.assertEqual(j["samples"], 512 if ds == small else 48)
+
+
 if __name__ == "__main__":
     unittest.main()
