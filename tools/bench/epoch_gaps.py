@@ -9,7 +9,9 @@ handed one after the other; a boundary's gap is the longest of those that end wi
 batches (default 8: twice the read-ahead) before or after the first batch of an epoch after
 the first (read-ahead runs into the next epoch, so a stall of the schedule at the crossing
 shows a few batches before the boundary). Prints the median gap, each boundary's gap and the
-largest one's ratio to the median (the scale target: at most 2). The trace holds at most 65,536 batches: choose the batch
+largest one's ratio to the median (the scale target: at most 2), and for comparison the same
+window's longest gap anywhere else (the median over every window of that width away from the
+boundaries): on a machine shared with other work, any window of 17 gaps holds a few long ones. The trace holds at most 65,536 batches: choose the batch
 size so that E epochs fit (10 million samples: --batch-size 1024, 3 epochs)."""
 import argparse
 import json
@@ -50,9 +52,15 @@ def main():
     boundary = [(max(g for g, _, _ in gaps[max(0, k - a.window):k + a.window + 1]), gaps[k][1])
                 for k in starts]
     worst = max((g for g, _ in boundary), default=0.0)
+    w = 2 * a.window + 1
+    near = set(j for k in starts for j in range(k - w, k + w + 1))
+    elsewhere = [max(g for g, _, _ in gaps[k:k + w]) for k in range(0, len(gaps) - w, w)
+                 if k not in near and k + w not in near]
+    typical = statistics.median(elsewhere) if elsewhere else None
     res = dict(batches=len(handed), median_gap_us=median, max_gap_us=max(g for g, _, _ in gaps),
                boundary_gaps_us={str(e): g for g, e in boundary},
-               boundary_vs_median=worst / median if median > 0 else None)
+               boundary_vs_median=worst / median if median > 0 else None,
+               window_max_elsewhere_us=typical)
     if a.json:
         print(json.dumps(res))
         return
@@ -60,6 +68,9 @@ def main():
     for g, e in boundary:
         print(f"  into epoch {e}: {g:.1f} us ({g / median:.2f}x the median; the longest gap "
               f"within {a.window} batches of the boundary)")
+    if typical is not None:
+        print(f"the longest gap in a window of {w} gaps away from the boundaries: median "
+              f"{typical:.1f} us ({typical / median:.2f}x the median gap)")
     if res["boundary_vs_median"] is not None:
         print(f"largest boundary gap / median gap: {res['boundary_vs_median']:.2f} (target <= 2)")
 
