@@ -28,10 +28,11 @@ typedef struct copy_ops {
     int (*open)(sf_reader *r, reader_task *task);
 } copy_ops;
 
-/* Opens task's shard for `ops`, failing the task when it cannot be. */
+/* Opens task's shard for `ops`, failing the task when it cannot be. A
+ * record of inline fields only has nothing to read: its shard stays shut. */
 static int task_begin(sf_reader *r, reader_task *task, const copy_ops *ops)
 {
-    int rc = ops->open ? ops->open(r, task) : 0;
+    int rc = ops->open && task->nreads ? ops->open(r, task) : 0;
     if (rc)
         reader_task_fail(r, task, rc, "cannot open the shard");
     return rc;
