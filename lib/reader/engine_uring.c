@@ -159,11 +159,11 @@ static int uring_thread_init(reader_io_thread *t)
     uint64_t count = r->ds->manifest.shard_count;
     if (count && count <= INT32_MAX && dataset_fd_all_kept(r->ds)) {
         int *fds = malloc(count * sizeof *fds);
-        int rc2 = fds ? 0 : -ENOMEM;
-        for (uint64_t i = 0; i < count && !rc2; i++)
-            if (!(rc2 = dataset_fd_acquire(&fds[i], r->ds, i, r->direct)))
+        int err = fds ? 0 : -ENOMEM;
+        for (uint64_t i = 0; i < count && !err; i++)
+            if (!(err = dataset_fd_acquire(&fds[i], r->ds, i, r->direct)))
                 dataset_fd_release(r->ds, i, r->direct); /* kept open until close */
-        if (!rc2)
+        if (!err)
             u->fixed_files = io_uring_register_files(&u->ring, fds, (unsigned)count) == 0;
         free(fds);
     }
