@@ -31,6 +31,31 @@ int reader_small_records(const sf_reader *r)
     return per <= SF_SMALL_RECORD;
 }
 
+/* Whether every record's stored payload is small (at most SF_SMALL_RECORD
+ * bytes): reader_small_records, or for compressed fixed-size fields their
+ * compressed bytes (stage_bytes, the largest from the index) plus the
+ * uncompressed ones. Warm, such records cost a system call each with pread:
+ * the Fashion-MNIST set with its images zstd-compressed read at 258-274 k
+ * samples/s with pread and 368-426 k with mmap, interleaved (README
+ * "Engines"); in the profile of the pread runs the kernel takes 43% (the
+ * hypervisor's pvm_irq_enable 15%, the page-cache copy and lookup 16%),
+ * libzstd 34%. */
+static int small_stored_records(const sf_reader *r)
+{
+    if (!r->compressed)
+        return reader_small_records(r);
+    const sf_schema *sc = r->schema;
+    uint64_t plain = 0;
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        const sf_field *fd = &sc->fields[f];
+        if (fd->storage == SF_STORAGE_VARIABLE)
+            return 0;
+        if (fd->storage == SF_STORAGE_FIXED && fd->codec == SF_CODEC_NONE)
+            plain += fd->item_size;
+    }
+    return r->stage_bytes + plain <= SF_SMALL_RECORD;
+}
+
 /* Warm (page-cache) reads are memcpy-bound, so the defaults aim at keeping
  * every core copying: see the measurements in the bench notes. The copy
  * engines run two threads per core, except on small records: a thread then
@@ -183,8 +208,8 @@ int reader_engine_start(sf_reader *r)
      * but 2x slower than pread in this VM, whose page faults are costly:
      * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
      * the kernel can queue. */
-    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed && shards_resident(r))
-        return start_engine(r, reader_small_records(r) ? &reader_engine_mmap : &reader_engine_pread);
+    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
+        return start_engine(r, small_stored_records(r) ? &reader_engine_mmap : &reader_engine_pread);
     /* A record with compressed fields is read whole into a staging buffer
      * and decompressed by the thread that read it (staged.c): synchronous
      * work per record, which the copy engines do; io_uring's asynchronous

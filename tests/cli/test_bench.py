@@ -244,8 +244,9 @@ print(json.dumps(dict(live=s, closed=L.stats())))
 
 
 class AutoEngine(Base):
-    """engine auto on shards in the page cache: mmap for small fixed records, pread for larger
-    ones (copy and hash each piece while it is in cache), io_uring only for cold data."""
+    """engine auto on shards in the page cache: mmap for small fixed records (compressed ones
+    too), pread for larger ones (copy and hash each piece while it is in cache), io_uring only
+    for cold data."""
 
     def warm(self, ds):
         for name in os.listdir(ds):
@@ -265,6 +266,18 @@ class AutoEngine(Base):
                 j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
                 self.assertEqual(j["options"]["engine"], want)
                 self.assertEqual(j["samples"], 512 if ds == small else 48)
+
+    def test_warm_small_compressed_records_are_mmap(self):
+        """A call per record is what reading small compressed records costs with pread."""
+        inp, ds = os.path.join(self.tmp, "z-in"), os.path.join(self.tmp, "z")
+        write_samples(inp, 256, (28, 28), np.uint8)
+        run("pack", inp, "-o", ds, "--align", "64", "--compress", "img=zstd", "--quiet", check=0)
+        self.warm(ds)
+        j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
+        self.assertEqual(j["options"]["engine"], "mmap")
+        self.assertEqual(j["samples"], 256)
+        j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1", "--engine", "uring")
+        self.assertEqual(j["options"]["engine"], "pread")  # staged records: no io_uring
 
 
 if __name__ == "__main__":
