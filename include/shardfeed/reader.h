@@ -81,17 +81,23 @@ enum sf_reader_uneven {
 };
 
 enum sf_reader_engine {
-    SF_ENGINE_AUTO = 0,  /* io_uring; pread (with a one-line notice) where io_uring is blocked
-                            (ENOSYS, EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM);
-                            mmap for small fixed-size records (<= 64 KiB, uncompressed) whose
-                            shards are in the page cache at open (checked with mincore) */
+    SF_ENGINE_AUTO = 0,  /* shards in the page cache at open (a mincore sample: warm data is
+                            memcpy work): mmap for records of fixed-size fields whose stored
+                            bytes are small (<= 64 KiB; compressed ones counted as stored: no
+                            system call per record), pread for the others (each piece hashed
+                            while it is in cache); otherwise (cold, or O_DIRECT) io_uring, and
+                            pread (with a one-line notice) where io_uring is blocked (ENOSYS,
+                            EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM); cold
+                            compressed fields: pread (below). The measurements behind it:
+                            README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */
 };
-/* A dataset with compressed fields is read by the pread engine when AUTO or
- * URING is asked for (records are staged and decompressed synchronously, so
- * io_uring has nothing to add); MMAP stays MMAP. stats.engine says which. */
+/* A dataset with compressed fields is read by the pread engine when URING, or
+ * AUTO on cold shards, is asked for (records are staged and decompressed
+ * synchronously, so io_uring has nothing to add); AUTO on warm shards of
+ * small records picks MMAP as above; MMAP stays MMAP. stats.engine says which. */
 
 /* O_DIRECT (bypass the page cache: cold reads without evicting anything).
  * Possible when every payload field's file offset and size and its place in

@@ -88,31 +88,21 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         sf_dataset_close(ds);
         return sf_fail(-ENOMEM, "out of memory");
     }
-    for (uint64_t i = 0; i < m->shard_count; i++)
-        ds->shards[i].fd = -1;
-    for (uint64_t i = 0; i < m->shard_count; i++) {
+    rc = dataset_files_init(ds);
+    for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
         sf_open_shard *s = &ds->shards[i];
-        char path[4096];
         snprintf(s->name, sizeof s->name, SF_SHARD_NAME_FMT, (unsigned)i);
-        snprintf(path, sizeof path, "%s/%s", dir, s->name);
-        s->fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (s->fd < 0) {
-            int e = errno;
-            char all[80] = "";
-            if (e == EMFILE) /* every shard stays open while the dataset is */
-                snprintf(all, sizeof all, "; an open dataset keeps all its %llu shards open",
-                         (unsigned long long)m->shard_count);
-            rc = sf_fail(-e, "%s: %s%s%s", path, strerror(e), all, sf_errno_hint(e));
+        int fd;
+        if ((rc = dataset_fd_acquire(&fd, ds, i, 0)))
             break;
-        }
         sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
         uint64_t bad = 0;
-        rc = sf_shard_load_meta(&s->meta, s->fd, &exp, &bad);
+        rc = sf_shard_load_meta(&s->meta, fd, &exp, &bad);
+        dataset_fd_release(ds, i, 0);
         if (rc) {
             char where[4200];
-            snprintf(where, sizeof where, "%s (byte %llu)", path, (unsigned long long)bad);
+            snprintf(where, sizeof where, "%s/%s (byte %llu)", dir, s->name, (unsigned long long)bad);
             sf_fail_prefix(rc, where);
-            break;
         }
     }
     if (!rc)
@@ -131,12 +121,12 @@ void sf_dataset_close(sf_dataset *ds)
         return;
     for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
         sf_open_shard *s = &ds->shards[i];
-        if (s->map)
-            munmap((void *)s->map, s->meta.file_size);
-        if (s->fd >= 0)
-            close(s->fd);
+        const uint8_t *map = atomic_load(&s->map);
+        if (map)
+            munmap((void *)map, s->meta.file_size);
         sf_shard_meta_clear(&s->meta);
     }
+    dataset_files_free(ds);
     free(ds->shards);
     sf_dataset_free_metadata(ds);
     sf_manifest_clear(&ds->manifest);
@@ -233,24 +223,6 @@ int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t
     return 0;
 }
 
-static int map_shard(sf_dataset *ds, sf_open_shard *s)
-{
-    /* Every touch of the map below runs under the fault guard. */
-    int rc = sf_fault_guard_init();
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&ds->map_lock);
-    if (!s->map) {
-        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
-        if (p == MAP_FAILED)
-            rc = sf_fail(-errno, "%s/%s: mmap failed: %s", ds->dir, s->name, strerror(errno));
-        else
-            s->map = p;
-    }
-    pthread_mutex_unlock(&ds->map_lock);
-    return rc;
-}
-
 /* Prefixes the detail of a failure on a value with where it is. */
 static int value_fail(int rc, const sf_dataset *ds, uint64_t sample)
 {
@@ -298,7 +270,8 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
         *size = f->item_size;
         return 0;
     }
-    int rc = map_shard(ds, sh);
+    const uint8_t *map;
+    int rc = dataset_map(&map, ds, shard);
     if (rc)
         return rc;
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
@@ -306,7 +279,7 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
     if (check) {
         const uint8_t *ptr[SF_MAX_FIELDS];
         for (uint32_t k = 0; k < s->n_payload; k++)
-            ptr[k] = sh->map + e.offset + off[k];
+            ptr[k] = map + e.offset + off[k];
         /* Random access has no thread of its own to keep a hash state in:
          * each checked read of a record of several payload fields makes one. */
         XXH3_state_t *scratch = NULL;
@@ -327,7 +300,7 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
     uint32_t k = 0;
     for (uint32_t i = 0; i < field; i++)
         k += s->fields[i].storage != SF_STORAGE_INLINE;
-    *data = sh->map + e.offset + off[k];
+    *data = map + e.offset + off[k];
     *size = len[k];
     return 0;
 }
@@ -454,13 +427,4 @@ int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *d
         ZSTD_DCtx_reset(j.dctx, ZSTD_reset_session_and_parameters);
     dctx_give(ds, j.dctx);
     return rc;
-}
-
-int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
-{
-    struct stat st;
-    if (fstat(ds->shards[shard].fd, &st) != 0)
-        return 0;
-    *now = (uint64_t)st.st_size;
-    return *now < ds->shards[shard].meta.file_size;
 }

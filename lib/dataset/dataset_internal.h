@@ -3,6 +3,7 @@
 #define SF_READER_DATASET_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <zstd.h>
 
@@ -13,15 +14,18 @@
 
 typedef struct sf_open_shard {
     char name[SF_SHARD_NAME_MAX];
-    int fd;
     sf_shard_meta meta;   /* header, footer, index bytes */
-    const uint8_t *map;   /* read-only mmap of the whole file, or NULL until used */
+    /* read-only mmap of the whole file, or NULL until used (dataset_map) */
+    _Atomic(const uint8_t *) map;
 } sf_open_shard;
+
+typedef struct dataset_files dataset_files;
 
 struct sf_dataset {
     char *dir;
     sf_manifest manifest;
     sf_open_shard *shards;
+    dataset_files *files;     /* the shards' descriptors (shard_files.c) */
     pthread_mutex_t map_lock; /* serialises lazy mmaps and dctx */
     ZSTD_DCtx *dctx;          /* random access's decompression context, when idle */
     char source[33];          /* metadata "source", "" when absent */
@@ -32,6 +36,32 @@ struct sf_dataset {
 /* Fills source and the class name table from the (validated) manifest. */
 int sf_dataset_load_metadata(sf_dataset *ds);
 void sf_dataset_free_metadata(sf_dataset *ds);
+
+/* ---- Shard files (shard_files.c) ----
+ *
+ * A dataset keeps no descriptor per shard: shards are opened when first
+ * read, relative to a descriptor of the dataset's folder (a rename of the
+ * folder while open changes nothing), buffered or O_DIRECT, and at most
+ * dataset_fd_cap of them stay open (half the soft RLIMIT_NOFILE): past
+ * that the least recently used idle one is closed. So a dataset of 20,000
+ * shards opens and reads under `ulimit -n 256`. A shard's map is made on
+ * first use too, and keeps no descriptor. Thread-safe. */
+int dataset_files_init(sf_dataset *ds);
+void dataset_files_free(sf_dataset *ds); /* none made ok */
+/* The descriptor of `shard` (O_DIRECT with `direct`), opened if need be:
+ * 0, or a negative code with detail naming the file (SF_E_UNSUPPORTED for
+ * O_DIRECT on a file system without it). The caller holds it until
+ * dataset_fd_release (once per successful acquire) and does not close it. */
+int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct);
+void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct);
+/* Whether every shard's descriptors fit under the cap: then they stay open
+ * once opened, and a descriptor acquired stays valid until the dataset
+ * closes (io_uring may register them). */
+int dataset_fd_all_kept(const sf_dataset *ds);
+uint64_t dataset_fd_cap(const sf_dataset *ds);
+/* The read-only map of the whole of `shard`, made on first use (the fault
+ * guard is installed first: touch it only under the guard). */
+int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard);
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);

@@ -1,13 +1,8 @@
 /* The O_DIRECT policy: whether every read of a dataset can bypass the page
  * cache (file offsets, sizes and slot places all multiples of
- * SF_DIRECT_ALIGN, no compressed field, not the mmap engine), and the
- * O_DIRECT descriptors of the shards. */
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
+ * SF_DIRECT_ALIGN, no compressed field, not the mmap engine); and a task's
+ * shard descriptor, buffered or O_DIRECT, from the dataset's capped set. */
+#include <assert.h>
 
 #include "error_internal.h"
 #include "reader_internal.h"
@@ -46,48 +41,31 @@ static int direct_check(const sf_reader *r)
     return 0;
 }
 
-static int open_direct_fds(sf_reader *r)
-{
-    uint64_t count = r->ds->manifest.shard_count;
-    r->direct_fds = malloc((count ? count : 1) * sizeof *r->direct_fds);
-    if (!r->direct_fds)
-        return sf_fail(-ENOMEM, "out of memory");
-    for (uint64_t i = 0; i < count; i++)
-        r->direct_fds[i] = -1;
-    for (uint64_t i = 0; i < count; i++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", r->ds->dir, r->ds->shards[i].name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-        if (fd < 0) {
-            if (errno == EINVAL)
-                return sf_fail(SF_E_UNSUPPORTED,
-                               "direct: %s: the file system does not support O_DIRECT (tmpfs?); "
-                               "use direct=off",
-                               path);
-            return sf_fail(-errno, "%s: %s", path, strerror(errno));
-        }
-        r->direct_fds[i] = fd;
-    }
-    return 0;
-}
-
 int reader_direct_open(sf_reader *r)
 {
     int rc = direct_check(r);
-    if (!rc)
-        rc = open_direct_fds(r);
+    int fd;
+    /* Shards open on first read; whether the file system takes O_DIRECT is
+     * known now, from the first one. */
+    if (!rc && r->ds->manifest.shard_count && !(rc = dataset_fd_acquire(&fd, r->ds, 0, 1)))
+        dataset_fd_release(r->ds, 0, 1);
     if (!rc)
         r->direct = 1;
     return rc;
 }
 
-void reader_direct_close(sf_reader *r)
+int reader_task_open(sf_reader *r, reader_task *t, int direct)
 {
-    if (!r->direct_fds)
+    assert(t->fd < 0 && "the task's shard is open already");
+    int rc = dataset_fd_acquire(&t->fd, r->ds, t->shard, direct);
+    t->fd_direct = direct;
+    return rc;
+}
+
+void reader_task_close(sf_reader *r, reader_task *t)
+{
+    if (t->fd < 0)
         return;
-    for (uint64_t i = 0; i < r->ds->manifest.shard_count; i++)
-        if (r->direct_fds[i] >= 0)
-            close(r->direct_fds[i]);
-    free(r->direct_fds);
-    r->direct_fds = NULL;
+    dataset_fd_release(r->ds, t->shard, t->fd_direct);
+    t->fd = -1;
 }

@@ -31,6 +31,31 @@ int reader_small_records(const sf_reader *r)
     return per <= SF_SMALL_RECORD;
 }
 
+/* Whether every record's stored payload is small (at most SF_SMALL_RECORD
+ * bytes): reader_small_records, or for compressed fixed-size fields their
+ * compressed bytes (stage_bytes, the largest from the index) plus the
+ * uncompressed ones. Warm, such records cost a system call each with pread:
+ * the Fashion-MNIST set with its images zstd-compressed read at 258-274 k
+ * samples/s with pread and 368-426 k with mmap, interleaved (README
+ * "Engines"); in the profile of the pread runs the kernel takes 43% (the
+ * hypervisor's pvm_irq_enable 15%, the page-cache copy and lookup 16%),
+ * libzstd 34%. */
+static int small_stored_records(const sf_reader *r)
+{
+    if (!r->compressed)
+        return reader_small_records(r);
+    const sf_schema *sc = r->schema;
+    uint64_t plain = 0;
+    for (uint32_t f = 0; f < sc->field_count; f++) {
+        const sf_field *fd = &sc->fields[f];
+        if (fd->storage == SF_STORAGE_VARIABLE)
+            return 0;
+        if (fd->storage == SF_STORAGE_FIXED && fd->codec == SF_CODEC_NONE)
+            plain += fd->item_size;
+    }
+    return r->stage_bytes + plain <= SF_SMALL_RECORD;
+}
+
 /* Warm (page-cache) reads are memcpy-bound, so the defaults aim at keeping
  * every core copying: see the measurements in the bench notes. The copy
  * engines run two threads per core, except on small records: a thread then
@@ -132,19 +157,30 @@ static int start_engine(sf_reader *r, const reader_engine_ops *ops)
     return rc;
 }
 
+/* Shards whose residency is sampled: evenly spread over the dataset, so a
+ * dataset of 20,000 shards is not opened whole to choose an engine. */
+#define RESIDENT_SHARDS 64u
+
 /* Whether the shards' bytes are in the page cache: a sample of up to 256
- * pages per shard (65,536 in all) checked with mincore, on a mapping that
- * is dropped at once. A hint for the engine choice only. */
+ * pages in each of up to RESIDENT_SHARDS shards (65,536 pages in all)
+ * checked with mincore, on a mapping that is dropped at once. A hint for
+ * the engine choice only. */
 static int shards_resident(const sf_reader *r)
 {
     uint64_t count = r->ds->manifest.shard_count, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t per = count ? 65536 / count : 0;
+    uint64_t shards = count < RESIDENT_SHARDS ? count : RESIDENT_SHARDS;
+    uint64_t per = shards ? 65536 / shards : 0;
     per = per > 256 ? 256 : per < 1 ? 1 : per;
     uint64_t seen = 0, in = 0;
-    for (uint64_t i = 0; i < count; i++) {
+    for (uint64_t j = 0; j < shards; j++) {
+        uint64_t i = j * count / shards;
         const sf_open_shard *sh = &r->ds->shards[i];
         uint64_t size = sh->meta.file_size, pages = (size + page - 1) / page;
-        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, sh->fd, 0);
+        int fd;
+        if (dataset_fd_acquire(&fd, r->ds, i, 0))
+            return 0;
+        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        dataset_fd_release(r->ds, i, 0);
         if (map == MAP_FAILED)
             return 0;
         for (uint64_t k = 0; k < per && k < pages; k++) {
@@ -162,14 +198,22 @@ static int shards_resident(const sf_reader *r)
 
 int reader_engine_start(sf_reader *r)
 {
-    /* Small fixed records already in the page cache are memcpy work: mmap
-     * copies a whole claim with no system call per record, where io_uring
-     * and pread pay one read each (about 1.5 M records/s on 2 cores against
-     * 4.7 M for mmap on Fashion-MNIST; README "Small records"). Cold data
-     * keeps io_uring, whose reads the kernel can batch and queue. */
-    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && !r->compressed &&
-        reader_small_records(r) && shards_resident(r))
-        return start_engine(r, &reader_engine_mmap);
+    /* Auto, for shards already in the page cache (reader.h says the rule):
+     * the reads are memcpy work, and the copy engines copy and hash each
+     * piece while it is in L2, where io_uring's reads land whole and are
+     * hashed afterwards from memory. Small fixed records: mmap copies a
+     * whole claim with no system call per record, where io_uring and pread
+     * pay one read each (about 1.5 M records/s on 2 cores against 4.7 M for
+     * mmap on Fashion-MNIST; README "Small records"). Large records: pread
+     * (issue 16's run: pread 17.3-17.5 GB/s, io_uring 16.4-16.5 with
+     * checksums; here, on a loaded machine, the same within noise, with
+     * io_uring's I/O threads hashing 35-41% of their time against pread's
+     * 21-30%: README "Engines"). mmap was faster still in issue 16's run
+     * but 2x slower than pread in this VM, whose page faults are costly:
+     * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
+     * the kernel can queue. */
+    if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
+        return start_engine(r, small_stored_records(r) ? &reader_engine_mmap : &reader_engine_pread);
     /* A record with compressed fields is read whole into a staging buffer
      * and decompressed by the thread that read it (staged.c): synchronous
      * work per record, which the copy engines do; io_uring's asynchronous

@@ -4,6 +4,7 @@
  * piece as soon as it is copied (warm data is memory-bound: hashing from L2
  * instead of re-reading the slot from DRAM is most of the checksum cost). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,11 +21,34 @@
 
 typedef reader_copy_fn copy_fn;
 
+/* An engine's way of reaching a task's shard: `open` (NULL: nothing to open,
+ * the maps) before its copies, reader_task_close after. */
+typedef struct copy_ops {
+    copy_fn copy;
+    int (*open)(sf_reader *r, reader_task *task);
+} copy_ops;
+
+/* Opens task's shard for `ops`, failing the task when it cannot be. A
+ * record of inline fields only has nothing to read: its shard stays shut. */
+static int task_begin(sf_reader *r, reader_task *task, const copy_ops *ops)
+{
+    int rc = ops->open && task->nreads ? ops->open(r, task) : 0;
+    if (rc)
+        reader_task_fail(r, task, rc, "cannot open the shard");
+    return rc;
+}
+
 /* A record with compressed fields: read whole, hashed, then decompressed. */
-static void staged_task(reader_io_thread *t, reader_task *task, copy_fn copy)
+static void staged_task(reader_io_thread *t, reader_task *task, const copy_ops *ops)
 {
     sf_reader *r = t->r;
-    int rc = reader_staged_load(&t->scratch, r, task, copy);
+    int rc = task_begin(r, task, ops);
+    if (rc) {
+        reader_task_done(t, task);
+        return;
+    }
+    rc = reader_staged_load(&t->scratch, r, task, ops->copy);
+    reader_task_close(r, task);
     if (rc == SF_E_CORRUPT)
         reader_task_bad_value(r, task);
     else if (rc && rc != SF_E_CHECKSUM) /* a mismatch is reader_task_done's to judge */
@@ -36,13 +60,18 @@ static void staged_task(reader_io_thread *t, reader_task *task, copy_fn copy)
  * bytes at a time, feeding each piece to the record hash right after it
  * lands (the same XXH3-64 as sf_record_hash: streaming over the fields in
  * order equals hashing their concatenation). */
-static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
+static void copy_task(reader_io_thread *t, reader_task *task, const copy_ops *ops)
 {
     sf_reader *r = t->r;
     if (r->compressed) {
-        staged_task(t, task, copy);
+        staged_task(t, task, ops);
         return;
     }
+    if (task_begin(r, task, ops)) {
+        reader_task_done(t, task);
+        return;
+    }
+    copy_fn copy = ops->copy;
     XXH3_state_t *st = t->scratch.xxh;
     int verify = r->opts.verify == SF_VERIFY_ON;
     uint64_t io_ns = 0, hash_ns = 0, t0 = reader_now_ns(), t1;
@@ -70,6 +99,7 @@ static void copy_task(reader_io_thread *t, reader_task *task, copy_fn copy)
             rd->done += n;
         }
     }
+    reader_task_close(r, task);
     if (verify && !rc) {
         task->digest = XXH3_64bits_digest(st);
         task->hashed = 1;
@@ -146,10 +176,21 @@ static int pread_copy(const sf_reader *r, const reader_task *task, uint8_t *dst,
     return sf_pread_full(task->fd, dst, len, off);
 }
 
+static int pread_open(sf_reader *r, reader_task *task)
+{
+    return reader_task_open(r, task, r->direct);
+}
+
+static const copy_ops pread_ops = {pread_copy, pread_open};
+
 static void pread_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
+        if (task_begin(r, tasks[i], &pread_ops))
+            continue;
         copy_reads(r, tasks[i], pread_copy);
+        reader_task_close(r, tasks[i]);
+    }
 }
 
 /* Tasks taken per claim: one large sample, or enough small ones to make
@@ -175,7 +216,7 @@ static unsigned claim_size(const sf_reader *r)
 
 /* The thread's loop: small records a claim at a time with copy_claim, the
  * rest task by task with copy. */
-static void copy_run(reader_io_thread *t, copy_fn copy, claim_copy_fn copy_claim)
+static void copy_run(reader_io_thread *t, const copy_ops *ops, claim_copy_fn copy_claim)
 {
     sf_reader *r = t->r;
     reader_task *tasks[CLAIM_MAX];
@@ -187,13 +228,13 @@ static void copy_run(reader_io_thread *t, copy_fn copy, claim_copy_fn copy_claim
             continue;
         }
         for (unsigned i = 0; i < got; i++)
-            copy_task(t, tasks[i], copy);
+            copy_task(t, tasks[i], ops);
     }
 }
 
 static void pread_run(reader_io_thread *t)
 {
-    copy_run(t, pread_copy, pread_claim);
+    copy_run(t, &pread_ops, pread_claim);
 }
 
 const reader_engine_ops reader_engine_pread = {
@@ -203,57 +244,13 @@ const reader_engine_ops reader_engine_pread = {
 
 /* ---- mmap ---- */
 
-typedef struct mmap_ctx {
-    uint64_t count;
-    const uint8_t **maps;
-    uint64_t *sizes;
-} mmap_ctx;
-
-static void mmap_close(sf_reader *r)
-{
-    mmap_ctx *c = r->engine_ctx;
-    if (!c)
-        return;
-    for (uint64_t i = 0; i < c->count; i++)
-        if (c->maps[i])
-            munmap((void *)c->maps[i], c->sizes[i]);
-    free(c->maps);
-    free(c->sizes);
-    free(c);
-    r->engine_ctx = NULL;
-}
-
+/* The shards' maps are the dataset's (dataset_map), each made when first
+ * read from and kept until the dataset closes; a shard mapped keeps no
+ * descriptor. */
 static int mmap_open(sf_reader *r)
 {
-    uint64_t count = r->ds->manifest.shard_count;
-    mmap_ctx *c = calloc(1, sizeof *c);
-    if (!c)
-        return sf_fail(-ENOMEM, "out of memory");
-    r->engine_ctx = c;
-    c->maps = calloc(count ? count : 1, sizeof *c->maps);
-    c->sizes = calloc(count ? count : 1, sizeof *c->sizes);
-    if (!c->maps || !c->sizes) {
-        mmap_close(r);
-        return sf_fail(-ENOMEM, "out of memory");
-    }
-    c->count = count;
-    int rc = sf_fault_guard_init();
-    if (rc) {
-        mmap_close(r);
-        return rc;
-    }
-    for (uint64_t i = 0; i < count; i++) {
-        const sf_open_shard *s = &r->ds->shards[i];
-        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, s->fd, 0);
-        if (p == MAP_FAILED) {
-            int e = errno;
-            mmap_close(r);
-            return sf_fail(-e, "%s/%s: mmap failed: %s", r->ds->dir, s->name, strerror(e));
-        }
-        c->maps[i] = p;
-        c->sizes[i] = s->meta.file_size;
-    }
-    return 0;
+    (void)r;
+    return sf_fault_guard_init();
 }
 
 /* The error for a fault (rc from the guard) copying from task's shard. */
@@ -271,18 +268,27 @@ static int mapped_error(const sf_reader *r, const reader_task *task, int rc)
 static int mmap_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                      uint64_t len)
 {
-    const mmap_ctx *c = r->engine_ctx;
-    int rc = sf_guarded_copy(dst, c->maps[task->shard] + off, len);
+    int rc = sf_guarded_copy(dst, atomic_load_explicit(&r->ds->shards[task->shard].map,
+                                                       memory_order_acquire) + off, len);
     return rc ? mapped_error(r, task, rc) : 0;
 }
+
+/* Maps task's shard if it is not yet (the copies then read the map). */
+static int mmap_task_open(sf_reader *r, reader_task *task)
+{
+    const uint8_t *map;
+    return dataset_map(&map, r->ds, task->shard);
+}
+
+static const copy_ops mmap_ops = {mmap_copy, mmap_task_open};
 
 /* Shuffled records are scattered over the map: each one's lines are cache
  * (and TLB) misses that the copy would otherwise wait for one by one. */
 static void mmap_prefetch(const sf_reader *r, const reader_task *task)
 {
-    const mmap_ctx *c = r->engine_ctx;
+    const uint8_t *map = atomic_load_explicit(&r->ds->shards[task->shard].map, memory_order_relaxed);
     for (uint32_t k = 0; k < task->nreads; k++) {
-        const uint8_t *p = c->maps[task->shard] + task->reads[k].off;
+        const uint8_t *p = map + task->reads[k].off;
         for (uint64_t o = 0; o < task->reads[k].len; o += 64)
             __builtin_prefetch(p + o);
     }
@@ -300,12 +306,12 @@ typedef struct claim_job {
 static int mmap_claim_copy(void *arg)
 {
     claim_job *c = arg;
-    const mmap_ctx *m = c->r->engine_ctx;
     for (unsigned i = c->next; i < c->n; c->next = ++i) {
         if (i + COPY_AHEAD < c->n)
             mmap_prefetch(c->r, c->tasks[i + COPY_AHEAD]);
         reader_task *task = c->tasks[i];
-        const uint8_t *map = m->maps[task->shard];
+        const uint8_t *map =
+            atomic_load_explicit(&c->r->ds->shards[task->shard].map, memory_order_relaxed);
         for (uint32_t k = 0; k < task->nreads; k++) {
             reader_read *rd = &task->reads[k];
             memcpy(rd->dst, map + rd->off, rd->len);
@@ -322,6 +328,17 @@ static int mmap_claim_copy(void *arg)
  * on with the next. */
 static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
+    /* Every shard of the claim mapped first: a task whose shard cannot be is
+     * failed, and the copy passes it by. */
+    int unmapped = 0;
+    for (unsigned i = 0; i < n; i++)
+        unmapped |= task_begin(r, tasks[i], &mmap_ops) != 0;
+    if (unmapped) {
+        for (unsigned i = 0; i < n; i++)
+            if (!tasks[i]->err)
+                copy_reads(r, tasks[i], mmap_copy);
+        return;
+    }
     for (unsigned i = 0; i < n && i < COPY_AHEAD; i++)
         mmap_prefetch(r, tasks[i]);
     claim_job c = {r, tasks, n, 0};
@@ -337,12 +354,11 @@ static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 
 static void mmap_run(reader_io_thread *t)
 {
-    copy_run(t, mmap_copy, mmap_claim);
+    copy_run(t, &mmap_ops, mmap_claim);
 }
 
 const reader_engine_ops reader_engine_mmap = {
     .name = "mmap",
     .open = mmap_open,
-    .close = mmap_close,
     .run = mmap_run,
 };

@@ -203,16 +203,19 @@ static int uring_thread_init(reader_io_thread *t)
         return sf_fail(rc, "io_uring_queue_init: %s", sf_strerror(rc));
     u->ring_ok = 1;
 
-    /* Registered files: the fd set this reader reads from, indexed by shard. */
+    /* Registered files: the fd set this reader reads from, indexed by shard,
+     * when the dataset keeps them all open (a few hundred shards or fewer);
+     * otherwise each read names the descriptor its task holds. */
     uint64_t count = r->ds->manifest.shard_count;
-    if (count && count <= INT32_MAX) {
+    if (count && count <= INT32_MAX && dataset_fd_all_kept(r->ds)) {
         int *fds = malloc(count * sizeof *fds);
-        if (fds) {
-            for (uint64_t i = 0; i < count; i++)
-                fds[i] = r->direct ? r->direct_fds[i] : r->ds->shards[i].fd;
+        int err = fds ? 0 : -ENOMEM;
+        for (uint64_t i = 0; i < count && !err; i++)
+            if (!(err = dataset_fd_acquire(&fds[i], r->ds, i, r->direct)))
+                dataset_fd_release(r->ds, i, r->direct); /* kept open until close */
+        if (!err)
             u->fixed_files = io_uring_register_files(&u->ring, fds, (unsigned)count) == 0;
-            free(fds);
-        }
+        free(fds);
     }
     register_slab(t, u);
     return 0;
@@ -257,13 +260,20 @@ static void req_free(uring_thread *u, uring_req *q)
     u->free_reqs[u->nfree++] = (unsigned)(q - u->reqs);
 }
 
+/* A task's reads are all done: its shard goes back, then its checks. */
+static void task_finish(reader_io_thread *t, reader_task *task)
+{
+    reader_task_close(t->r, task);
+    reader_task_done(t, task);
+}
+
 /* One read finished (successfully or not) for good. */
 static void req_finish(reader_io_thread *t, uring_thread *u, uring_req *q)
 {
     reader_task *task = q->task;
     req_free(u, q);
     if (--task->inflight == 0 && task->next_read == task->nreads)
-        reader_task_done(t, task);
+        task_finish(t, task);
 }
 
 static void req_fail(reader_io_thread *t, uring_thread *u, uring_req *q, int err)
@@ -347,6 +357,12 @@ static void uring_run(reader_io_thread *t)
                         reader_task_done(t, slot[i]); /* inline fields only */
                         continue;
                     }
+                    int rc = reader_task_open(r, slot[i], r->direct);
+                    if (rc) {
+                        reader_task_fail(r, slot[i], rc, "cannot open the shard");
+                        reader_task_done(t, slot[i]);
+                        continue;
+                    }
                     u->pend[u->pend_count++] = slot[i];
                 }
                 continue;
@@ -357,7 +373,7 @@ static void uring_run(reader_io_thread *t)
                 pend_pop(u);
             if (task->reads[k].len == 0) { /* an empty variable-length value */
                 if (task->inflight == 0 && task->next_read == task->nreads)
-                    reader_task_done(t, task);
+                    task_finish(t, task);
                 continue;
             }
             uring_req *q = &u->reqs[u->free_reqs[--u->nfree]];

@@ -47,7 +47,7 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
         .drop_last = o.drop_last,
         .uneven = o.uneven,
     };
-    if ((rc = reader_sampler_create(&r->sampler, &sc)))
+    if ((rc = reader_sampler_create(&r->sampler, &sc)) || (rc = reader_order_start(r)))
         goto fail;
     r->num_batches = reader_sampler_num_batches(r->sampler);
     r->batch_cap = reader_batch_cap(r);
@@ -86,13 +86,14 @@ void sf_reader_close(sf_reader *r)
         return;
     if (r->engine)
         reader_engine_stop(r);
+    if (r->sampler)
+        reader_order_stop(r);
     reader_trace_free_all(atomic_load(&r->trace));
     /* Before the slab is unmapped: the device unregisters it. */
     if (r->device)
         r->device_ops->close(r->device);
     reader_slots_free(r);
     reader_slab_free(r->slab, r->slab_bytes);
-    reader_direct_close(r);
     reader_sampler_free(r->sampler);
     free(r->zlen);
     reader_images_close(r);

@@ -3,7 +3,7 @@
  *
  *   reader.c        the reader's life: open (the jobs below, in order), close
  *   options.c       options: defaults and ranges
- *   direct.c        the O_DIRECT policy and descriptors
+ *   direct.c        the O_DIRECT policy; a task's shard descriptor
  *   engine.c        engine selection (mincore residency), the I/O threads
  *   engine_uring.c  the io_uring engine
  *   engine_pread.c  the pread and mmap engines
@@ -75,7 +75,9 @@ typedef struct reader_task {
     uint64_t shard, local;
     uint64_t offset;    /* record offset in the shard file */
     uint64_t checksum;  /* expected, from the index */
-    int fd;             /* buffered or O_DIRECT fd of the shard */
+    int fd;             /* buffered or O_DIRECT fd of the shard while open
+                           (reader_task_open), else -1 */
+    int fd_direct;      /* fd is the O_DIRECT one */
     uint32_t file_idx;  /* index of fd among the engine's files (registered file slot) */
     int err;            /* 0, or the read error */
     int corrupt;        /* checksum mismatch, to be substituted (on_corrupt = SKIP) */
@@ -229,9 +231,8 @@ struct sf_reader {
     const reader_device_ops *device_ops;
     reader_device *device; /* opened on the slab at open */
 
-    /* files: buffered fds are the dataset's; O_DIRECT ones are ours */
+    /* files: the dataset's (dataset_fd_acquire), O_DIRECT ones too */
     int direct;
-    int *direct_fds;      /* shard_count, or NULL */
 
     /* image transforms (transform.c): NULL when none */
     reader_images *images;
@@ -247,7 +248,6 @@ struct sf_reader {
 
     /* engine */
     const reader_engine_ops *engine;
-    void *engine_ctx;     /* per-reader engine state */
     reader_io_thread *threads;
     uint32_t nthreads;
     uint64_t registered;  /* uring: bytes of the slab registered in every ring */
@@ -266,6 +266,14 @@ struct sf_reader {
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
     uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
+    /* the order thread (schedule.c): builds the next epoch's order ahead,
+     * outside r->lock, so the schedule does not stall at an epoch boundary */
+    pthread_t order_tid;
+    int order_running;
+    pthread_cond_t order_cv;
+    int order_stop;       /* under lock */
+    int order_pending;    /* under lock: order_want asked for and not yet taken */
+    uint64_t order_want;  /* under lock */
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
@@ -284,10 +292,14 @@ struct sf_reader {
 int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in);
 
 /* ---- direct.c ---- */
-/* Checks that every read can be O_DIRECT (SF_E_UNSUPPORTED saying why not)
- * and opens the shards' O_DIRECT descriptors; sets r->direct. */
+/* Checks that every read can be O_DIRECT (SF_E_UNSUPPORTED saying why not),
+ * and that the file system takes it; sets r->direct. */
 int reader_direct_open(sf_reader *r);
-void reader_direct_close(sf_reader *r); /* nothing opened ok */
+/* Opens task t's shard for its reads (t->fd; O_DIRECT with `direct`) from
+ * the dataset's capped set of descriptors, until reader_task_close: 0, or a
+ * negative code with detail naming the file. */
+int reader_task_open(sf_reader *r, reader_task *t, int direct);
+void reader_task_close(sf_reader *r, reader_task *t); /* not open ok */
 
 /* ---- engine.c ---- */
 /* Whether records are small: only fixed-size, uncompressed fields, at most
@@ -336,6 +348,12 @@ void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id
 void reader_place_claimed(sf_reader *r, reader_task **tasks, unsigned n);
 /* Sets each field's `bytes` for the slot's batch. */
 void reader_set_field_bytes(sf_reader *r, reader_slot *s);
+
+/* ---- schedule.c, for open and close ---- */
+/* Starts and stops the order thread (shuffled orders only; stop of none
+ * started ok). */
+int reader_order_start(sf_reader *r);
+void reader_order_stop(sf_reader *r);
 
 /* ---- schedule.c, for the engines ---- */
 /* Claims up to `max` tasks in batch order. With `block`, waits until there
@@ -397,7 +415,7 @@ void reader_scratch_fini(reader_scratch *st); /* zeroed or initialised */
  * (not decompressed), SF_E_CORRUPT (a value broke SPEC.md "Compression";
  * sf_last_error() names the field), or a read error. */
 int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy);
-/* reader_copy_fn through the shard's buffered fd. */
+/* reader_copy_fn through the task's open descriptor (reader_task_open). */
 int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                         uint64_t len);
 

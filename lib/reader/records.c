@@ -102,21 +102,23 @@ static int check_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t, uint64_t 
  * error. */
 static int load_sync(sf_reader *r, reader_task *t, reader_scratch *st)
 {
-    int rc = 0;
     t->hashed = 0;
+    int rc = reader_task_open(r, t, 0);
+    if (rc)
+        return rc;
     if (r->compressed) {
         rc = reader_staged_load(st, r, t, reader_staged_pread);
     } else {
-        int fd = r->ds->shards[t->shard].fd;
         uint64_t t0 = reader_now_ns();
         for (uint32_t k = 0; k < t->nreads && !rc; k++) {
             reader_read *rd = &t->reads[k];
-            rc = sf_pread_full(fd, rd->dst, rd->len, rd->off);
+            rc = sf_pread_full(t->fd, rd->dst, rd->len, rd->off);
             if (!rc)
                 rd->done = rd->len;
         }
         reader_account_time(r, reader_now_ns() - t0, 0);
     }
+    reader_task_close(r, t);
     if (rc)
         return rc;
     for (uint32_t k = 0; k < t->nreads; k++)

@@ -1,6 +1,7 @@
 /* Sampler: per-epoch order of the dataset and its split into rank batches.
  * See sampler.h for the contract. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "error_internal.h"
@@ -15,6 +16,19 @@ struct reader_sampler {
     uint64_t last;         /* ids per rank in the last (partial) batch; 0 if none */
     uint64_t nblocks;      /* BLOCK mode: ceil(n / block_size) */
     int built;             /* epoch's order has been built */
+
+    /* The order of one more epoch, built ahead by reader_sampler_prepare. */
+    pthread_mutex_t spare_lock;
+    pthread_cond_t spare_cv;
+    uint32_t *spare;       /* n entries; NULL in NONE mode */
+    uint64_t spare_epoch;
+    int spare_state;       /* enum spare_state, under spare_lock */
+};
+
+enum spare_state {
+    SPARE_EMPTY = 0,
+    SPARE_BUILDING, /* prepare is writing it, outside spare_lock */
+    SPARE_READY     /* holds spare_epoch's order */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ----------------------- */
@@ -104,12 +118,12 @@ static void shuffle_u32(rng *r, uint32_t *a, uint64_t len)
 
 /* ---- epoch order --------------------------------------------------------- */
 
-static void build_global(reader_sampler *s, rng *r)
+static void build_global(const reader_sampler *s, uint32_t *perm, rng *r)
 {
     uint64_t n = s->cfg.n;
     for (uint64_t i = 0; i < n; i++)
-        s->perm[i] = (uint32_t)i;
-    shuffle_u32(r, s->perm, n);
+        perm[i] = (uint32_t)i;
+    shuffle_u32(r, perm, n);
 }
 
 /* Shuffles the order of the blocks (runs of block_size consecutive ids, the
@@ -122,10 +136,10 @@ static void build_global(reader_sampler *s, rng *r)
  * length of the first k+1 blocks; the nb-k-1 blocks after it hold at least
  * one id each, so pos+len <= n-(nb-k-1) = n-nb+k+1, the slot of the next
  * unread block index. Index k itself is read before its block is written. */
-static void build_block(reader_sampler *s, rng *r)
+static void build_block(const reader_sampler *s, uint32_t *perm, rng *r)
 {
     uint64_t n = s->cfg.n, bs = s->cfg.block_size, nb = s->nblocks;
-    uint32_t *order = s->perm + (n - nb);
+    uint32_t *order = perm + (n - nb);
     for (uint64_t k = 0; k < nb; k++)
         order[k] = (uint32_t)k;
     shuffle_u32(r, order, nb);
@@ -135,12 +149,41 @@ static void build_block(reader_sampler *s, rng *r)
         uint64_t first = (uint64_t)order[k] * bs;
         uint64_t end = first + bs < n ? first + bs : n;
         for (uint64_t id = first; id < end; id++)
-            s->perm[pos++] = (uint32_t)id;
+            perm[pos++] = (uint32_t)id;
     }
 
     uint64_t w = s->cfg.window;
     for (uint64_t start = 0; start < n; start += w)
-        shuffle_u32(r, s->perm + start, n - start < w ? n - start : w);
+        shuffle_u32(r, perm + start, n - start < w ? n - start : w);
+}
+
+/* Writes epoch's order S into perm (n entries). */
+static void build_order(const reader_sampler *s, uint32_t *perm, uint64_t epoch)
+{
+    rng r;
+    rng_seed(&r, s->cfg.seed, epoch);
+    if (s->cfg.shuffle == SF_SHUFFLE_GLOBAL)
+        build_global(s, perm, &r);
+    else
+        build_block(s, perm, &r);
+}
+
+/* Takes epoch's order from the spare when it holds it or is building it
+ * (waiting for the build): 1 when taken, 0 when not there. */
+static int take_spare(reader_sampler *s, uint64_t epoch)
+{
+    pthread_mutex_lock(&s->spare_lock);
+    while (s->spare_state == SPARE_BUILDING && s->spare_epoch == epoch)
+        pthread_cond_wait(&s->spare_cv, &s->spare_lock);
+    int taken = s->spare_state == SPARE_READY && s->spare_epoch == epoch;
+    if (taken) {
+        uint32_t *t = s->perm;
+        s->perm = s->spare;
+        s->spare = t;
+        s->spare_state = SPARE_EMPTY;
+    }
+    pthread_mutex_unlock(&s->spare_lock);
+    return taken;
 }
 
 int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
@@ -151,14 +194,33 @@ int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
         return 0; /* the order derives only from (seed, epoch) */
     s->epoch = epoch;
     s->built = 1;
-    if (!s->perm)
+    if (s->perm && !take_spare(s, epoch))
+        build_order(s, s->perm, epoch); /* the spare is not touched: a build may be running */
+    return 0;
+}
+
+int reader_sampler_prepare(reader_sampler *s, uint64_t epoch)
+{
+    if (!s)
+        return sf_fail(SF_E_INVALID, "sampler: NULL sampler");
+    if (s->cfg.shuffle == SF_SHUFFLE_NONE)
+        return 0; /* no table: (not s->spare, which set_epoch swaps under the lock) */
+    pthread_mutex_lock(&s->spare_lock);
+    int start = s->spare_state != SPARE_BUILDING &&
+                !(s->spare_state == SPARE_READY && s->spare_epoch == epoch);
+    if (start) {
+        s->spare_state = SPARE_BUILDING;
+        s->spare_epoch = epoch;
+    }
+    pthread_mutex_unlock(&s->spare_lock);
+    if (!start)
         return 0;
-    rng r;
-    rng_seed(&r, s->cfg.seed, epoch);
-    if (s->cfg.shuffle == SF_SHUFFLE_GLOBAL)
-        build_global(s, &r);
-    else
-        build_block(s, &r);
+    /* BUILDING: set_epoch neither swaps nor writes the spare meanwhile. */
+    build_order(s, s->spare, epoch);
+    pthread_mutex_lock(&s->spare_lock);
+    s->spare_state = SPARE_READY;
+    pthread_cond_broadcast(&s->spare_cv);
+    pthread_mutex_unlock(&s->spare_lock);
     return 0;
 }
 
@@ -193,6 +255,8 @@ int reader_sampler_create(reader_sampler **out, const reader_sampler_config *cfg
     reader_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return sf_fail(-ENOMEM, "sampler: out of memory");
+    pthread_mutex_init(&s->spare_lock, NULL);
+    pthread_cond_init(&s->spare_cv, NULL);
     s->cfg = *cfg;
     s->cfg.drop_last = cfg->drop_last != 0;
     if (s->cfg.shuffle == SF_SHUFFLE_BLOCK) {
@@ -217,10 +281,12 @@ int reader_sampler_create(reader_sampler **out, const reader_sampler_config *cfg
         s->last = rem / W;
 
     if (s->cfg.shuffle != SF_SHUFFLE_NONE) {
-        /* The memory bound: 4 bytes per sample, once, reused every epoch. */
+        /* The memory bound: 4 bytes per sample for the epoch's order and 4
+         * for the next one's, once, reused every epoch. */
         s->perm = malloc((size_t)n * sizeof *s->perm);
-        if (!s->perm) {
-            free(s);
+        s->spare = malloc((size_t)n * sizeof *s->spare);
+        if (!s->perm || !s->spare) {
+            reader_sampler_free(s);
             return sf_fail(-ENOMEM, "sampler: cannot allocate the order of %llu samples",
                            (unsigned long long)n);
         }
@@ -239,6 +305,9 @@ void reader_sampler_free(reader_sampler *s)
     if (!s)
         return;
     free(s->perm);
+    free(s->spare);
+    pthread_cond_destroy(&s->spare_cv);
+    pthread_mutex_destroy(&s->spare_lock);
     free(s);
 }
 

@@ -26,12 +26,14 @@
  * is produced in O(batch_size) (reader_sampler_batch is random access).
  *
  * Memory: GLOBAL and BLOCK modes materialize S as a uint32_t array, 4 bytes
- * per sample, allocated once by reader_sampler_create and reused every epoch
- * (so n is limited to UINT32_MAX in those modes: SF_E_LIMIT above). NONE
- * mode allocates no per-sample memory and takes any n.
+ * per sample, plus a second one for the order of an epoch built ahead
+ * (reader_sampler_prepare), both allocated once by reader_sampler_create and
+ * reused every epoch (so n is limited to UINT32_MAX in those modes:
+ * SF_E_LIMIT above). NONE mode allocates no per-sample memory and takes any n.
  *
  * Thread safety: set_epoch mutates; the const functions may be called
- * concurrently with each other (not with set_epoch).
+ * concurrently with each other (not with set_epoch). reader_sampler_prepare
+ * may run on another thread concurrently with all of them.
  */
 #ifndef SF_READER_SAMPLER_H
 #define SF_READER_SAMPLER_H
@@ -70,6 +72,15 @@ void reader_sampler_free(reader_sampler *s);
  * it is already the current epoch). Returns 0, SF_E_INVALID for s == NULL,
  * or -ENOMEM (not currently possible: all memory is taken at create). */
 int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch);
+
+/* Builds epoch's order ahead, into the spare array, so that a later
+ * set_epoch(epoch) takes it in O(1) instead of building it: the O(n)
+ * shuffle then runs on the caller's thread (the reader's order thread),
+ * not under whatever lock guards set_epoch. A set_epoch of that epoch while
+ * it is being built waits for it; of any other epoch it builds that one in
+ * place as before. Returns 0 (nothing to do in NONE mode, or when a build
+ * of some epoch is running already). */
+int reader_sampler_prepare(reader_sampler *s, uint64_t epoch);
 
 /* The current epoch (0 after create). */
 uint64_t reader_sampler_epoch(const reader_sampler *s);

@@ -36,6 +36,81 @@ static void slot_set_state(sf_reader *r, reader_slot *s, int from, int to)
     s->state = to;
 }
 
+/* ---- the order thread ----
+ *
+ * A shuffled epoch's order is an O(n) Fisher-Yates shuffle (sampler.c): for
+ * 10 million samples about a tenth of a second. Built by schedule_locked when
+ * the schedule crosses into the next epoch, it held r->lock that long, and
+ * every I/O thread and the consumer waited at each epoch boundary. Instead,
+ * whenever the schedule enters an epoch, this thread builds the following
+ * epoch's order into the sampler's spare (reader_sampler_prepare, outside
+ * r->lock), and the crossing takes it in O(1). */
+
+/* Under r->lock: asks the order thread for the order after `epoch`. */
+static void order_ahead_locked(sf_reader *r, uint64_t epoch)
+{
+    if (!r->order_running)
+        return;
+    r->order_want = epoch + 1;
+    r->order_pending = 1;
+    pthread_cond_signal(&r->order_cv);
+}
+
+static void *order_main(void *arg)
+{
+    sf_reader *r = arg;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        while (!r->order_pending && !r->order_stop)
+            pthread_cond_wait(&r->order_cv, &r->lock);
+        if (r->order_stop)
+            break;
+        uint64_t epoch = r->order_want;
+        r->order_pending = 0;
+        pthread_mutex_unlock(&r->lock);
+        reader_sampler_prepare(r->sampler, epoch);
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+int reader_order_start(sf_reader *r)
+{
+    pthread_cond_init(&r->order_cv, NULL);
+    if (r->opts.shuffle == SF_READER_SHUFFLE_NONE)
+        return 0;
+    int e = pthread_create(&r->order_tid, NULL, order_main, r);
+    if (e)
+        return sf_fail(-e, "cannot start the order thread: %s", strerror(e));
+    pthread_mutex_lock(&r->lock);
+    r->order_running = 1;
+    order_ahead_locked(r, reader_sampler_epoch(r->sampler));
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+void reader_order_stop(sf_reader *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int running = r->order_running;
+    r->order_stop = 1;
+    r->order_running = 0;
+    pthread_cond_signal(&r->order_cv);
+    pthread_mutex_unlock(&r->lock);
+    if (running)
+        pthread_join(r->order_tid, NULL);
+    pthread_cond_destroy(&r->order_cv);
+}
+
+/* Under r->lock: the sampler moves to `epoch` (its order built ahead when the
+ * order thread had it ready), and the order thread starts on the next. */
+static void enter_epoch_locked(sf_reader *r, uint64_t epoch)
+{
+    reader_sampler_set_epoch(r->sampler, epoch);
+    order_ahead_locked(r, epoch);
+}
+
 /* Under r->lock: gives free slot `s` the batch (epoch, index) of the
  * sampler's current epoch. */
 static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t index)
@@ -101,7 +176,7 @@ static void schedule_locked(sf_reader *r)
         if (r->sched_index >= r->num_batches) {
             r->sched_epoch++;
             r->sched_index = 0;
-            reader_sampler_set_epoch(r->sampler, r->sched_epoch);
+            enter_epoch_locked(r, r->sched_epoch);
         }
         prepare_slot(r, s, r->sched_epoch, r->sched_index++);
         any = 1;
@@ -131,7 +206,8 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     }
     r->del_epoch = r->sched_epoch = epoch;
     r->del_index = r->sched_index = index;
-    reader_sampler_set_epoch(r->sampler, epoch);
+    if (epoch != reader_sampler_epoch(r->sampler))
+        enter_epoch_locked(r, epoch);
     schedule_locked(r);
 }
 

@@ -88,6 +88,7 @@ int reader_slots_init(sf_reader *r)
         for (uint32_t j = 0; j < B; j++) {
             s->tasks[j].slot = s;
             s->tasks[j].pos = j;
+            s->tasks[j].fd = -1;
             s->tasks[j].nreads = sc->n_payload;
             s->tasks[j].reads = s->reads + (size_t)j * np;
         }
@@ -111,7 +112,7 @@ void reader_slots_free(sf_reader *r)
 }
 
 /* Points task `t` at record `local` of `shard` (sample `id`), nothing read. */
-static void task_reset(const sf_reader *r, reader_task *t, uint64_t id, uint64_t shard,
+static void task_reset(reader_task *t, uint64_t id, uint64_t shard,
                        uint64_t local, uint64_t offset, uint64_t checksum)
 {
     t->id = id;
@@ -119,7 +120,7 @@ static void task_reset(const sf_reader *r, reader_task *t, uint64_t id, uint64_t
     t->local = local;
     t->offset = offset;
     t->checksum = checksum;
-    t->fd = r->direct ? r->direct_fds[shard] : r->ds->shards[shard].fd;
+    assert(t->fd < 0 && "a task placed again with its shard open");
     t->file_idx = (uint32_t)shard;
     t->err = 0;
     t->corrupt = 0;
@@ -138,7 +139,7 @@ static void place_fixed_sample(sf_reader *r, reader_slot *s, reader_task *t, uin
     const sf_schema *sc = r->schema;
     const uint8_t *ent = r->ds->shards[shard].meta.index + local * sc->entry_size;
     const uint8_t *inl = ent + SF_INDEX_ENTRY_BASE; /* no variable-length slots before them */
-    task_reset(r, t, id, shard, local, sf_get_le64(ent), sf_get_le64(ent + 16));
+    task_reset(t, id, shard, local, sf_get_le64(ent), sf_get_le64(ent + 16));
     uint64_t field_start = 0;
     uint32_t k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
@@ -176,7 +177,7 @@ void reader_place_sample(sf_reader *r, reader_slot *s, uint32_t pos, uint64_t id
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
     /* Cannot fail: every entry passed sf_index_check at open. */
     (void)sf_record_layout(sc, r->ds->manifest.align, e.var_len, off, len, &record_size);
-    task_reset(r, t, id, shard, local, e.offset, e.checksum);
+    task_reset(t, id, shard, local, e.offset, e.checksum);
     uint32_t k = 0;
     for (uint32_t f = 0; f < sc->field_count; f++) {
         const sf_field *fd = &sc->fields[f];

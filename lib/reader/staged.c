@@ -59,6 +59,9 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
     sf_index_entry e;
     for (uint64_t sh = 0; sh < ds->manifest.shard_count && !rc; sh++) {
         const sf_open_shard *os = &ds->shards[sh];
+        int fd;
+        if ((rc = dataset_fd_acquire(&fd, r->ds, sh, 0)))
+            break;
         for (uint64_t i = 0; i < os->meta.header.record_count && !rc; i++, id++) {
             sf_dataset_entry(&e, ds, sh, i);
             (void)sf_record_layout(s, ds->manifest.align, e.var_len, off, len, &size); /* checked at open */
@@ -72,7 +75,7 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
                 uint64_t hl = len[k] < sizeof head ? len[k] : sizeof head, cs = 0;
                 uint32_t *slot = &r->zlen[id * r->n_zvar + (uint32_t)z];
                 *slot = 0;
-                if ((rc = sf_pread_full(os->fd, head, hl, e.offset + off[k]))) {
+                if ((rc = sf_pread_full(fd, head, hl, e.offset + off[k]))) {
                     rc = sf_fail(rc, "%s/%s: record %llu: reading a zstd frame header: %s", ds->dir,
                                  os->name, (unsigned long long)i, sf_strerror(rc));
                     break;
@@ -80,7 +83,7 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
                 if (sf_zstd_content_size(&cs, &s->fields[f], head, hl) != 0)
                     continue;
                 if (cs > dec_max[f] && !confirmed) {
-                    int ok = record_intact(r, os->fd, &e, off, len, buf, st);
+                    int ok = record_intact(r, fd, &e, off, len, buf, st);
                     if (ok == SF_E_CHECKSUM)
                         continue;
                     if (ok) {
@@ -95,6 +98,7 @@ static int scan_lengths(sf_reader *r, uint64_t *dec_max)
                 *slot = (uint32_t)cs;
             }
         }
+        dataset_fd_release(r->ds, sh, 0);
     }
     XXH3_freeState(st);
     free(buf);
@@ -177,7 +181,8 @@ void reader_scratch_fini(reader_scratch *st)
 int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                         uint64_t len)
 {
-    return sf_pread_full(r->ds->shards[task->shard].fd, dst, len, off);
+    (void)r;
+    return sf_pread_full(task->fd, dst, len, off);
 }
 
 int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy)

@@ -256,5 +256,42 @@ print(json.dumps(dict(live=s, closed=L.stats())))
             self.assertEqual(times, sorted(times), e)
 
 
+class AutoEngine(Base):
+    """engine auto on shards in the page cache: mmap for small fixed records (compressed ones
+    too), pread for larger ones (copy and hash each piece while it is in cache), io_uring only
+    for cold data."""
+
+    def warm(self, ds):
+        for name in os.listdir(ds):
+            with open(os.path.join(ds, name), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        return ds
+
+    def test_warm_small_records_are_mmap_and_large_ones_pread(self):
+        small = self.warm(self.small(512))
+        inp, large = os.path.join(self.tmp, "large-in"), os.path.join(self.tmp, "large")
+        write_samples(inp, 48, (3, 64, 128), np.float32)  # 96 KiB a record: not small
+        run("pack", inp, "-o", large, "--quiet", check=0)
+        self.warm(large)
+        for ds, want in ((small, "mmap"), (large, "pread")):
+            with self.subTest(engine=want):
+                j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
+                self.assertEqual(j["options"]["engine"], want)
+                self.assertEqual(j["samples"], 512 if ds == small else 48)
+
+    def test_warm_small_compressed_records_are_mmap(self):
+        """A call per record is what reading small compressed records costs with pread."""
+        inp, ds = os.path.join(self.tmp, "z-in"), os.path.join(self.tmp, "z")
+        write_samples(inp, 256, (28, 28), np.uint8)
+        run("pack", inp, "-o", ds, "--align", "64", "--compress", "img=zstd", "--quiet", check=0)
+        self.warm(ds)
+        j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
+        self.assertEqual(j["options"]["engine"], "mmap")
+        self.assertEqual(j["samples"], 256)
+        j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1", "--engine", "uring")
+        self.assertEqual(j["options"]["engine"], "pread")  # staged records: no io_uring
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -94,14 +94,14 @@ class ExitCodes(unittest.TestCase):
                 self.assertEqual(run(*args).returncode, 1)
 
     def test_too_many_open_files_says_which_limit(self):
-        # With 4 descriptors (stdin, stdout, stderr and one), the dataset's second shard
+        # With 4 descriptors (stdin, stdout, stderr and the dataset's folder), the first shard
         # cannot be opened: an environment error that names the limit and how to raise it.
         for name in ("inspect", "export", "bench"):
             with self.subTest(command=name):
                 p = run(*self.commands(self.good)[name], nofile=4)
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn("ulimit -n", p.stderr)
-                self.assertIn("shard-000001.sfs", p.stderr)
+                self.assertIn("shard-000000.sfs", p.stderr)
 
 
 if __name__ == "__main__":

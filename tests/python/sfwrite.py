@@ -134,3 +134,67 @@ def write_dataset(out, fields, samples, align=64, per_shard=None, dataset_id=0x5
     with open(os.path.join(out, "manifest.sfm"), "wb") as f:
         f.write(man)
     return out
+
+
+
+
+def _tiny_field_table(item):
+    code, _ = DTYPES["uint8"]
+    return (b"x".ljust(64, b"\0") + struct.pack("<BBBB4x", code, 1, FIXED, 0)
+            + struct.pack("<8Q", item, 0, 0, 0, 0, 0, 0, 0) + struct.pack("<Q", item))
+
+
+def _tiny_shard(path, si, first, count, schema_hash, sums, item, align, dataset_id):
+    """Writes shard si (records first .. first+count) and returns its manifest row."""
+    ids = np.arange(first, first + count, dtype=np.int64)
+    data_offset = align_up(128, align)
+    body = np.zeros((count, align), np.uint8)  # each record padded to the alignment
+    body[:, :item] = (ids % 251).astype(np.uint8)[:, None]
+    keys = [str(i).encode() for i in range(first, first + count)]
+    klen = np.fromiter((len(k) for k in keys), np.uint16, count)
+    koff = np.zeros(count, np.uint32)
+    np.cumsum(klen[:-1], out=koff[1:])
+    ent = np.zeros(count, np.dtype([("off", "<u8"), ("size", "<u8"), ("sum", "<u8"), ("koff", "<u4"),
+                                    ("klen", "<u2"), ("z", "<u2")]))
+    ent["off"] = data_offset + np.arange(count, dtype=np.uint64) * align
+    ent["size"] = item
+    ent["sum"] = sums[ids % 251]
+    ent["koff"] = koff
+    ent["klen"] = klen
+    index = ent.tobytes() + b"".join(keys)
+    index_offset = data_offset + count * align
+    head = struct.pack("<8sHHIIIQQQQQQIIQQ24x", b"\x89SFSHRD\n", 1, 0, 0, 0, align, si, count, first,
+                       data_offset, index_offset, len(index), 32, 1, schema_hash, dataset_id)
+    hsum, isum = xxh3(head), xxh3(index)
+    foot = struct.pack("<QQQQQ8x", index_offset, len(index), count, isum, hsum)
+    foot += struct.pack("<Q", xxh3(foot)) + b"\x89SFSEND\n"
+    with open(path, "wb") as f:
+        f.write(head + struct.pack("<Q", hsum))
+        f.write(body.tobytes())
+        f.write(index)
+        f.write(foot)
+        size = f.tell()
+    return struct.pack("<QQQQQ8x", count, first, size, hsum, isum)
+
+
+def write_tiny_dataset(out, n, per_shard=1_000_000, item=8, align=64, dataset_id=0x7115):
+    """A dataset of n records of one field `x`, uint8[item], every byte of sample i being
+    i % 251, keys "0", "1", ..., written a shard at a time with numpy (no loop per record): 10
+    million records in seconds, 20,000 one-record shards in a few. `shardfeed verify` accepts it."""
+    assert 0 < item <= align, "a record is padded to one alignment unit"
+    os.makedirs(out)
+    table = _tiny_field_table(item)
+    schema_hash = xxh3(table)
+    sums = np.array([xxh3(bytes([v]) * item) for v in range(251)], np.uint64)
+    rows = []
+    for si, first in enumerate(range(0, n, per_shard)):
+        count = min(per_shard, n - first)
+        rows.append(_tiny_shard(os.path.join(out, "shard-%06d.sfs" % si), si, first, count,
+                                schema_hash, sums, item, align, dataset_id))
+    man = struct.pack("<8sHHIIIQQIIQ8x", b"\x89SFMANI\n", 1, 0, 0, 0, 1, len(rows), n, align, 0,
+                      dataset_id)
+    man += table + b"".join(rows)
+    man += struct.pack("<Q", xxh3(man))
+    with open(os.path.join(out, "manifest.sfm"), "wb") as f:
+        f.write(man)
+    return out

@@ -1,5 +1,6 @@
 /* Unit tests for lib/reader/sampler.c: epoch order, rank distribution, resume. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,4 +576,54 @@ Test(sampler, none_mode_takes_huge_n)
     cr_assert_eq(ids[1], 1);
     cr_assert_eq(reader_sampler_at(s, n - 1), n - 1);
     reader_sampler_free(s);
+}
+
+/* An order built ahead on another thread (reader_sampler_prepare) is the
+ * order set_epoch builds itself, for the epoch asked for and after a build
+ * ahead of another epoch; set_epoch during the build waits for it. */
+typedef struct prep_job {
+    reader_sampler *s;
+    uint64_t epoch;
+} prep_job;
+
+static void *prepare_on_thread(void *arg)
+{
+    prep_job *j = arg;
+    cr_assert_eq(reader_sampler_prepare(j->s, j->epoch), 0);
+    return NULL;
+}
+
+Test(sampler, order_built_ahead_is_the_same_order)
+{
+    for (size_t m = 0; m < COUNT(MODES); m++) {
+        for (size_t z = 0; z < COUNT(SIZES); z++) {
+            uint64_t n = SIZES[z];
+            reader_sampler_config c = cfg_of(n, 42, MODES[m]);
+            reader_sampler *plain = make(&c), *ahead = make(&c);
+            uint64_t *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+            /* epoch 1 ahead on a thread, taken; then 3 ahead but 2 asked for (built in place);
+             * then 3, taken from the spare built before. */
+            const uint64_t ahead_of[] = {1, 3, UINT64_MAX}, asked[] = {1, 2, 3};
+            for (int i = 0; i < 3; i++) {
+                pthread_t th;
+                prep_job j = {ahead, ahead_of[i]};
+                if (ahead_of[i] != UINT64_MAX)
+                    cr_assert_eq(pthread_create(&th, NULL, prepare_on_thread, &j), 0);
+                cr_assert_eq(reader_sampler_set_epoch(ahead, asked[i]), 0);
+                if (ahead_of[i] != UINT64_MAX)
+                    pthread_join(th, NULL);
+                cr_assert_eq(reader_sampler_set_epoch(plain, asked[i]), 0);
+                order_of(plain, n, want);
+                order_of(ahead, n, got);
+                assert_permutation(got, n);
+                cr_assert_eq(memcmp(want, got, n * sizeof *got), 0,
+                             "mode %d n %llu epoch %llu: the order built ahead differs", MODES[m],
+                             (unsigned long long)n, (unsigned long long)asked[i]);
+            }
+            free(want);
+            free(got);
+            reader_sampler_free(plain);
+            reader_sampler_free(ahead);
+        }
+    }
 }

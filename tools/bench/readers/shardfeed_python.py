@@ -1,4 +1,5 @@
-"""shardfeed.Loader, global shuffle, torch tensors (numpy without torch)."""
+"""shardfeed.Loader, global shuffle, torch tensors (numpy without torch). EXTRA: the dataset's
+folder in DATA_DIR (default shards; shards-zstd for the compressed set)."""
 import os
 import time
 
@@ -6,7 +7,8 @@ import common
 import shardfeed
 
 s = common.setup()
-loader = shardfeed.Loader(os.path.join(s.d, "shards"), batch_size=s.batch, shuffle="global", seed=0)
+shards = s.extra[0] if s.extra else "shards"
+loader = shardfeed.Loader(os.path.join(s.d, shards), batch_size=s.batch, shuffle="global", seed=0)
 for b in loader:  # warm-up epoch
     pass
 t = time.perf_counter()

@@ -1,0 +1,284 @@
+/* The shards' file descriptors and maps, opened when first used and relative
+ * to the dataset's directory descriptor (dataset_internal.h, "Shard files").
+ *
+ * Every (shard, mode) pair -- mode buffered or O_DIRECT -- has one entry.
+ * While the dataset's shards all fit under the cap twice over (every shard
+ * in both modes), an entry once opened stays open until close and a lookup
+ * is one atomic load: the common case of a few hundred shards or fewer costs
+ * nothing per read. Past that, open entries nobody uses sit on an LRU list
+ * and the least recently used one is closed to make room; entries in use
+ * (pinned by dataset_fd_acquire until dataset_fd_release) are never closed,
+ * so the cap is exceeded only by what is being read at that moment (an I/O
+ * thread pins at most its reads in flight). */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset_internal.h"
+#include "error_internal.h"
+#include "fault_guard.h"
+
+#define NO_ENTRY UINT64_MAX
+#define FD_CAP_MIN 1u
+#define FD_CAP_MAX 65536u
+
+typedef struct shard_fd {
+    _Atomic int fd;     /* -1: closed */
+    uint32_t pins;      /* users now (dataset_fd_acquire without its release) */
+    uint64_t prev, next; /* on the LRU list (open, unpinned, not kept): neighbours */
+} shard_fd;
+
+struct dataset_files {
+    int dirfd;
+    uint64_t count;        /* entries: 2 per shard (buffered, O_DIRECT) */
+    shard_fd *fds;
+    pthread_mutex_t lock;  /* pins, the LRU list, opening and closing */
+    uint64_t open;         /* entries with an fd */
+    uint64_t cap;          /* the most open entries kept (more only while pinned) */
+    int keep;              /* every entry fits: opened ones stay open, no pins */
+    uint64_t lru_head, lru_tail; /* least and most recently released */
+};
+
+/* Half the soft RLIMIT_NOFILE: the rest stays the caller's (sockets, other
+ * files, the shared libraries a Python process maps are not fds but its
+ * imports are). */
+static uint64_t fd_cap_default(void)
+{
+    struct rlimit rl;
+    uint64_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                        ? (uint64_t)rl.rlim_cur
+                        : 1024;
+    uint64_t cap = soft / 2;
+    return cap < FD_CAP_MIN ? FD_CAP_MIN : cap > FD_CAP_MAX ? FD_CAP_MAX : cap;
+}
+
+static uint64_t entry_of(uint64_t shard, int direct)
+{
+    return shard * 2 + (direct != 0);
+}
+
+static void lru_unlink(dataset_files *f, uint64_t e)
+{
+    shard_fd *x = &f->fds[e];
+    if (x->prev != NO_ENTRY)
+        f->fds[x->prev].next = x->next;
+    else
+        f->lru_head = x->next;
+    if (x->next != NO_ENTRY)
+        f->fds[x->next].prev = x->prev;
+    else
+        f->lru_tail = x->prev;
+    x->prev = x->next = NO_ENTRY;
+}
+
+static void lru_push(dataset_files *f, uint64_t e)
+{
+    shard_fd *x = &f->fds[e];
+    x->prev = f->lru_tail;
+    x->next = NO_ENTRY;
+    if (f->lru_tail != NO_ENTRY)
+        f->fds[f->lru_tail].next = e;
+    else
+        f->lru_head = e;
+    f->lru_tail = e;
+}
+
+/* Under f->lock: closes the least recently used idle entry; 0 when none. */
+static int close_lru_locked(dataset_files *f)
+{
+    uint64_t e = f->lru_head;
+    if (e == NO_ENTRY)
+        return 0;
+    lru_unlink(f, e);
+    assert(f->fds[e].pins == 0);
+    close(atomic_load(&f->fds[e].fd));
+    atomic_store(&f->fds[e].fd, -1);
+    f->open--;
+    return 1;
+}
+
+/* Under f->lock: closes least recently used entries until one more fits. */
+static void make_room_locked(dataset_files *f)
+{
+    while (f->open >= f->cap && close_lru_locked(f))
+        ;
+}
+
+int dataset_files_init(sf_dataset *ds)
+{
+    dataset_files *f = calloc(1, sizeof *f);
+    if (!f)
+        return sf_fail(-ENOMEM, "out of memory");
+    ds->files = f;
+    f->dirfd = -1;
+    f->lru_head = f->lru_tail = NO_ENTRY;
+    pthread_mutex_init(&f->lock, NULL);
+    f->count = ds->manifest.shard_count * 2;
+    f->fds = malloc((f->count ? f->count : 1) * sizeof *f->fds);
+    if (!f->fds)
+        return sf_fail(-ENOMEM, "out of memory for the descriptors of %llu shards",
+                       (unsigned long long)ds->manifest.shard_count);
+    for (uint64_t e = 0; e < f->count; e++) {
+        atomic_init(&f->fds[e].fd, -1);
+        f->fds[e].pins = 0;
+        f->fds[e].prev = f->fds[e].next = NO_ENTRY;
+    }
+    f->cap = fd_cap_default();
+    f->keep = f->count <= f->cap;
+    f->dirfd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (f->dirfd < 0)
+        return sf_fail(-errno, "%s: %s", ds->dir, strerror(errno));
+    return 0;
+}
+
+void dataset_files_free(sf_dataset *ds)
+{
+    dataset_files *f = ds->files;
+    if (!f)
+        return;
+    for (uint64_t e = 0; f->fds && e < f->count; e++) {
+        assert(f->fds[e].pins == 0 && "a shard descriptor is still in use at close");
+        int fd = atomic_load(&f->fds[e].fd);
+        if (fd >= 0)
+            close(fd);
+    }
+    if (f->dirfd >= 0)
+        close(f->dirfd);
+    pthread_mutex_destroy(&f->lock);
+    free(f->fds);
+    free(f);
+    ds->files = NULL;
+}
+
+uint64_t dataset_fd_cap(const sf_dataset *ds)
+{
+    return ds->files->cap;
+}
+
+/* Under f->lock: opens entry e (shard, direct). */
+static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *out)
+{
+    dataset_files *f = ds->files;
+    if (!f->keep)
+        make_room_locked(f);
+    const char *name = ds->shards[shard].name;
+    int fd;
+    /* Out of descriptors (the process's other files count too): give back
+     * idle shards' until it opens or none is left. */
+    while ((fd = openat(f->dirfd, name, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0))) < 0 &&
+           (errno == EMFILE || errno == ENFILE) && close_lru_locked(f))
+        ;
+    if (fd < 0) {
+        int e = errno;
+        if (direct && e == EINVAL)
+            return sf_fail(SF_E_UNSUPPORTED,
+                           "direct: %s/%s: the file system does not support O_DIRECT (tmpfs?); use "
+                           "direct=off",
+                           ds->dir, name);
+        char why[160] = "";
+        if (e == EMFILE || e == ENFILE)
+            snprintf(why, sizeof why,
+                     "; %llu of the dataset's shards were open, all being read (it keeps at most "
+                     "%llu, half of RLIMIT_NOFILE)",
+                     (unsigned long long)f->open, (unsigned long long)f->cap);
+        return sf_fail(-e, "%s/%s: %s%s%s", ds->dir, name, strerror(e), why, sf_errno_hint(e));
+    }
+    atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
+    f->open++;
+    *out = fd;
+    return 0;
+}
+
+int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    dataset_files *f = ds->files;
+    assert(shard < ds->manifest.shard_count);
+    uint64_t e = entry_of(shard, direct);
+    shard_fd *x = &f->fds[e];
+    if (f->keep) {
+        /* Opened once, closed only with the dataset. */
+        int fd = atomic_load_explicit(&x->fd, memory_order_acquire);
+        if (fd >= 0) {
+            *out = fd;
+            return 0;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&f->lock);
+    int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
+    if (fd < 0)
+        rc = open_entry_locked(ds, shard, direct, &fd);
+    else if (!f->keep && x->pins == 0)
+        lru_unlink(f, e); /* open and idle: in use again */
+    if (!rc && !f->keep)
+        x->pins++;
+    pthread_mutex_unlock(&f->lock);
+    *out = rc ? -1 : fd;
+    return rc;
+}
+
+void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
+{
+    dataset_files *f = ds->files;
+    if (f->keep)
+        return;
+    uint64_t e = entry_of(shard, direct);
+    pthread_mutex_lock(&f->lock);
+    shard_fd *x = &f->fds[e];
+    assert(x->pins > 0 && "released a shard descriptor that was not acquired");
+    if (--x->pins == 0) {
+        lru_push(f, e);
+        make_room_locked(f); /* pinned ones may have pushed it over the cap */
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+int dataset_fd_all_kept(const sf_dataset *ds)
+{
+    return ds->files->keep;
+}
+
+int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
+{
+    sf_open_shard *s = &ds->shards[shard];
+    const uint8_t *map = atomic_load_explicit(&s->map, memory_order_acquire);
+    if (map) {
+        *out = map;
+        return 0;
+    }
+    /* Every touch of a map runs under the fault guard. */
+    int rc = sf_fault_guard_init();
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ds->map_lock);
+    map = atomic_load_explicit(&s->map, memory_order_relaxed);
+    int fd = -1;
+    if (!map && !(rc = dataset_fd_acquire(&fd, ds, shard, 0))) {
+        /* The map keeps the file; its descriptor goes back at once. */
+        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            rc = sf_fail(-errno, "%s/%s: mmap failed: %s", ds->dir, s->name, strerror(errno));
+        else
+            atomic_store_explicit(&s->map, map = p, memory_order_release);
+        dataset_fd_release(ds, shard, 0);
+    }
+    pthread_mutex_unlock(&ds->map_lock);
+    *out = map;
+    return rc;
+}
+
+int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
+{
+    struct stat st;
+    if (fstatat(ds->files->dirfd, ds->shards[shard].name, &st, 0) != 0)
+        return 0;
+    *now = (uint64_t)st.st_size;
+    return *now < ds->shards[shard].meta.file_size;
+}

@@ -1,0 +1,76 @@
+"""Datasets of many shards: a dataset of 20,000 one-record shards opens, reads and verifies
+under `ulimit -n 256` (shards are opened on first use, at most half the limit stay open).
+
+The dataset is written by sfwrite.write_tiny_dataset (tests/python), not packed: pack syncs
+every shard, which takes a minute for 20,000 of them on a disk and six under ASan. About 15 s."""
+import json
+import os
+import unittest
+
+from clitest import SHARDFEED, remove, run, scratch
+import sfwrite
+
+SHARDS = 20000
+NOFILE = 256
+
+
+class ManyShards(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = scratch("sf-scale-")
+        cls.ds = sfwrite.write_tiny_dataset(os.path.join(cls.tmp, "ds"), SHARDS, per_shard=1)
+        assert len([n for n in os.listdir(cls.ds) if n.endswith(".sfs")]) == SHARDS
+
+    @classmethod
+    def tearDownClass(cls):
+        remove(cls.tmp)
+
+    def bench(self, *args):
+        p = run("bench", self.ds, "--batch-size", "256", "--shuffle", "global", "--json", *args,
+                nofile=NOFILE, check=None)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)
+
+    def test_every_engine_reads_every_sample_under_the_limit(self):
+        for engine in ("uring", "pread", "mmap"):
+            with self.subTest(engine=engine):
+                j = self.bench("--engine", engine, "--epochs", "1")
+                self.assertEqual(j["samples"], SHARDS)
+                self.assertEqual(j["options"]["engine"], engine)
+                self.assertEqual(j.get("substituted", 0), 0)
+
+    def test_inspect_and_verify_under_the_limit(self):
+        p = run("inspect", self.ds, nofile=NOFILE)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(str(SHARDS), p.stdout.replace(",", ""))
+        p = run("verify", self.ds, nofile=NOFILE)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_python_loader_values_under_the_limit(self):
+        """Every sample's value comes back (x_i is 8 bytes of i % 251), in global shuffle."""
+        code = f"""
+import resource, sys, numpy as np, shardfeed
+resource.setrlimit(resource.RLIMIT_NOFILE, ({NOFILE}, {NOFILE}))
+seen = np.zeros({SHARDS}, np.int64)
+with shardfeed.Loader(sys.argv[1], batch_size=500, shuffle="global", output="numpy") as L:
+    for b in L:
+        ids, x = np.asarray(b.ids), np.asarray(b["x"])
+        assert (x == (ids % 251)[:, None]).all()
+        seen[ids] += 1
+assert (seen == 1).all(), "every sample once"
+print("ok")
+"""
+        import subprocess
+        from clitest import SOURCE_DIR
+        pypath = os.path.join(os.path.dirname(SHARDFEED), "python")
+        if not os.path.isdir(os.path.join(pypath, "shardfeed")):
+            self.skipTest("the Python module is not built")
+        env = dict(os.environ, PYTHONPATH=pypath)
+        p = subprocess.run(["/usr/bin/python3", "-c", code, self.ds], capture_output=True, text=True,
+                           env=env, cwd=SOURCE_DIR, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("ok", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
