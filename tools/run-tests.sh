@@ -17,6 +17,6 @@ if [ "$status" -ne 0 ]; then
         echo "---- $name (end of its output):"
         awk -v t="Testing: $name" '$0 ~ t"$" {on=1} on && /^<end of output>/ {exit} on' \
             "$tmp_dir/LastTest.log" | tail -n 25
-    done < "$tmp_dir/LastTestsFailed.log"
+    done < <(cat "$tmp_dir/LastTestsFailed.log" 2>/dev/null)
     exit "$status"
 fi
