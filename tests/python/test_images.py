@@ -121,6 +121,21 @@ class ImageLoaderTest(unittest.TestCase):
         for sid, px in rest:
             np.testing.assert_array_equal(px, ref[sid], f"resumed: sample {sid}")
 
+    def test_the_device_path_delivers_the_same_pixels(self):
+        # Decoded images are fixed-size fields of the slot: they cross to the device
+        # like any other (here the host-copy stand-in for a GPU; issue 15) and
+        # normalize() runs on what arrives.
+        with self.loader() as ld:
+            want, order = batches(ld)
+        with self.loader(device="host-copy") as ld:
+            got, got_order = batches(ld)
+            self.assertGreater(ld.stats()["device_copy_bytes"], 0)
+        self.assertEqual(got_order, order)
+        for sid in order:
+            np.testing.assert_array_equal(got[sid], want[sid], err_msg=f"sample {sid}")
+        x = shardfeed.image.normalize(torch.from_numpy(got[order[0]])[None], (0.5,) * 3, (0.25,) * 3)
+        self.assertEqual(x.dtype, torch.float32)
+
     def test_another_epoch_draws_other_crops(self):
         with self.loader() as ld:
             e0, _ = batches(ld, epoch=0)
