@@ -187,6 +187,14 @@ class Verdict(Base):
                                + j["fractions"]["copy_share"], 1.0, places=2)
         self.assertIsNone(j["trace"])
         self.assertEqual(j["options"]["consumer_sleep_us"], 0)
+        self.assertEqual(j["device_copy_bytes"], 0)
+
+    def test_device_copy_counters(self):
+        # Every delivered byte crosses to the device once (read-ahead may add whole batches).
+        j = self.bench_json(self.small(300), "--device", "host-copy", "--batch-size", "50")
+        self.assertGreaterEqual(j["device_copy_bytes"], j["bytes"])
+        self.assertGreater(j["device_copy_s"], 0)
+        self.assertGreaterEqual(j["device_stream_wait_s"], 0)
 
     def test_sleeping_consumer_is_consumer_bound(self):
         # 16 batches x 20 ms of "model step"; each batch takes the reader well
