@@ -227,6 +227,21 @@ class ImageTest(unittest.TestCase):
         bad[at:at + 16] = b"\xff" * 16
         self.assert_refused(self.write("idat.png", bytes(bad)), E_CORRUPT, "PNG")
 
+    def test_endless_progressive_scans_are_refused(self):
+        # A small file whose last scan repeats: libjpeg walks the whole image once per scan
+        # (minutes for a few hundred kB at 4096x4096), so past 100 scans it is corrupt.
+        with open(self.save("p.jpg", self.photo, format="JPEG", progressive=True), "rb") as f:
+            jpg = f.read()
+        last_scan, end = jpg.rfind(b"\xff\xda"), jpg.rfind(b"\xff\xd9")
+        self.assertGreater(end, last_scan)
+        scan = jpg[last_scan:end]
+        ok = self.write("some.jpg", jpg[:end] + scan * 20 + jpg[end:])
+        self.assertEqual(run_tool(ok)[0], 0)  # a few repeats decode
+        path = self.write("scans.jpg", jpg[:end] + scan * 120 + jpg[end:])
+        self.assert_refused(path, E_CORRUPT, "more than 100 progressive scans")
+        self.assert_refused(path, E_CORRUPT, "more than 100 progressive scans", "--mode", "rrc",
+                            "--size", 64, 64)
+
     def test_pixel_bomb_refused_before_allocating(self):
         bomb = imagedata.png_bytes(np.zeros((1, 1, 3), np.uint8), 2)
         bomb = bytearray(bomb)
