@@ -245,16 +245,51 @@ static int cuda_copy(reader_device *d, uint32_t slot, const reader_copy_range *r
     return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemcpyAsync of a batch");
 }
 
+/* The consumer calls release and wait_on from its own thread, whose current
+ * device may be another one: torch leaves it at cuda:0 unless the program
+ * calls torch.cuda.set_device, and moves to a tensor's device only around its
+ * own calls. A stream handle of the legacy or per-thread default stream
+ * (torch's default stream is passed as cudaStreamLegacy) means that stream of
+ * the *current* device, so both switch to the reader's device for their calls
+ * and back, as torch's device guard does. */
+static int device_enter(const reader_device *d, int *prev)
+{
+    if (cudaGetDevice(prev) != cudaSuccess)
+        *prev = -1;
+    if (*prev == d->ordinal)
+        return 0;
+    cudaError_t e = cudaSetDevice(d->ordinal);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaSetDevice");
+}
+
+static void device_leave(const reader_device *d, int prev)
+{
+    if (prev >= 0 && prev != d->ordinal)
+        cudaSetDevice(prev);
+}
+
 static int cuda_release(reader_device *d, uint32_t slot, void *stream)
 {
     d->fenced[slot] = 0;
     if (!stream)
         return 0;
-    cudaError_t e = cudaEventRecord(d->released[slot], (cudaStream_t)stream);
-    if (e != cudaSuccess)
-        return cuda_err(e, "recording the release of a batch");
-    d->fenced[slot] = 1;
-    return 0;
+    int prev;
+    int rc = device_enter(d, &prev);
+    cudaError_t e = rc ? cudaErrorInvalidDevice
+                       : cudaEventRecord(d->released[slot], (cudaStream_t)stream);
+    if (e == cudaSuccess) {
+        d->fenced[slot] = 1;
+    } else {
+        /* Without the fence the slot's next copy could overwrite memory a
+         * kernel queued on `stream` still reads: wait for that work here
+         * (for all of the device's if the stream cannot be waited for), and
+         * report the failure. */
+        if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess)
+            cudaDeviceSynchronize();
+        rc = rc ? rc : cuda_err(e, "recording the release of a batch");
+    }
+    device_leave(d, prev);
+    return rc;
 }
 
 static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
@@ -262,10 +297,15 @@ static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
     /* The consumer's stream may belong to any thread; the event carries its
      * device. */
     cudaStream_t s = (cudaStream_t)stream;
+    int prev;
+    int rc = device_enter(d, &prev);
+    if (rc)
+        return rc;
     int timed = !d->wait_timed[slot] && cudaEventRecord(d->wait_from[slot], s) == cudaSuccess;
     cudaError_t e = cudaStreamWaitEvent(s, d->copied[slot], 0);
     if (e == cudaSuccess && timed)
         d->wait_timed[slot] = cudaEventRecord(d->wait_to[slot], s) == cudaSuccess;
+    device_leave(d, prev);
     return e == cudaSuccess ? 0 : cuda_err(e, "making a stream wait for a batch copy");
 }
 

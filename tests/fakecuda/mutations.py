@@ -39,10 +39,10 @@ MUTATIONS = {
     "copy_record": (CUDA, [("    if (e == cudaSuccess)\n"
                             "        e = cudaEventRecord(d->copied[slot], d->stream[slot]);\n", "")],
                     "cudaEventRecord of the copy event after a slot's copy", None),
-    "release_record": (CUDA, [("    cudaError_t e = cudaEventRecord(d->released[slot], (cudaStream_t)stream);\n"
-                               "    if (e != cudaSuccess)\n"
-                               "        return cuda_err(e, \"recording the release of a batch\");\n"
-                               "    d->fenced[slot] = 1;", "")],
+    "release_record": (CUDA, [("    cudaError_t e = rc ? cudaErrorInvalidDevice\n"
+                               "                       : cudaEventRecord(d->released[slot], (cudaStream_t)stream);\n",
+                               "    cudaError_t e = cudaSuccess;\n"),
+                              ("        d->fenced[slot] = 1;\n", "        d->fenced[slot] = 0;\n")],
                        "release_after's cudaEventRecord on the consumer's stream", None),
     "reuse_wait": (CUDA, [("    .reuse = cuda_wait,", "    .reuse = cuda_nowait,"), NOWAIT],
                    "cudaEventSynchronize of the copy before a host slot is reused", None),
@@ -79,6 +79,14 @@ MUTATIONS = {
     "wait_on": (CUDA, [("    cudaError_t e = cudaStreamWaitEvent(s, d->copied[slot], 0);\n",
                         "    cudaError_t e = cudaSuccess;\n")],
                 "sf_batch_wait_on's cudaStreamWaitEvent on the copy event", None),
+    "device_guard": (CUDA, [("    if (*prev == d->ordinal)\n        return 0;\n", "    return 0;\n")],
+                     "release's and wait_on's switch to the reader's device (a default-stream handle "
+                     "names the current device's stream)",
+                     "the fake does not model the default streams (handles 0-2), where the current "
+                     "device matters; only a GPU run with two devices shows it"),
+    "release_fallback": (CUDA, [("        if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess)\n"
+                                 "            cudaDeviceSynchronize();\n", "")],
+                         "the wait for the consumer's stream when its release cannot be recorded", None),
     "py_import_wait": (PY_READER, [("        rc = sf_batch_wait_on(r, self->b, stream);\n",
                                     "        rc = 0;\n")],
                        "the Python import's wait of the consumer's stream (DLPack __dlpack__)", None),

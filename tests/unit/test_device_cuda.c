@@ -341,6 +341,39 @@ Test(device_cuda, the_next_copy_waits_for_the_consumer_stream_that_read_the_slot
     assert_no_misuse_nor_race();
 }
 
+Test(device_cuda, a_release_that_cannot_be_recorded_still_keeps_the_next_copy_behind_the_kernel)
+{
+    /* Both slots held (no copy in flight, so the next cudaEventRecord is the
+     * release's), a 20 ms kernel queued on the consumer's stream, and the
+     * release's event record fails: the release reports it, and the slot's
+     * next copy must still not run while the kernel reads the buffer. */
+    fakecuda_set_copy_delay_us(200);
+    consumer c;
+    consumer_open(&c);
+    sf_reader *r = open_cuda("ds", SF_ENGINE_PREAD, 2, 0);
+    const sf_batch *a, *b;
+    cr_assert_eq(sf_reader_next(&a, r), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert(a && b);
+    cr_assert_eq(sf_batch_wait(r, a), 0);
+    cr_assert_eq(sf_batch_wait(r, b), 0);
+    for (uint32_t f = 0; f < a->num_fields; f++)
+        cr_assert_eq(fakecuda_launch_read(a->fields[f].device_data, a->fields[f].bytes, 20000,
+                                          c.stream),
+                     cudaSuccess);
+    fakecuda_fail_call("cudaEventRecord", 1, cudaErrorIllegalAddress);
+    cr_assert_neq(sf_reader_release_after(r, a, c.stream), 0, "a failed release went unnoticed");
+    fakecuda_fail_call("cudaEventRecord", 0, 0);
+    cr_assert(strstr(sf_last_error(), "recording the release of a batch"), "%s", sf_last_error());
+    cr_assert_eq(sf_reader_release(r, b), 0, "%s", sf_last_error());
+    const sf_batch *n;
+    for (int i = 0; i < 4 && sf_reader_next(&n, r) == 0 && n; i++)
+        gpu_step(r, &c, n, 0);
+    sf_reader_close(r);
+    consumer_close(&c);
+    assert_no_misuse_nor_race();
+}
+
 Test(device_cuda, every_release_is_waited_for_by_the_next_copy_of_its_slot)
 {
     /* The handshake as the fake logged it, independent of timing: each
