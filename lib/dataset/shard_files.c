@@ -9,7 +9,14 @@
  * and the least recently used one is closed to make room; entries in use
  * (pinned by dataset_fd_acquire until dataset_fd_release) are never closed,
  * so the cap is exceeded only by what is being read at that moment (an I/O
- * thread pins at most its reads in flight). */
+ * thread pins at most its reads in flight).
+ *
+ * A shard is opened by name again after the dataset opened it (its O_DIRECT
+ * entry, or any entry the LRU closed): each open is checked to find the same
+ * file (device and inode) the dataset's open read the shard's index from, so
+ * a folder re-packed or synced over while a trainer reads it is an error
+ * naming the shard, never records read at the old index's offsets from the
+ * new file. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,8 +42,15 @@ typedef struct shard_fd {
     uint64_t prev, next; /* on the LRU list (open, unpinned, not kept): neighbours */
 } shard_fd;
 
+/* The file a shard's name named when the dataset first opened it. */
+typedef struct shard_identity {
+    uint64_t dev, ino;
+    int known;
+} shard_identity;
+
 struct dataset_files {
     int dirfd;
+    shard_identity *ids;   /* one per shard */
     uint64_t count;        /* entries: 2 per shard (buffered, O_DIRECT) */
     shard_fd *fds;
     pthread_mutex_t lock;  /* pins, the LRU list, opening and closing */
@@ -122,7 +136,8 @@ int dataset_files_init(sf_dataset *ds)
     pthread_mutex_init(&f->lock, NULL);
     f->count = ds->manifest.shard_count * 2;
     f->fds = malloc((f->count ? f->count : 1) * sizeof *f->fds);
-    if (!f->fds)
+    f->ids = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, sizeof *f->ids);
+    if (!f->fds || !f->ids)
         return sf_fail(-ENOMEM, "out of memory for the descriptors of %llu shards",
                        (unsigned long long)ds->manifest.shard_count);
     for (uint64_t e = 0; e < f->count; e++) {
@@ -152,6 +167,7 @@ void dataset_files_free(sf_dataset *ds)
     if (f->dirfd >= 0)
         close(f->dirfd);
     pthread_mutex_destroy(&f->lock);
+    free(f->ids);
     free(f->fds);
     free(f);
     ds->files = NULL;
@@ -189,6 +205,24 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
                      "%llu, half of RLIMIT_NOFILE)",
                      (unsigned long long)f->open, (unsigned long long)f->cap);
         return sf_fail(-e, "%s/%s: %s%s%s", ds->dir, name, strerror(e), why, sf_errno_hint(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sf_fail(-e, "%s/%s: %s", ds->dir, name, strerror(e));
+    }
+    shard_identity *id = &f->ids[shard];
+    if (!id->known) {
+        id->dev = (uint64_t)st.st_dev;
+        id->ino = (uint64_t)st.st_ino;
+        id->known = 1;
+    } else if (id->dev != (uint64_t)st.st_dev || id->ino != (uint64_t)st.st_ino) {
+        close(fd);
+        return sf_fail(SF_E_CORRUPT,
+                       "%s/%s was replaced by another file since the dataset was opened (its "
+                       "index no longer describes it): open the dataset again",
+                       ds->dir, name);
     }
     atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
     f->open++;

@@ -34,7 +34,7 @@ static int task_begin(sf_reader *r, reader_task *task, const copy_ops *ops)
 {
     int rc = ops->open && task->nreads ? ops->open(r, task) : 0;
     if (rc)
-        reader_task_fail(r, task, rc, "cannot open the shard");
+        reader_task_open_failed(r, task, rc);
     return rc;
 }
 

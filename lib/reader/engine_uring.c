@@ -359,7 +359,7 @@ static void uring_run(reader_io_thread *t)
                     }
                     int rc = reader_task_open(r, slot[i], r->direct);
                     if (rc) {
-                        reader_task_fail(r, slot[i], rc, "cannot open the shard");
+                        reader_task_open_failed(r, slot[i], rc);
                         reader_task_done(t, slot[i]);
                         continue;
                     }

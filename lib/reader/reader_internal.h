@@ -372,6 +372,9 @@ void reader_tasks_done(reader_io_thread *io, reader_task *const *tasks, unsigned
 /* Sets t->err and its detail on the slot (first error wins); a shard cut
  * short makes the record corrupt instead (substituted, or SF_E_TRUNCATED). */
 void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what);
+/* reader_task_fail for an open of the task's shard that failed, with the
+ * open's message. */
+void reader_task_open_failed(sf_reader *r, reader_task *t, int err);
 /* A value of task t does not decompress (SF_E_CORRUPT, detail in
  * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
  * the batch's error. */

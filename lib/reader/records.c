@@ -69,6 +69,15 @@ void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what)
     task_failf(r, t, err, "%s: %s", what, sf_strerror(err));
 }
 
+void reader_task_open_failed(sf_reader *r, reader_task *t, int err)
+{
+    /* The open's own message (this thread's) says why: out of descriptors, a
+     * shard replaced since the dataset was opened, O_DIRECT refused. */
+    char what[600];
+    snprintf(what, sizeof what, "cannot open the shard (%s)", sf_last_error());
+    reader_task_fail(r, t, err, what);
+}
+
 void reader_task_bad_value(sf_reader *r, reader_task *t)
 {
     if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
