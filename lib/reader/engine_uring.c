@@ -4,9 +4,9 @@
  * resubmit the remainder; -EAGAIN and -EINTR resubmit the read.
  *
  * Registration pins memory and counts against RLIMIT_MEMLOCK for users
- * without CAP_IPC_LOCK: we register as many slots as the limit allows
- * (halving on failure), in pieces that fit the limit when not even one slot
- * does, and read the rest with plain IORING_OP_READ into the same slab,
+ * without CAP_IPC_LOCK: where the limit refuses the whole slab, each ring
+ * registers its share of it (memlock_share), in slots where one fits the
+ * share and in smaller pieces where not, and reads the rest with plain IORING_OP_READ into the same slab,
  * saying once on stderr how much was registered and how to raise the limit. */
 #include <errno.h>
 #include <liburing.h>
@@ -86,13 +86,16 @@ static void memlock_notice(uint64_t slab_bytes, uint64_t registered, uint64_t pi
             (unsigned long long)(piece >> 10), rc ? sf_strerror(rc) : "at most 1024 buffers", lim);
 }
 
-/* Registers the slab's first buffers of `piece` bytes, as many as the
- * kernel takes (halving the count on failure); returns how many, with *rc
- * the error that refused more (0: none did). */
+/* Registers the slab's first buffers of `piece` bytes, at most `max` of
+ * them (0: no bound but the kernel's), as many as the kernel takes (halving
+ * the count on failure); returns how many, with *rc the error that refused
+ * more (0: none did). */
 static unsigned register_pieces(uring_thread *u, uint8_t *slab, uint64_t slab_bytes,
-                                uint64_t piece, int *rc)
+                                uint64_t piece, uint64_t max, int *rc)
 {
     uint64_t total = (slab_bytes + piece - 1) / piece;
+    if (max && total > max)
+        total = max;
     unsigned want = total > MAX_REG_BUFS ? MAX_REG_BUFS : (unsigned)total;
     struct iovec *iov = calloc(want, sizeof *iov);
     *rc = -ENOMEM;
@@ -118,16 +121,31 @@ static unsigned register_pieces(uring_thread *u, uint8_t *slab, uint64_t slab_by
     return ok ? m : 0;
 }
 
-/* Pieces that fit RLIMIT_MEMLOCK: a quarter of it (the rings and the other
- * I/O threads' registrations count against the same limit), in whole pages;
- * 0 when the limit is unlimited or too small for a page. */
-static uint64_t memlock_piece(void)
+/* A ring's share of RLIMIT_MEMLOCK once the limit has refused a whole
+ * registration: half of it divided among the rings (every ring registers the
+ * slab again, and the rings' own memory may count too), in whole pages; 0
+ * when the limit is unlimited or too small for a page. Shared out, every
+ * ring gets some, whichever registers first (they register at once, in their
+ * threads). */
+static uint64_t memlock_share(uint32_t rings)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return 0;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    return (uint64_t)rl.rlim_cur / 4 / page * page;
+    return (uint64_t)rl.rlim_cur / 2 / (rings ? rings : 1) / page * page;
+}
+
+/* Pieces that fit RLIMIT_MEMLOCK: a quarter of it, and no more than a ring's
+ * share, in whole pages. */
+static uint64_t memlock_piece(uint64_t share)
+{
+    struct rlimit rl;
+    if (!share || getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+        return 0;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t quarter = (uint64_t)rl.rlim_cur / 4 / page * page;
+    return quarter < share ? quarter : share;
 }
 
 /* One buffer per slot (1 GiB pieces of larger slots) first: reads never
@@ -140,18 +158,21 @@ static void register_slab(reader_io_thread *t, uring_thread *u)
     sf_reader *r = t->r;
     uint64_t piece = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
     int rc;
-    unsigned n = register_pieces(u, r->slab, r->slab_bytes, piece, &rc);
-    uint64_t small = memlock_piece();
-    if ((uint64_t)n * piece < r->slab_bytes && small && small < piece) {
+    unsigned n = register_pieces(u, r->slab, r->slab_bytes, piece, 0, &rc);
+    uint64_t share = memlock_share(r->nthreads);
+    if ((uint64_t)n * piece < r->slab_bytes && rc == -ENOMEM && share) {
+        /* The limit binds (no CAP_IPC_LOCK): each ring takes its share, in
+         * slots where one fits it, else in smaller pieces. */
         if (n)
             io_uring_unregister_buffers(&u->ring);
-        int rc2;
-        unsigned n2 = register_pieces(u, r->slab, r->slab_bytes, small, &rc2);
-        if ((uint64_t)n2 * small > (uint64_t)n * piece || !n) {
-            n = n2, piece = small, rc = rc2;
-        } else if (n) {
-            register_pieces(u, r->slab, r->slab_bytes, piece, &rc); /* the first choice again */
-        }
+        int refused = rc; /* what the notice says: the limit refused the whole */
+        if (piece > share)
+            piece = memlock_piece(share);
+        n = piece ? register_pieces(u, r->slab, r->slab_bytes, piece, share / piece, &rc) : 0;
+        if (!rc)
+            rc = refused;
+        if (!n)
+            piece = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
     }
     u->chunk = piece;
     u->nbufs = n;
