@@ -7,11 +7,19 @@
 #
 # INPUT is anything pack takes (a directory of .npy files, an ImageFolder
 # tree, ...); PACK_OPTS adds pack options (e.g. PACK_OPTS="--align 64").
-# WORK_DIR receives a tar file and a dataset; it is removed and recreated.
+# WORK_DIR receives a tar file and a dataset: it must not exist yet (the
+# script makes it, with a marker file) or be one the script made, whose
+# tar files and dataset it replaces; any other folder is refused untouched.
 set -euo pipefail
 in=${1:?INPUT_DIR}; work=${2:?WORK_DIR}; jobs=${3:-$(nproc)}
 sf=${SHARDFEED:-$(dirname "$0")/../../build/shardfeed}
-rm -rf "$work"; mkdir -p "$work"
+marker=.shardfeed-pack-vs-tar
+if [ -e "$work" ] && [ ! -f "$work/$marker" ]; then
+    echo "pack-vs-tar.sh: $work exists and was not made by this script: give a new folder" >&2
+    exit 1
+fi
+mkdir -p "$work" && touch "$work/$marker"
+rm -rf "${work:?}/ds" "${work:?}/in.tar" "${work:?}/in2.tar"
 bytes=$(du -sb "$in" | cut -f1)
 
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); echo "$e - $s" | bc; }
