@@ -129,6 +129,7 @@ static int start_engine(sf_reader *r, const reader_engine_ops *ops)
         r->engine = NULL;
         return rc;
     }
+    r->nthreads_wanted = want;
     r->threads = calloc(want, sizeof *r->threads);
     if (!r->threads) {
         reader_engine_stop(r);

@@ -159,7 +159,7 @@ static void register_slab(reader_io_thread *t, uring_thread *u)
     uint64_t piece = r->layout.slot_bytes <= MAX_REG_BUF ? r->layout.slot_bytes : MAX_REG_BUF;
     int rc;
     unsigned n = register_pieces(u, r->slab, r->slab_bytes, piece, 0, &rc);
-    uint64_t share = memlock_share(r->nthreads);
+    uint64_t share = memlock_share(r->nthreads_wanted);
     if ((uint64_t)n * piece < r->slab_bytes && rc == -ENOMEM && share) {
         /* The limit binds (no CAP_IPC_LOCK): each ring takes its share, in
          * slots where one fits it, else in smaller pieces. */

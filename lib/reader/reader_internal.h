@@ -250,6 +250,8 @@ struct sf_reader {
     const reader_engine_ops *engine;
     reader_io_thread *threads;
     uint32_t nthreads;
+    uint32_t nthreads_wanted; /* set before any starts: the threads may read it (nthreads
+                               * grows as they start) */
     uint64_t registered;  /* uring: bytes of the slab registered in every ring */
 
     pthread_mutex_t lock;
