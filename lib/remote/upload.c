@@ -33,6 +33,10 @@
 #define RESPONSE_CAP (64u << 10) /* an error or a multipart answer; more is dropped */
 #define MAX_PARTS 10000u         /* S3's limit per upload */
 #define LOCK_NAME ".shardfeed.lock"
+/* Metadata a multipart upload's object carries: a token of that upload, so a
+ * retried completion whose first answer was lost can tell its own object
+ * from one an earlier push left under the same name. */
+#define UPLOAD_TOKEN_HEADER "x-amz-meta-shardfeed-upload"
 
 /* ---- One request, and its retries -------------------------------------------- */
 
@@ -42,6 +46,8 @@ typedef struct push_ctx {
     int retries;
     unsigned backoff_ms;
     unsigned seed; /* jitter */
+    const char *extra_header; /* one more header on each attempt of a request, or NULL */
+    bool last_retryable;      /* the last request's final failure was worth retrying */
     char errbuf[CURL_ERROR_SIZE];
 } push_ctx;
 
@@ -50,6 +56,7 @@ typedef struct body_src {
     const uint8_t *mem;
     int fd;
     uint64_t off, len, pos;
+    int read_errno; /* the local file failed or shrank (EIO): the upload stopped */
 } body_src;
 
 typedef struct response {
@@ -57,6 +64,8 @@ typedef struct response {
     char body[RESPONSE_CAP + 1];
     size_t body_len;
     char etag[256];
+    int64_t total_size; /* from Content-Range ("bytes 0-0/SIZE"), or -1 */
+    char upload_token[64]; /* x-amz-meta-shardfeed-upload (UPLOAD_TOKEN_HEADER) */
 } response;
 
 static size_t read_body(char *dst, size_t size, size_t n, void *arg)
@@ -71,8 +80,10 @@ static size_t read_body(char *dst, size_t size, size_t n, void *arg)
         memcpy(dst, b->mem + b->pos, want);
     } else {
         ssize_t got = pread(b->fd, dst, want, (off_t)(b->off + b->pos));
-        if (got <= 0) /* the file shrank or failed: abort, never send short */
+        if (got <= 0) { /* the file shrank or failed: abort, never send short */
+            b->read_errno = got < 0 ? errno : EIO;
             return CURL_READFUNC_ABORT;
+        }
         want = (uint64_t)got;
     }
     b->pos += want;
@@ -98,20 +109,47 @@ static size_t keep_response(char *src, size_t size, size_t n, void *arg)
     return len;
 }
 
-static size_t keep_etag(char *line, size_t size, size_t n, void *arg)
+/* A header's value when `line` is "name: value" (any case), trimmed; NULL otherwise. */
+static const char *header_value(const char *line, size_t len, const char *name, size_t *vlen)
+{
+    size_t n = strlen(name);
+    if (len <= n || strncasecmp(line, name, n) != 0 || line[n] != ':')
+        return NULL;
+    const char *v = line + n + 1;
+    size_t vl = len - n - 1;
+    while (vl && (*v == ' ' || *v == '\t'))
+        v++, vl--;
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+        vl--;
+    *vlen = vl;
+    return v;
+}
+
+/* Keeps the ETag (a part's, for completing a multipart upload) and the
+ * object size a Content-Range gives. */
+static size_t keep_headers(char *line, size_t size, size_t n, void *arg)
 {
     response *r = arg;
-    size_t len = size * n;
-    if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
-        const char *v = line + 5;
-        size_t vl = len - 5;
-        while (vl && (*v == ' ' || *v == '\t'))
-            v++, vl--;
-        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
-            vl--;
-        if (vl < sizeof r->etag) {
-            memcpy(r->etag, v, vl);
-            r->etag[vl] = '\0';
+    size_t len = size * n, vl;
+    const char *v;
+    if ((v = header_value(line, len, "etag", &vl)) != NULL && vl < sizeof r->etag) {
+        memcpy(r->etag, v, vl);
+        r->etag[vl] = '\0';
+    } else if ((v = header_value(line, len, UPLOAD_TOKEN_HEADER, &vl)) != NULL &&
+               vl < sizeof r->upload_token) {
+        memcpy(r->upload_token, v, vl);
+        r->upload_token[vl] = '\0';
+    } else if ((v = header_value(line, len, "content-range", &vl)) != NULL) {
+        const char *slash = memchr(v, '/', vl);
+        char digits[24];
+        size_t dl = slash ? vl - (size_t)(slash + 1 - v) : 0;
+        if (dl > 0 && dl < sizeof digits) {
+            memcpy(digits, slash + 1, dl);
+            digits[dl] = '\0';
+            char *end;
+            long long t = strtoll(digits, &end, 10);
+            if (*end == '\0' && t >= 0)
+                r->total_size = t;
         }
     }
     return len;
@@ -174,6 +212,7 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         CURL *c = p->curl;
         curl_easy_reset(c); /* keeps the connection cache */
         memset(r, 0, sizeof *r);
+        r->total_size = -1;
         p->errbuf[0] = '\0';
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -183,11 +222,22 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep_response);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_etag);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_headers);
         curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
         int rc = remote_curl_prepare(c, p->loc);
         if (rc)
             return rc;
+        struct curl_slist *headers = NULL;
+        if (p->extra_header) {
+            rc = remote_headers_append(&headers, p->loc);
+            struct curl_slist *h = rc ? NULL : curl_slist_append(headers, p->extra_header);
+            if (!h) {
+                curl_slist_free_all(headers);
+                return sf_fail(-ENOMEM, "%s %s: out of memory", method, what);
+            }
+            headers = h;
+            curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+        }
         if (strcmp(method, "PUT") == 0) {
             body->pos = 0;
             curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
@@ -207,15 +257,21 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         }
         cc = curl_easy_perform(c);
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(headers);
         error_body = cc == CURLE_OK && r->status == 200 && strcmp(method, "POST") == 0 &&
                      strstr(r->body, "<Error>") != NULL;
         if (cc == CURLE_OK && !error_body &&
             ((r->status >= 200 && r->status < 300) || (allow_404 && r->status == 404)))
             return 0;
-        if (attempt >= p->retries || !retryable(cc, r, error_body))
+        p->last_retryable = retryable(cc, r, error_body);
+        if (attempt >= p->retries || !p->last_retryable)
             break;
         backoff(p, attempt);
     }
+    if (cc == CURLE_ABORTED_BY_CALLBACK && body && body->read_errno)
+        return sf_fail(-body->read_errno, "%s %s: reading the local file failed (%s%s)", method, what,
+                       strerror(body->read_errno), body->read_errno == EIO ? ": did it shrink?" : "");
     if (cc != CURLE_OK)
         return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempts)", method, what,
                        p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1);
@@ -290,6 +346,7 @@ static void encode_query_value(char *out, size_t cap, const char *v)
 }
 
 typedef struct multipart {
+    char token[40];       /* UPLOAD_TOKEN_HEADER's value */
     char upload_id[1024]; /* percent-encoded for the query */
     char (*etags)[256];
     uint32_t parts;
@@ -335,6 +392,59 @@ static int complete_body(char **xml, size_t *len, const multipart *m)
     return 0;
 }
 
+/* After a failed CompleteMultipartUpload: an earlier attempt may have
+ * completed it and lost its answer (a reset), and the retries then fail
+ * (NoSuchUpload, or a 500 from stores that dropped the parts). True when the
+ * object is there with this upload's token and size. */
+static bool completed_earlier(push_ctx *p, response *r, const char *name, const char *token,
+                              uint64_t size)
+{
+    char detail[2048], *url = NULL, what[4400];
+    snprintf(detail, sizeof detail, "%s", sf_last_error());
+    object_what(what, sizeof what, p->loc, name);
+    int saved = p->retries;
+    p->retries = 0;
+    int rc = remote_object_url(&url, p->loc, name);
+    if (!rc)
+        rc = request(p, r, "GET", url, what, NULL, false);
+    p->retries = saved;
+    free(url);
+    if (!rc && strcmp(r->upload_token, token) == 0 && r->total_size >= 0 && (uint64_t)r->total_size == size)
+        return true;
+    sf_fail(0, "%s", detail); /* the completion's failure is the one to report */
+    return false;
+}
+
+/* CompleteMultipartUpload with its own retries: before each retry, whether
+ * an attempt whose answer was lost completed it after all. */
+static int mp_complete(push_ctx *p, response *r, const char *name, const multipart *m, uint64_t size,
+                       const char *what)
+{
+    char *xml = NULL, query[1100];
+    size_t len = 0;
+    snprintf(query, sizeof query, "uploadId=%s", m->upload_id);
+    int rc = complete_body(&xml, &len, m);
+    body_src b = {.mem = (const uint8_t *)xml, .len = len};
+    int retries = p->retries;
+    p->retries = 0;
+    for (int attempt = 0; !rc || rc == SF_E_REMOTE; attempt++) {
+        rc = mp_request(p, r, "POST", name, query, &b, what);
+        if (rc != SF_E_REMOTE)
+            break;
+        bool again = p->last_retryable && attempt < retries;
+        if (completed_earlier(p, r, name, m->token, size)) {
+            rc = 0;
+            break;
+        }
+        if (!again)
+            break;
+        backoff(p, attempt);
+    }
+    p->retries = retries;
+    free(xml);
+    return rc;
+}
+
 /* S3 multipart upload of [0, size) of `fd` as `name`, parts of `part_size`. */
 static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, uint64_t part_size)
 {
@@ -344,8 +454,14 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
     response *r = malloc(sizeof *r);
     m.etags = calloc(m.parts, sizeof m.etags[0]);
     int rc = r && m.etags ? 0 : -ENOMEM;
+    char token_header[128];
+    snprintf(m.token, sizeof m.token, "%08x%08x%08x", (unsigned)rand_r(&p->seed), (unsigned)rand_r(&p->seed),
+             (unsigned)time(NULL));
+    snprintf(token_header, sizeof token_header, "%s: %s", UPLOAD_TOKEN_HEADER, m.token);
+    p->extra_header = token_header;
     if (!rc)
         rc = mp_request(p, r, "POST", name, "uploads=", NULL, what);
+    p->extra_header = NULL;
     if (!rc) {
         char id[900];
         xml_text(id, sizeof id, r->body, "UploadId");
@@ -364,16 +480,8 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
         if (!rc)
             memcpy(m.etags[i], r->etag, sizeof m.etags[i]);
     }
-    if (!rc) {
-        char *xml = NULL, query[1100];
-        size_t len = 0;
-        snprintf(query, sizeof query, "uploadId=%s", m.upload_id);
-        rc = complete_body(&xml, &len, &m);
-        body_src b = {.mem = (const uint8_t *)xml, .len = len};
-        if (!rc)
-            rc = mp_request(p, r, "POST", name, query, &b, what);
-        free(xml);
-    }
+    if (!rc)
+        rc = mp_complete(p, r, name, &m, size, what);
     if (rc && rc != -ENOMEM && m.upload_id[0])
         mp_abort(p, r, name, &m, what);
     free(m.etags);

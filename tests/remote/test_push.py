@@ -120,6 +120,23 @@ class PushTest(unittest.TestCase):
         self.assertGreater(p.counts["reset"] + p.counts["drop"], 0)
         self.assert_uploaded(bucket, "ds")
 
+    def test_lost_answer_to_a_completed_multipart_upload(self):
+        # The first CompleteMultipartUpload of each shard is forwarded, then reset: the
+        # store completed it, the retry gets NoSuchUpload, and push finds the object whole.
+        bucket = self.new_bucket()
+        seen = set()
+
+        def first_complete(method, path):
+            if method != "POST" or "uploadId=" not in path or path in seen:
+                return False
+            seen.add(path)
+            return True
+
+        with servers.FaultProxy(self.s3.endpoint, {"reset": 1.0}, match=first_complete) as p:
+            self.push(self.ds, f"s3://{bucket}/ds", *SMALL_PARTS, "-q", endpoint=p.url, check=0)
+        self.assertEqual(p.counts["reset"], len([f for f in self.files if f.endswith(".sfs")]))
+        self.assert_uploaded(bucket, "ds")
+
     def test_failed_manifest_upload_leaves_no_manifest(self):
         # 500 on every PUT of the manifest: the error names it; no manifest is there.
         bucket = self.new_bucket()
