@@ -187,6 +187,25 @@ class PushTest(unittest.TestCase):
         self.push(self.ds, f"s3://{bucket}/ds", "-q", "--overwrite", check=0)
         self.assert_uploaded(bucket, "ds")
 
+    def test_credentials_from_a_profile_in_the_files(self):
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(os.path.join(home, ".aws"), exist_ok=True)
+        with open(os.path.join(home, ".aws", "credentials"), "w") as f:
+            f.write("[default]\naws_access_key_id = S3RVER\naws_secret_access_key = wrong\n"
+                    "[pusher]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n")
+        with open(os.path.join(home, ".aws", "config"), "w") as f:
+            f.write(f"[profile pusher]\nregion = us-east-1\nendpoint_url = {self.s3.endpoint}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(HOME=home, AWS_PROFILE="pusher")
+        bucket = self.new_bucket()
+        run("push", self.ds, f"s3://{bucket}/ds", "-q", env=env, check=0, timeout=120)
+        self.assert_uploaded(bucket, "ds")
+        # The default profile's wrong secret is refused by the signature check.
+        del env["AWS_PROFILE"]
+        env["AWS_ENDPOINT_URL"] = self.s3.endpoint
+        out = run("push", self.ds, f"s3://{bucket}/other", "-q", env=env, check=1, timeout=120)
+        self.assertIn("SignatureDoesNotMatch", out.stderr)
+
     def test_store_errors_are_named(self):
         out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", check=1)
         self.assertIn("s3://no-such-bucket/ds/shard-000000.sfs", out.stderr)
