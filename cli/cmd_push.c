@@ -1,4 +1,4 @@
-/* shardfeed push DATASET_DIR s3://BUCKET/PREFIX: upload a dataset, manifest last. */
+/* shardfeed push DATASET_DIR URL: upload a dataset (S3, or a web server taking PUT), manifest last. */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -62,7 +62,7 @@ int cmd_push(int argc, char **argv)
         }
     }
     if (argc - optind != 2)
-        return cli_usage_error("push", "needs DATASET_DIR and a URL (s3://BUCKET/PREFIX), got %d argument%s",
+        return cli_usage_error("push", "needs DATASET_DIR and a URL (s3://BUCKET/PREFIX or http(s)://...), got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
     const char *dir = argv[optind], *url = argv[optind + 1];
     opts.progress = print_progress;

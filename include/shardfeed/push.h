@@ -1,10 +1,12 @@
-/* shardfeed — push: upload a local dataset to an S3 (or S3-compatible) store.
+/* shardfeed — push: upload a local dataset to an S3 (or S3-compatible) store,
+ * or to a web server that takes PUT and DELETE (WebDAV: nginx's dav_methods).
  *
  * sf_push checks the dataset first (its manifest, and every shard's header,
  * footer and index against it: what opening it checks), then uploads every
  * shard file, and the manifest LAST, so a reader never finds a manifest
  * whose shards are not all there. Shards larger than multipart_threshold go
- * up as S3 multipart uploads of part_size parts. Each request is retried
+ * up to S3 as multipart uploads of part_size parts (to a web server, every
+ * file in one PUT). Each request is retried
  * with exponential backoff and jitter on a 5xx or 429 status and on a
  * transport failure (a reset, a timeout, a short answer); after the retries
  * the error (SF_E_REMOTE) names the object's URL, the HTTP status and the
@@ -50,12 +52,13 @@ typedef struct sf_push_opts {
 
 #define SF_PUSH_OPTS_INIT {SF_PUSH_OPTS_VERSION, 0, 0, -1, 0, 0, 0, 0}
 
-/* Uploads the dataset in folder `dataset_dir` to `url` (s3://BUCKET[/PREFIX]).
+/* Uploads the dataset in folder `dataset_dir` to `url` (s3://BUCKET[/PREFIX],
+ * or http(s)://HOST/PATH of a server taking PUT).
  * `opts` may be NULL (defaults). 0; a code from opening the dataset (its
  * files break the format: sf_is_data_error); SF_E_EXISTS (a dataset is
  * there and overwrite is 0); SF_E_REMOTE (the store failed a request after
- * the retries); SF_E_UNSUPPORTED (an http(s):// URL, or a build without
- * libcurl); SF_E_INVALID; -errno. On failure no manifest was uploaded (with
+ * the retries); SF_E_UNSUPPORTED (a build without libcurl); SF_E_INVALID;
+ * -errno. On failure no manifest was uploaded (with
  * overwrite, the old one is gone too): the destination is not a dataset. */
 SF_API int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts);
 

@@ -1,5 +1,5 @@
-/* sf_push: a local dataset up to an S3 store, shards first, manifest last
- * (shardfeed/push.h).
+/* sf_push: a local dataset up to an S3 store (or a web server taking PUT),
+ * shards first, manifest last (shardfeed/push.h).
  *
  * The manifest's bytes are read once, at the start, and those bytes are
  * what goes up last; every shard is checked against them (header, footer,
@@ -649,7 +649,8 @@ static int push_shard(push_ctx *p, const local_dataset *d, const sf_push_opts *o
     uint64_t part = o->part_size;
     if (size / part >= MAX_PARTS) /* S3 takes at most 10,000 parts */
         part = (size + MAX_PARTS - 1) / MAX_PARTS;
-    if (size > o->multipart_threshold) {
+    /* A plain web server (WebDAV PUT) has no multipart uploads: one PUT. */
+    if (size > o->multipart_threshold && remote_location_kind(p->loc) == REMOTE_S3) {
         rc = put_multipart(p, name, fd, size, part);
     } else {
         body_src b = {.fd = fd, .len = size};
@@ -695,12 +696,6 @@ int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
     rc = remote_location_open(&loc, url);
     if (rc)
         return rc;
-    if (remote_location_kind(loc) != REMOTE_S3) {
-        rc = sf_fail(SF_E_UNSUPPORTED, "%s: push uploads to s3:// only (an S3 or S3-compatible store; "
-                     "AWS_ENDPOINT_URL names one that is not AWS)", remote_location_display(loc));
-        remote_location_free(loc);
-        return rc;
-    }
     local_dataset d = {.dir = dataset_dir, .lock_fd = -1};
     rc = lock_shared(&d);
     if (!rc)

@@ -560,12 +560,14 @@ class S3Server:
 class Nginx:
     """Debian's nginx serving the folder `root` on 127.0.0.1 (Range requests
     answered 206 by its static module). `.url` is the server's root URL; a
-    file root/ds/manifest.sfm is at .url + "/ds/manifest.sfm". Its config,
-    logs and temporary folders live in `work` (default: a folder next to
-    `root`)."""
+    file root/ds/manifest.sfm is at .url + "/ds/manifest.sfm". `dav=True`
+    also takes PUT (folders created as needed) and DELETE, as a WebDAV
+    server does. Its config, logs and temporary folders live in `work`
+    (default: a folder next to `root`)."""
 
-    def __init__(self, root, work=None):
+    def __init__(self, root, work=None, dav=False):
         self.root = os.path.abspath(root)
+        self.dav = dav
         self.work = work or self.root.rstrip("/") + ".nginx"
         self._proc = None
         self.url = None
@@ -592,7 +594,9 @@ class Nginx:
             f"error_log {self.work}/error.log warn;", "events { worker_connections 256; }",
             "http {", "    access_log off;", "    default_type application/octet-stream;",
             *temps,
-            f"    server {{ listen {LOOPBACK}:{port}; root {self.root}; }}", "}", ""])
+            f"    server {{ listen {LOOPBACK}:{port}; root {self.root};",
+            "        dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0;"
+            if self.dav else "", "    }", "}", ""])
 
     def __enter__(self):
         exe = self.command()

@@ -218,14 +218,59 @@ class PushTest(unittest.TestCase):
         self.assertEqual(self.s3.list_keys(bucket), [])
 
     def test_usage(self):
-        out = self.push(self.ds, "http://127.0.0.1:1/ds", check=1)
-        self.assertIn("s3:// only", out.stderr)
         out = self.push(self.ds, check=1)
         self.assertIn("needs DATASET_DIR and a URL", out.stderr)
         out = self.push(self.ds, "s3://b/ds", "--part-size", "1KiB", check=1)
         self.assertIn("part size", out.stderr)
         out = self.push(os.path.join(self.tmp, "nothing-here"), "s3://bkt/ds", check=1)
         self.assertIn("no manifest", out.stderr)
+
+
+class HttpPushTest(unittest.TestCase):
+    """push to a web server that takes PUT (nginx with dav_methods): each file in one PUT."""
+
+    @classmethod
+    def setUpClass(cls):
+        servers.Nginx.command()
+        probe = run("push", "/nonexistent", "http://127.0.0.1:1/x")
+        if "built without libcurl" in probe.stderr:
+            raise unittest.SkipTest("this shardfeed was built without libcurl")
+        cls.tmp = scratch("push-http-")
+        cls.ds = os.path.join(cls.tmp, "ds")
+        write_samples(os.path.join(cls.tmp, "npy"), 100, shape=(3, 32, 32))
+        run("pack", os.path.join(cls.tmp, "npy"), "-o", cls.ds, "--shard-size", "256KiB", "-q", check=0)
+        cls.www = os.path.join(cls.tmp, "www")
+        os.makedirs(cls.www)
+        cls.nginx = servers.Nginx(cls.www, dav=True).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def assert_same_files(self, remote_dir):
+        self.assertEqual(dataset_files(remote_dir), dataset_files(self.ds))
+        for f in dataset_files(self.ds):
+            with open(os.path.join(self.ds, f), "rb") as a, open(os.path.join(remote_dir, f), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+
+    def test_put_with_500s_then_refused_then_overwritten(self):
+        with servers.FaultProxy(self.nginx.url, {"500": 0.1}, seed=2) as p:
+            run("push", self.ds, p.url + "/sets/one", "-q", check=0, timeout=120)
+        self.assertGreater(p.counts["500"], 0)
+        self.assertEqual(p.log[-1][:2], ("PUT", "/sets/one/manifest.sfm"))
+        self.assert_same_files(os.path.join(self.www, "sets", "one"))
+        out = run("push", self.ds, self.nginx.url + "/sets/one", check=1, timeout=120)
+        self.assertIn("already there", out.stderr)
+        run("push", self.ds, self.nginx.url + "/sets/one", "--overwrite", "-q", check=0, timeout=120)
+        self.assert_same_files(os.path.join(self.www, "sets", "one"))
+
+    def test_server_without_put(self):
+        plain = servers.Nginx(self.www, work=os.path.join(self.tmp, "plain.nginx"))
+        with plain:
+            out = run("push", self.ds, plain.url + "/ds", "--retries", "0", check=1, timeout=120)
+        self.assertIn(f"PUT {plain.url}/ds/shard-000000.sfs: HTTP 405", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.www, "ds")))
 
 
 if __name__ == "__main__":
