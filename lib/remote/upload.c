@@ -181,7 +181,9 @@ static bool retryable(CURLcode cc, const response *r, bool error_body)
         return cc != CURLE_URL_MALFORMAT && cc != CURLE_UNSUPPORTED_PROTOCOL &&
                cc != CURLE_ABORTED_BY_CALLBACK && cc != CURLE_READ_ERROR && cc != CURLE_OUT_OF_MEMORY &&
                cc != CURLE_LOGIN_DENIED;
-    return r->status == 429 || r->status >= 500 || error_body;
+    /* 408, and S3's 400 RequestTimeout (the store gave up on a slow body): try again, as AWS's SDKs do. */
+    return r->status == 429 || r->status >= 500 || r->status == 408 || error_body ||
+           (r->status == 400 && strstr(r->body, "<Code>RequestTimeout</Code>") != NULL);
 }
 
 static void backoff(push_ctx *p, int attempt)
@@ -273,8 +275,8 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         return sf_fail(-body->read_errno, "%s %s: reading the local file failed (%s%s)", method, what,
                        strerror(body->read_errno), body->read_errno == EIO ? ": did it shrink?" : "");
     if (cc != CURLE_OK)
-        return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempts)", method, what,
-                       p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1);
+        return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempt%s)", method, what,
+                       p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1, attempt ? "s" : "");
     char code[128], message[512];
     xml_text(code, sizeof code, r->body, "Code");
     xml_text(message, sizeof message, r->body, "Message");

@@ -216,6 +216,11 @@ class PushTest(unittest.TestCase):
         self.assertIn("HTTP 403 SignatureDoesNotMatch", out.stderr)
         self.assertNotIn("not-the-secret", out.stderr + out.stdout)
         self.assertEqual(self.s3.list_keys(bucket), [])
+        # Nothing listening: curl's reason, after the retries.
+        nobody = f"http://127.0.0.1:{servers.free_port()}"
+        out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "1", endpoint=nobody, check=1)
+        self.assertRegex(out.stderr, rf"GET s3://{bucket}/ds/manifest.sfm: .*(connect|Connection refused)"
+                                     r".* \(after 2 attempts\)")
 
     def test_usage(self):
         out = self.push(self.ds, check=1)
