@@ -37,7 +37,10 @@ enum sf_error {
     SF_E_EXISTS = -30911,      /* output already holds something else */
     SF_E_INVALID = -30912,     /* invalid argument or option */
     SF_E_STATE = -30913,       /* call not valid in this state */
-    SF_E_LAST = -30913
+    SF_E_REMOTE = -30914,      /* a remote store (s3://, http(s)://) failed or refused a request,
+                                  retries included: the detail names the URL, HTTP status and
+                                  the store's message */
+    SF_E_LAST = -30914
 };
 
 /* Static description of an error code (sf_error or -errno). Never NULL. */

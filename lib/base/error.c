@@ -95,6 +95,7 @@ const char *sf_strerror(int err)
     case SF_E_EXISTS: return "output already exists";
     case SF_E_INVALID: return "invalid argument";
     case SF_E_STATE: return "operation not valid in this state";
+    case SF_E_REMOTE: return "remote store request failed";
     default: break;
     }
     if (err < 0 && err > -4096)
