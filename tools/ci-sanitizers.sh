@@ -12,10 +12,18 @@
 #     path of `shardfeed bench` under TSan. Skipped without a CUDA toolkit
 #     (the headers and nvcc; no GPU needed).
 # Usage: tools/ci-sanitizers.sh [WORK_DIR]
+# WORK_DIR (default build-san) receives the builds and test data: it must not
+# exist yet (the script makes it, with a marker file) or be one the script
+# made, whose data/ it replaces; any other folder is refused untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-build-san}
-mkdir -p "$work"
+marker=.shardfeed-ci-sanitizers
+if [ -e "$work" ] && [ ! -f "$work/$marker" ]; then
+    echo "ci-sanitizers.sh: $work exists and was not made by this script (no $marker in it): give a new folder" >&2
+    exit 1
+fi
+mkdir -p "$work" && echo "made by tools/ci-sanitizers.sh; it replaces asan/ tsan/ plain/ fake*/ and data/ here" >"$work/$marker"
 jobs=$(nproc)
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
