@@ -78,6 +78,32 @@ class BenchImageTest(ScratchTest):
         p = self.bench(ds, "--image", "label=rrc:32", check=1)
         self.assertIn("not a variable-length field", p.stderr)
 
+    def test_decode_of_another_size_is_an_error_even_with_skip(self):
+        # Decode() takes every image at one size: one of another size is a configuration error
+        # naming the sample and both sizes, never a corrupt sample that --skip-corrupt drops.
+        from PIL import Image
+        tree = os.path.join(self.tmp, "tree")
+        img = Image.fromarray(skimage.data.astronaut()).resize((40, 30))
+        for c in range(2):
+            os.makedirs(os.path.join(tree, "class_%d" % c))
+            for i in range(3):
+                img.save(os.path.join(tree, "class_%d" % c, "img_%d.jpg" % i), quality=90)
+        img.resize((50, 30)).save(os.path.join(tree, "class_1", "img_1.jpg"), quality=90)
+        ds = os.path.join(self.tmp, "ds")
+        run("pack", tree, "-o", ds, "--quiet", check=0)
+        for skip in ([], ["--skip-corrupt"]):
+            for engine in ("pread", "mmap"):
+                p = self.bench(ds, "--image", "image=decode", "--engine", engine, *skip, check=1)
+                self.assertIn("key 'class_1/img_1.jpg'", p.stderr)
+                self.assertIn("(sample 4)", p.stderr)
+                self.assertIn("image of 50x30 pixels, but decoding without resizing makes 40x30", p.stderr)
+                self.assertNotIn("does not decode", p.stderr)
+        # Without the odd one, the same run delivers every image.
+        os.remove(os.path.join(tree, "class_1", "img_1.jpg"))
+        run("pack", tree, "-o", ds, "--quiet", "--force", check=0)
+        p = self.bench(ds, "--image", "image=decode", "--skip-corrupt")
+        self.assertEqual(json.loads(p.stdout)["corrupt_substitutions"], 0, p.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
