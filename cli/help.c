@@ -115,8 +115,9 @@ static const cli_command_help HELP[] = {
      "stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS",
      "Reads every batch of every epoch through the reader (checksums on unless\n"
      "--no-verify) and reports samples/s, GB/s, CPU seconds and peak RSS, how the\n"
-     "time split between waiting, I/O, checksums and device copies, and a verdict:\n"
-     "io-bound, checksum-bound, copy-bound or consumer-bound (the rule: see README,\n"
+     "time split between waiting, I/O, checksums, device copies and image decoding,\n"
+     "and a verdict: io-bound, checksum-bound, copy-bound, decode-bound or\n"
+     "consumer-bound (the rule: see README,\n"
      "\"Finding the bottleneck\").\n"
      "\n"
      "  --batch-size N         samples per batch (default 32)\n"

@@ -278,7 +278,7 @@ struct sf_reader {
     uint64_t order_want;  /* under lock */
 
     /* stats */
-    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
+    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns, st_decode_ns;
     atomic_uint_fast64_t st_devenq_ns;  /* I/O threads enqueuing device copies */
     atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
@@ -489,6 +489,14 @@ static inline void reader_account_time(sf_reader *r, uint64_t io_ns, uint64_t ha
     reader_trace *tr = reader_trace_on(r);
     if (tr)
         reader_trace_io_time(tr, io_ns, hash_ns);
+}
+
+/* I/O threads' time decoding images (transform.c), apart from reading: a
+ * reader limited by decoding is "decode-bound", not "io-bound". */
+static inline void reader_account_decode(sf_reader *r, uint64_t decode_ns)
+{
+    if (decode_ns)
+        atomic_fetch_add_explicit(&r->st_decode_ns, decode_ns, memory_order_relaxed);
 }
 
 #endif

@@ -104,6 +104,22 @@ class BenchImageTest(ScratchTest):
         p = self.bench(ds, "--image", "image=decode", "--skip-corrupt")
         self.assertEqual(json.loads(p.stdout)["corrupt_substitutions"], 0, p.stdout)
 
+    def test_decoding_is_its_own_stage_in_the_verdict(self):
+        # Decoding is not reading: a run limited by decoding says decode-bound, with the decode
+        # time apart from the I/O time; the same dataset read as bytes decodes nothing.
+        ds = self.make(16)
+        p = self.bench(ds, "--image", "image=rrc:64:flip", "--threads", 1, "--epochs", 3)
+        j = json.loads(p.stdout)
+        self.assertEqual(j["verdict"], "decode-bound", p.stdout)
+        self.assertGreater(j["decode_thread_s"], j["io_thread_s"], p.stdout)
+        self.assertGreater(j["fractions"]["decode_share"], j["fractions"]["io_share"], p.stdout)
+        text = run("bench", ds, "--batch-size", 4, "--image", "image=rrc:64", "--threads", 1, check=0).stdout
+        self.assertIn("verdict: decode-bound", text)
+        self.assertRegex(text, r"\d+\.\d+ s decoding images")
+        j = json.loads(self.bench(ds, "--threads", 1, "--epochs", 3).stdout)
+        self.assertEqual(j["decode_thread_s"], 0, j)
+        self.assertNotEqual(j["verdict"], "decode-bound", j)
+
 
 if __name__ == "__main__":
     unittest.main()

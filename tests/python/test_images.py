@@ -80,6 +80,15 @@ class ImageLoaderTest(unittest.TestCase):
                                                                          channels=1)}) as ld:
             self.assertEqual(tuple(next(iter(ld))["image"].shape), (8, 32, 32, 1))
 
+    def test_stats_count_decoding_apart_from_reading(self):
+        with self.loader(transforms={"image": shardfeed.image.RandomResizedCrop(64, **RRC)}) as ld:
+            for _ in ld:
+                pass
+            st = ld.stats()
+        self.assertGreater(st["decode_seconds"], st["io_seconds"], st)
+        self.assertGreater(st["fractions"]["decode_share"], 0.5, st)
+        self.assertEqual(st["verdict"], "decode-bound", st)
+
     def test_center_crop_pixels_are_torchvision_s(self):
         ds = shardfeed.open(self.ds)
         t = {"image": shardfeed.image.CenterCrop(96, resize=112, exact=True)}
