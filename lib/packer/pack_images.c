@@ -111,6 +111,11 @@ static int check_image(prepass *p, prepass_buffers *b, uint64_t s, uint32_t f, u
     image_header hd;
     int rc = image_probe(&hd, b->value, len);
     uint32_t w = 0, h = 0;
+    /* Refused before anything is allocated: an image within a large N
+     * would otherwise be decoded at its header's size. */
+    if (!rc && (uint64_t)hd.width * hd.height > IMAGE_DEFAULT_MAX_PIXELS)
+        rc = sf_fail(SF_E_LIMIT, "image of %ux%u pixels: more than the limit of %llu", hd.width, hd.height,
+                     (unsigned long long)IMAGE_DEFAULT_MAX_PIXELS);
     if (!rc)
         image_fit_size(&w, &h, hd.width, hd.height, p->im->max_side);
     int resize = !rc && (w != hd.width || h != hd.height);

@@ -187,10 +187,12 @@ class PackImagesTest(ScratchTest):
                            struct.pack(">IIBBBBB", 65535, 65535, 8, 2, 0, 0, 0) + bytes(68))):
             with open(victim, "wb") as f:
                 f.write(data)
-            p = self.pack("ds", "--image-max-side", N, "-j", 2, check=1)
-            self.assertIn(os.path.join("class_01", "img_broken.jpg") + ": not an image", p.stderr, why)
-            self.assertIn(why, p.stderr)
-            self.assertFalse(os.path.exists(os.path.join(self.tmp, "ds", "manifest.sfm")), why)
+            # With a side as large as the bomb's too: refused on its header, nothing allocated.
+            for side in (N, 65500):
+                p = self.pack("ds", "--image-max-side", side, "-j", 2, check=1)
+                self.assertIn(os.path.join("class_01", "img_broken.jpg") + ": not an image", p.stderr, why)
+                self.assertIn(why, p.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.tmp, "ds", "manifest.sfm")), why)
         # A list names the list's line and the file.
         lst = os.path.join(self.tmp, "list.csv")
         with open(lst, "w") as f:
