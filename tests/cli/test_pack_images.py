@@ -7,6 +7,7 @@ says what was done; a damaged image stops the pack naming its file. Checked with
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_pack_images.py -v
 """
 import io
+import json
 import os
 import shutil
 import struct
@@ -112,11 +113,17 @@ class PackImagesTest(ScratchTest):
             self.assertLess(diff, 6.0, key)
         self.assertGreater(larger, 20)
         self.assertEqual(self.reencode_entry("ds"), (N, 90, larger))
+        j = json.loads(run("inspect", os.path.join(self.tmp, "ds"), "--json", check=0).stdout)
+        self.assertEqual(j["image_reencode"], {"max_side": N, "quality": 90, "count": larger})
+        self.assertIn(f"images    at most {N} pixels on the longer side: {larger} re-encoded as JPEG quality 90",
+                      run("inspect", os.path.join(self.tmp, "ds"), check=0).stdout)
         run("verify", os.path.join(self.tmp, "ds"), check=0)
         # Without the option nothing is decoded, stored or recorded differently.
         self.pack("plain")
         self.assertEqual(self.records("plain"), files)
         self.assertIsNone(self.reencode_entry("plain"))
+        self.assertIsNone(json.loads(run("inspect", os.path.join(self.tmp, "plain"), "--json", check=0).stdout)
+                          ["image_reencode"])
 
     def test_reproducible_for_any_jobs(self):
         outs = []
