@@ -18,6 +18,9 @@ static const char *verdict_hint(const char *v)
                "records (--no-verify trades that for integrity; more --threads spread it)";
     if (strcmp(v, "copy-bound") == 0)
         return "the consumer waited for device copies more than for batches";
+    if (strcmp(v, "decode-bound") == 0)
+        return "the consumer waited for batches; the I/O threads spent most of their time decoding "
+               "images (more --threads, smaller images: pack --image-max-side)";
     return "no batch was delivered";
 }
 
@@ -38,11 +41,12 @@ static void json_measurements(const bench_result *res)
     printf(",\"samples_per_s\":%.1f,\"gb_per_s\":%.3f,\"cpu_s\":%.3f,\"peak_rss_kb\":%ld,"
            "\"seconds\":%.6f,\"open_seconds\":%.6f,\"samples\":%llu,\"batches\":%llu,"
            "\"bytes\":%llu,\"bytes_read\":%llu,\"wait_s\":%.6f,\"io_thread_s\":%.6f,\"checksum_thread_s\":%.6f,"
-           "\"corrupt_substitutions\":%llu,",
+           "\"decode_thread_s\":%.6f,\"corrupt_substitutions\":%llu,",
            samples_per_s(res), gb_per_s(res), res->cpu_s, res->peak_rss_kb, res->seconds, res->open_s,
            (unsigned long long)res->samples, (unsigned long long)res->batches,
            (unsigned long long)res->bytes, (unsigned long long)st->bytes_read, st->wait_seconds,
-           st->io_seconds, st->checksum_seconds, (unsigned long long)st->corrupt_substitutions);
+           st->io_seconds, st->checksum_seconds, st->decode_seconds,
+           (unsigned long long)st->corrupt_substitutions);
 }
 
 /* The verdict and the fractions it came from, as JSON members. */
@@ -53,12 +57,13 @@ static void json_verdict(const bench_result *res)
     printf("\"elapsed_s\":%.6f,\"device_enqueue_s\":%.6f,\"device_wait_s\":%.6f,"
            "\"device_copy_bytes\":%llu,\"device_copy_s\":%.6f,\"device_stream_wait_s\":%.6f,"
            "\"verdict\":\"%s\",\"fractions\":{\"consumer_wait\":%.4f,\"device_wait\":%.4f,"
-           "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f},",
+           "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f,"
+           "\"decode_share\":%.4f},",
            st->elapsed_seconds, st->device_enqueue_seconds, st->device_wait_seconds,
            (unsigned long long)st->device_copy_bytes, st->device_copy_seconds,
            st->device_stream_wait_seconds, vd->verdict,
            vd->consumer_wait, vd->device_wait, vd->io_busy, vd->io_share, vd->checksum_share,
-           vd->copy_share);
+           vd->copy_share, vd->decode_share);
 }
 
 static void json_trace(const bench_args *a, const bench_result *res)
@@ -119,9 +124,11 @@ static void bench_print_text_summary(const bench_args *a, const bench_result *re
            cli_bytes(b2, sizeof b2, (double)st->slab_bytes),
            st->registered_bytes == st->slab_bytes ? ", registered"
            : st->registered_bytes ? ", partly registered" : "");
-    printf("  consumer waited %.3f s; I/O threads: %.3f s reading, %.3f s checksumming%s\n",
-           st->wait_seconds, st->io_seconds, st->checksum_seconds,
-           a->o.verify == SF_VERIFY_ON ? "" : " (verify off)");
+    printf("  consumer waited %.3f s; I/O threads: %.3f s reading, %.3f s checksumming%s", st->wait_seconds,
+           st->io_seconds, st->checksum_seconds, a->o.verify == SF_VERIFY_ON ? "" : " (verify off)");
+    if (a->o.num_images)
+        printf(", %.3f s decoding images", st->decode_seconds);
+    printf("\n");
     if (st->corrupt_substitutions)
         printf("  %llu corrupt sample(s) substituted\n", (unsigned long long)st->corrupt_substitutions);
     if (a->o.device != SF_DEVICE_CPU)
@@ -146,10 +153,11 @@ static void bench_print_text_verdict(const bench_args *a, const bench_result *re
     printf("  verdict: %s: %s\n", vd->verdict, verdict_hint(vd->verdict));
     printf("    consumer waited %.1f%% of the time for batches and %.1f%% for copies (consumer-bound "
            "below %.0f%% together); I/O threads busy %.1f%%: reading %.1f%%, hashing %.1f%%, "
-           "enqueuing copies %.1f%%\n",
+           "enqueuing copies %.1f%%, decoding images %.1f%%\n",
            100 * vd->consumer_wait, 100 * vd->device_wait, 100 * SF_VERDICT_STALL_MAX, 100 * vd->io_busy,
-           100 * vd->io_share, 100 * vd->checksum_share, 100 * vd->copy_share);
-    if ((strcmp(vd->verdict, "io-bound") == 0 || strcmp(vd->verdict, "checksum-bound") == 0) &&
+           100 * vd->io_share, 100 * vd->checksum_share, 100 * vd->copy_share, 100 * vd->decode_share);
+    if ((strcmp(vd->verdict, "io-bound") == 0 || strcmp(vd->verdict, "checksum-bound") == 0 ||
+         strcmp(vd->verdict, "decode-bound") == 0) &&
         vd->io_busy < 0.5)
         printf("    (the I/O threads idled half the time while the consumer waited: more --prefetch "
                "or --threads may help more than faster storage)\n");

@@ -9,7 +9,8 @@
  *   stall < 10%                                  -> consumer-bound
  *   else copy waits > batch waits                -> copy-bound
  *   else the I/O threads' largest share of time: reading -> io-bound,
- *        hashing -> checksum-bound, enqueuing device copies -> copy-bound.
+ *        hashing -> checksum-bound, enqueuing device copies -> copy-bound,
+ *        decoding images -> decode-bound.
  * --consumer-sleep-us N makes the consumer sleep N us per batch while it
  * holds it (a stand-in for a model step), so a consumer-bound run can be
  * made on purpose; --trace FILE writes a Chrome/Perfetto trace of every

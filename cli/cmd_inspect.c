@@ -28,6 +28,26 @@ static void shape_text(char *buf, size_t cap, const sf_field_info *f)
         snprintf(buf + pos, cap - pos, f->ndim == 1 ? ",)" : ")");
 }
 
+/* The manifest's "image_reencode" (pack --image-max-side; SPEC.md
+ * "Metadata", checked when the dataset was opened): 1 with its numbers. */
+static int image_reencode(const sf_dataset *ds, uint32_t *side, uint32_t *quality, uint64_t *count)
+{
+    const void *v;
+    size_t len;
+    if (sf_dataset_metadata(&v, &len, ds, "image_reencode") != 0 || len != 16)
+        return 0;
+    const unsigned char *p = v;
+    *side = *quality = 0;
+    *count = 0;
+    for (int i = 3; i >= 0; i--) {
+        *side = *side << 8 | p[i];
+        *quality = *quality << 8 | p[4 + i];
+    }
+    for (int i = 7; i >= 0; i--)
+        *count = *count << 8 | p[8 + i];
+    return 1;
+}
+
 static void print_json(const sf_dataset *ds, const char *dir)
 {
     int major, minor;
@@ -68,7 +88,13 @@ static void print_json(const sf_dataset *ds, const char *dir)
         printf(i ? "," : "");
         cli_json_stringn(stdout, name, len);
     }
-    printf("]}\n");
+    uint32_t side, quality;
+    uint64_t count;
+    if (image_reencode(ds, &side, &quality, &count))
+        printf("],\"image_reencode\":{\"max_side\":%u,\"quality\":%u,\"count\":%llu}}\n", side, quality,
+               (unsigned long long)count);
+    else
+        printf("],\"image_reencode\":null}\n");
 }
 
 static void print_text(const sf_dataset *ds, const char *dir)
@@ -100,6 +126,11 @@ static void print_text(const sf_dataset *ds, const char *dir)
         }
         printf(nc > 20 ? ", ...\n" : "\n");
     }
+    uint32_t side, quality;
+    uint64_t count;
+    if (image_reencode(ds, &side, &quality, &count))
+        printf("images    at most %u pixels on the longer side: %llu re-encoded as JPEG quality %u at pack time\n",
+               side, (unsigned long long)count, quality);
     printf("fields\n");
     for (uint32_t i = 0; i < sf_dataset_num_fields(ds); i++) {
         sf_field_info f;

@@ -106,6 +106,7 @@ int cmd_pack(int argc, char **argv)
         {"shard-size", required_argument, NULL, 's'}, {"align", required_argument, NULL, 'a'},
         {"input-format", required_argument, NULL, 'i'}, {"compress", required_argument, NULL, 'c'},
         {"part", required_argument, NULL, 'p'}, {"force", no_argument, NULL, 'f'},
+        {"image-max-side", required_argument, NULL, 'M'}, {"image-quality", required_argument, NULL, 'Q'},
         {"quiet", no_argument, NULL, 'q'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     sf_pack_opts opts = SF_PACK_OPTS_INIT;
     const char *out = NULL;
@@ -154,6 +155,22 @@ int cmd_pack(int argc, char **argv)
             }
             part_given = 1;
             break;
+        case 'M':
+            if (cli_parse_uint(optarg, &v) || v == 0 || v > SF_PACK_MAX_IMAGE_SIDE) {
+                fprintf(stderr, "shardfeed pack: --image-max-side takes a number of pixels from 1 to %u, not '%s'\n",
+                        SF_PACK_MAX_IMAGE_SIDE, optarg);
+                return EXIT_USAGE;
+            }
+            opts.image_max_side = (uint32_t)v;
+            break;
+        case 'Q':
+            if (cli_parse_uint(optarg, &v) || v == 0 || v > 100) {
+                fprintf(stderr, "shardfeed pack: --image-quality takes a JPEG quality from 1 to 100, not '%s'\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            opts.image_quality = (uint32_t)v;
+            break;
         case 'f': opts.force = 1; break;
         case 'q': quiet = 1; break;
         default: return cli_help_option(c, "pack");
@@ -165,6 +182,9 @@ int cmd_pack(int argc, char **argv)
         return cli_usage_error("pack", "missing -o OUT_DIR (the dataset folder to write)");
     if (compress[0])
         opts.compress = compress;
+    if (opts.image_quality && !opts.image_max_side)
+        return cli_usage_error("pack", "--image-quality needs --image-max-side (only images larger than it are "
+                                       "re-encoded)");
     const char *from = NULL;
     if (!part_given) {
         int e = part_from_env(&opts.part_index, &opts.part_count, &from);

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define SF_PACK_OPTS_VERSION 1
+#define SF_PACK_OPTS_VERSION 2
 #define SF_PACK_DEFAULT_SHARD_SIZE (256ull << 20)
 #define SF_PACK_DEFAULT_ALIGN 4096u
 
@@ -38,9 +38,18 @@ typedef struct sf_pack_opts {
      * whole dataset, as a dataset of its own (merge them with
      * sf_pack_merge). */
     uint32_t part_index, part_count;
+    /* Version 2. image_max_side > 0: every image of the input's image
+     * fields (an ImageFolder's "image", a list's "data", a tar's "jpg",
+     * "jpeg", "png" and "webp") is decoded, and one whose longer side
+     * exceeds image_max_side is stored re-encoded: resized to fit (aspect
+     * kept), an RGB JPEG of image_quality (1..100; 0: 90). Smaller images
+     * are stored unchanged. A value that does not decode fails the pack,
+     * naming its file. 0: values stored unchanged, nothing decoded. */
+    uint32_t image_max_side;
+    uint32_t image_quality;
 } sf_pack_opts;
 
-#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0}
+#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0, 0, 0}
 
 typedef struct sf_pack_result {
     uint64_t samples;

@@ -27,6 +27,8 @@ extern "C" {
 #define SF_PACK_MIN_ZSTD_LEVEL 1         /* "FIELD=zstd:LEVEL" in sf_pack_opts.compress */
 #define SF_PACK_MAX_ZSTD_LEVEL 19
 #define SF_VERIFY_MAX_JOBS 1024u         /* sf_verify_opts.jobs */
+#define SF_PACK_MAX_IMAGE_SIDE 65500u    /* sf_pack_opts.image_max_side (JPEG's largest side) */
+#define SF_PACK_DEFAULT_IMAGE_QUALITY 90u /* sf_pack_opts.image_quality 0 */
 
 typedef enum sf_param {
     SF_PARAM_READER_BATCH_SIZE,

@@ -387,7 +387,7 @@ typedef struct sf_reader_statistics {
                                        checksum failed */
     double wait_seconds;      /* time the caller spent blocked in sf_reader_next */
     double io_seconds;        /* I/O thread-seconds in reads (syscalls, ring waits, copies, and
-                                 decompressing compressed fields) */
+                                 decompressing compressed fields); not image decoding */
     double checksum_seconds;  /* I/O thread-seconds hashing records */
     /* What the reader runs with, after defaults and fallbacks: */
     const char *engine;       /* "uring", "pread" or "mmap" */
@@ -421,6 +421,8 @@ typedef struct sf_reader_statistics {
     double device_stream_wait_seconds; /* time consumers' streams stalled on the device waiting
                                           for copies after sf_batch_wait_on (CUDA: timed with
                                           events around the wait; Python imports use it) */
+    double decode_seconds;    /* I/O thread-seconds decoding, cropping and resizing images
+                                 (image fields: sf_reader_opts.images) */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
@@ -440,7 +442,8 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
  *      batches;
  *   3. otherwise the caller waited for the reader; the largest of the I/O
  *      threads' times names the stage: io_seconds "io-bound",
- *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound".
+ *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound",
+ *      decode_seconds (images) "decode-bound".
  *
  * (Decompression of compressed fields is counted in io_seconds: a separate
  * "decompress-bound" verdict is not implemented.)
@@ -451,15 +454,16 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
 #define SF_VERDICT_STALL_MAX 0.10
 
 typedef struct sf_reader_bottleneck {
-    const char *verdict;   /* "io-bound", "checksum-bound", "copy-bound", "consumer-bound",
-                              or "none" (static strings) */
+    const char *verdict;   /* "io-bound", "checksum-bound", "copy-bound", "decode-bound",
+                              "consumer-bound", or "none" (static strings) */
     double consumer_wait;  /* wait_seconds / elapsed_seconds */
     double device_wait;    /* copy_wait / elapsed_seconds */
-    double io_busy;        /* (io + checksum + device_enqueue) thread-seconds
+    double io_busy;        /* (io + checksum + device_enqueue + decode) thread-seconds
                               / (io_threads * elapsed_seconds) */
-    double io_share;       /* io_seconds / (io + checksum + device_enqueue) */
+    double io_share;       /* io_seconds / (io + checksum + device_enqueue + decode) */
     double checksum_share; /* checksum_seconds / (the same) */
     double copy_share;     /* device_enqueue_seconds / (the same) */
+    double decode_share;   /* decode_seconds / (the same) */
 } sf_reader_bottleneck;
 
 SF_API int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st);

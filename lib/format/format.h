@@ -223,6 +223,8 @@ void sf_manifest_clear(sf_manifest *m);
 /* "part_input" (1.2): u64 files hash, u64 values hash of the input the
  * part was planned from; merge compares them across parts. */
 #define SF_PART_INPUT_SIZE 16
+/* Bytes of the "image_reencode" metadata value (SPEC.md "Metadata"). */
+#define SF_IMAGE_REENCODE_SIZE 16
 
 /* Minimum and maximum possible size of a manifest file, for callers that
  * must cap a read before allocating. */

@@ -96,6 +96,14 @@ static int check_known(const uint8_t *key, uint32_t klen, const uint8_t *v, uint
     }
     if (key_is(key, klen, "part_input") && vlen != SF_PART_INPUT_SIZE)
         return sf_fail(SF_E_CORRUPT, "metadata part_input: %u bytes, not %u", vlen, SF_PART_INPUT_SIZE);
+    if (key_is(key, klen, "image_reencode")) {
+        if (vlen != SF_IMAGE_REENCODE_SIZE)
+            return sf_fail(SF_E_CORRUPT, "metadata image_reencode: %u bytes, not %u", vlen,
+                           SF_IMAGE_REENCODE_SIZE);
+        uint32_t side = sf_get_le32(v), quality = sf_get_le32(v + 4);
+        if (side == 0 || quality < 1 || quality > 100)
+            return sf_fail(SF_E_CORRUPT, "metadata image_reencode: max side %u, quality %u", side, quality);
+    }
     return 0;
 }
 
@@ -301,4 +309,29 @@ int sf_metadata_part(sf_part_info *out, const sf_manifest *m)
 int sf_metadata_is_part_key(const uint8_t *key, uint32_t key_len)
 {
     return key_is(key, key_len, "part") || key_is(key, key_len, "part_input");
+}
+
+/* ---- "image_reencode" ---- */
+
+int sf_metadata_add_image_reencode(sf_metadata_builder *b, const sf_image_reencode *r)
+{
+    uint8_t v[SF_IMAGE_REENCODE_SIZE];
+    sf_put_le32(v, r->max_side);
+    sf_put_le32(v + 4, r->quality);
+    sf_put_le64(v + 8, r->count);
+    return sf_metadata_add(b, "image_reencode", v, sizeof v);
+}
+
+int sf_metadata_image_reencode(sf_image_reencode *out, const sf_manifest *m)
+{
+    const uint8_t *v;
+    uint32_t len;
+    memset(out, 0, sizeof *out);
+    if (!sf_metadata_find(&v, &len, m, "image_reencode"))
+        return 0;
+    /* Size checked by sf_metadata_check. */
+    out->max_side = sf_get_le32(v);
+    out->quality = sf_get_le32(v + 4);
+    out->count = sf_get_le64(v + 8);
+    return 1;
 }

@@ -88,4 +88,18 @@ int sf_metadata_part(sf_part_info *out, const sf_manifest *m);
  * drops them. */
 int sf_metadata_is_part_key(const uint8_t *key, uint32_t key_len);
 
+/* ---- "image_reencode" ---- */
+
+/* What pack --image-max-side did: images whose longer side exceeded
+ * max_side were re-encoded as JPEG of `quality`, `count` of them. */
+typedef struct sf_image_reencode {
+    uint32_t max_side, quality;
+    uint64_t count;
+} sf_image_reencode;
+
+/* Appends "image_reencode". */
+int sf_metadata_add_image_reencode(sf_metadata_builder *b, const sf_image_reencode *r);
+/* 1 with *out set when a decoded manifest has "image_reencode", else 0. */
+int sf_metadata_image_reencode(sf_image_reencode *out, const sf_manifest *m);
+
 #endif

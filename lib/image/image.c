@@ -82,7 +82,8 @@ int image_transform(uint8_t *out, const image_spec *spec, uint64_t key, const ui
     if (spec->mode == IMAGE_MODE_DECODE && (hd.width != spec->out_w || hd.height != spec->out_h))
         return sf_fail(SF_E_SCHEMA,
                        "image of %ux%u pixels, but decoding without resizing makes %ux%u "
-                       "(every image must have the first one's size; resize or crop instead)",
+                       "(every image must have the first one's size, or Decode's size=; resize or crop "
+                       "instead)",
                        hd.width, hd.height, spec->out_w, spec->out_h);
     image_rng g;
     image_rng_init(&g, key);

@@ -32,7 +32,8 @@ enum image_format { IMAGE_UNKNOWN = 0, IMAGE_JPEG, IMAGE_PNG, IMAGE_WEBP };
 enum image_mode {
     IMAGE_MODE_DECODE = 1, /* no resizing: the image must be out_h x out_w */
     IMAGE_MODE_RRC = 2,    /* RandomResizedCrop(out, scale, ratio) */
-    IMAGE_MODE_CENTER = 3  /* Resize(shorter side = resize) then CenterCrop(out) */
+    IMAGE_MODE_CENTER = 3, /* Resize(shorter side = resize) then CenterCrop(out) */
+    IMAGE_MODE_RESIZE = 4  /* the whole image to out_h x out_w (pack's --image-max-side) */
 };
 
 /* PIL's Image.MAX_IMAGE_PIXELS times two, where PIL refuses an image
@@ -165,5 +166,17 @@ static inline uint8_t image_luma(uint8_t r, uint8_t g, uint8_t b)
  * out_h x out_w), -ENOMEM. */
 int image_transform(uint8_t *out, const image_spec *spec, uint64_t key, const uint8_t *data,
                     size_t len, image_scratch *s);
+
+/* Pack's re-encoding (--image-max-side, --image-quality). */
+/* The size of a width x height image fitted within max_side: unchanged
+ * when both sides are within it, else the longer side max_side and the
+ * shorter its share, rounded to the nearest, at least 1. */
+void image_fit_size(uint32_t *w, uint32_t *h, uint32_t width, uint32_t height, uint32_t max_side);
+/* width x height RGB pixels (HWC) to a baseline JPEG of quality 1..100:
+ * *out is malloc'd (free it), *len its bytes. -ENOMEM, or SF_E_INVALID
+ * with libjpeg's words. Deterministic: the same pixels and quality give
+ * the same bytes. */
+int image_jpeg_encode(uint8_t **out, size_t *len, const uint8_t *rgb, uint32_t width, uint32_t height,
+                      int quality);
 
 #endif

@@ -150,6 +150,9 @@ void image_plan_make(image_plan *out, const image_spec *spec, uint32_t width, ui
         resized_size(&rw, &rh, width, height, spec->resize);
         axis_set(&out->x, 0, width, rw, center_offset(rw, spec->out_w), spec->out_w);
         axis_set(&out->y, 0, height, rh, center_offset(rh, spec->out_h), spec->out_h);
+    } else if (spec->mode == IMAGE_MODE_RESIZE) {
+        axis_set(&out->x, 0, width, spec->out_w, 0, spec->out_w);
+        axis_set(&out->y, 0, height, spec->out_h, 0, spec->out_h);
     } else {
         axis_set(&out->x, 0, width, width, 0, spec->out_w);
         axis_set(&out->y, 0, height, height, 0, spec->out_h);

@@ -111,6 +111,15 @@ int input_open(input_set *in, const char *path, const char *format)
     return f->discover(in, path);
 }
 
+void input_value_source(char *buf, size_t cap, const input_set *in, uint64_t sample, uint32_t field)
+{
+    if (in->ops->value_source)
+        in->ops->value_source(buf, cap, in, sample, field);
+    else
+        snprintf(buf, cap, "%s: sample '%s', field '%s'", in->path, in->keys[sample],
+                 in->schema.fields[field].name);
+}
+
 void input_free(input_set *in)
 {
     if (!in)

@@ -91,6 +91,10 @@ typedef struct input_format {
                 uint8_t *dst);
     void (*cursor_close)(void *cursor);
     void (*free)(struct input_set *in); /* frees in->priv; NULL: nothing to free */
+    /* Where the value of `field` of `sample` comes from, for messages about
+     * its content (pack's image checks): the file's path. NULL: the input's
+     * path with the sample's key and the field's name. */
+    void (*value_source)(char *buf, size_t cap, const struct input_set *in, uint64_t sample, uint32_t field);
     input_export export; /* writing a dataset back in this format's layout */
 } input_format;
 
@@ -131,6 +135,9 @@ const input_format *input_format_find(const char *name);
  * input_free. */
 int input_open(input_set *in, const char *path, const char *format);
 void input_free(input_set *in);
+/* Where the value of `field` of `sample` comes from, for messages: its
+ * file's path where the format knows it (input_format.value_source). */
+void input_value_source(char *buf, size_t cap, const input_set *in, uint64_t sample, uint32_t field);
 /* The identity of the input's files: a hash of files_sum and file_count. */
 uint64_t input_files_hash(const input_set *in);
 

@@ -429,6 +429,12 @@ static int if_detect(const char *name, int is_dir)
     return is_dir;
 }
 
+static void if_value_source(char *buf, size_t cap, const input_set *in, uint64_t sample, uint32_t field)
+{
+    (void)field;
+    snprintf(buf, cap, "%s/%s", in->path, in->keys[sample]);
+}
+
 const input_format input_format_imagefolder = {
     .name = "imagefolder",
     .dir_hint = "class folders",
@@ -438,6 +444,7 @@ const input_format input_format_imagefolder = {
     .read = if_read,
     .cursor_close = input_no_cursor_close,
     .free = if_free,
+    .value_source = if_value_source,
     /* ROOT/<class>/<file>, byte for byte the packed tree: the key is the path. */
     .export = {.layout = input_data_file_layout, .file_name = input_data_file_name},
 };

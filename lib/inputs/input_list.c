@@ -703,6 +703,15 @@ static int list_detect(const char *name, int is_dir)
                        input_ends_with(name, ".txt"));
 }
 
+/* LIST:LINE: PATH, as the list's other messages about a row's file. */
+static void list_value_source(char *buf, size_t cap, const input_set *in, uint64_t s, uint32_t f)
+{
+    const list_priv *p = in->priv;
+    char *path = p->cols[f].kind == COL_FILE ? full_path(p, p->arena + p->cols[f].v[s]) : NULL;
+    snprintf(buf, cap, "%s:%llu: %s", in->path, (unsigned long long)p->line[s], path ? path : in->keys[s]);
+    free(path);
+}
+
 const input_format input_format_list = {
     .name = "list",
     .file_hint = "a .csv, .tsv or .txt list",
@@ -712,6 +721,7 @@ const input_format input_format_list = {
     .read = list_read,
     .cursor_close = input_no_cursor_close,
     .free = list_free,
+    .value_source = list_value_source,
     .export = {.layout = input_data_file_layout,
                .file_name = input_data_file_name,
                .list_name = "list.csv",

@@ -3,6 +3,7 @@
  * write (or prove) shards on worker threads, write the manifest last. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -83,7 +84,8 @@ static double now_s(void)
 
 /* The manifest of the dataset, encoded into *out (*size bytes, malloc'd). */
 static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, const pack_plan *plan,
-                           const pack_shard_result *results, const sf_part_info *part)
+                           const pack_shard_result *results, const sf_part_info *part,
+                           const pack_images *images)
 {
     const pack_shard_plan *last = &plan->shards[plan->shard_count - 1];
     sf_manifest m = {
@@ -95,7 +97,7 @@ static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, c
         .schema = in->schema,
         .shard_count = plan->shard_count,
     };
-    int rc = pack_metadata_encode(&m.metadata, &m.metadata_size, in, part);
+    int rc = pack_metadata_encode(&m.metadata, &m.metadata_size, in, part, images);
     if (rc)
         return rc;
     m.shards = calloc(plan->shard_count, sizeof *m.shards);
@@ -123,12 +125,12 @@ static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, c
  * complete and every shard was proven, checks that the manifest there is
  * byte for byte the one this run writes, writing nothing. */
 static int finish_manifest(const char *out, const input_set *in, const pack_plan *plan,
-                           const pack_shard_result *results, const sf_part_info *part, int prove_only,
-                           uint64_t *bytes)
+                           const pack_shard_result *results, const sf_part_info *part,
+                           const pack_images *images, int prove_only, uint64_t *bytes)
 {
     uint8_t *buf = NULL;
     uint64_t size = 0;
-    int rc = encode_manifest(&buf, &size, in, plan, results, part);
+    int rc = encode_manifest(&buf, &size, in, plan, results, part, images);
     if (!rc && !prove_only) {
         rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
     } else if (!rc) {
@@ -202,7 +204,8 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
 
 /* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts
  * merged are the very shards a single pack writes. */
-static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, uint32_t k, uint32_t n)
+static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, const pack_images *images,
+                     uint32_t k, uint32_t n)
 {
     uint64_t shards = plan->shard_count;
     if (k >= n)
@@ -226,7 +229,7 @@ static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, u
         .has_input = 1,
         .files_hash = input_files_hash(in),
     };
-    int rc = pack_plan_values_hash(&part->values_hash, plan, in);
+    int rc = pack_plan_values_hash(&part->values_hash, plan, in, images);
     if (rc)
         return rc;
     /* Little-endian like every stored number: the same id on every machine. */
@@ -239,14 +242,33 @@ static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, u
     return pack_plan_slice(plan, first, end - first, id ? id : 1);
 }
 
-int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, const sf_pack_opts *opts)
+/* The image options: both within their bounds, the quality only with a
+ * side (alone it would do nothing). */
+static int check_image_opts(const sf_pack_opts *o)
 {
-    static const sf_pack_opts defaults = SF_PACK_OPTS_INIT;
-    if (!opts)
-        opts = &defaults;
+    if (o->image_max_side > SF_PACK_MAX_IMAGE_SIDE)
+        return sf_fail(SF_E_INVALID, "image_max_side %u is not in 1..%u", o->image_max_side, SF_PACK_MAX_IMAGE_SIDE);
+    if (o->image_quality > 100)
+        return sf_fail(SF_E_INVALID, "image_quality %u is not in 1..100", o->image_quality);
+    if (o->image_quality && !o->image_max_side)
+        return sf_fail(SF_E_INVALID, "image_quality without image_max_side: images are re-encoded only when "
+                                     "larger than image_max_side");
+    return 0;
+}
+
+int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, const sf_pack_opts *given)
+{
+    sf_pack_opts o = SF_PACK_OPTS_INIT;
+    const sf_pack_opts *opts = &o;
     if (!input || !output_dir)
         return sf_fail(SF_E_INVALID, "sf_pack: no input or no output folder");
-    int vrc = sf_check_opts_version("sf_pack_opts", opts->version, SF_PACK_OPTS_VERSION);
+    int vrc = given ? sf_check_opts_version("sf_pack_opts", given->version, SF_PACK_OPTS_VERSION) : 0;
+    if (vrc)
+        return vrc;
+    /* A version-1 struct ends before the image options: read only what it has. */
+    if (given)
+        memcpy(&o, given, given->version >= 2 ? sizeof o : offsetof(sf_pack_opts, image_max_side));
+    vrc = check_image_opts(opts);
     if (!vrc && opts->jobs)
         vrc = sf_check_param(SF_PARAM_PACK_JOBS, opts->jobs);
     if (!vrc && opts->shard_size)
@@ -275,6 +297,9 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     uint8_t *reuse = NULL;
     pack_shard_result *results = NULL;
     pack_outdir_state state = PACK_OUT_WRITE;
+    pack_images images;
+    memset(&images, 0, sizeof images);
+    images.spool_fd = -1;
     /* For the whole run, taken before anything in the folder is looked at:
      * two runs writing one folder would remove each other's files. First,
      * so that a second run stops at once rather than after discovery. */
@@ -287,9 +312,13 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc && in.sample_count == 0)
         rc = sf_fail(SF_E_INPUT, "%s: no samples", input);
     if (!rc)
-        rc = pack_make_plan(&plan, &in, align, shard_size, levels);
+        rc = pack_images_prepare(&images, &in, opts->image_max_side,
+                                 opts->image_quality ? opts->image_quality : SF_PACK_DEFAULT_IMAGE_QUALITY, jobs,
+                                 output_dir);
+    if (!rc)
+        rc = pack_make_plan(&plan, &in, align, shard_size, levels, &images);
     if (!rc && opts->part_count)
-        rc = take_part(&plan, &part, &in, opts->part_index, opts->part_count);
+        rc = take_part(&plan, &part, &in, &images, opts->part_index, opts->part_count);
     if (!rc) {
         reuse = calloc(plan.shard_count, 1);
         results = calloc(plan.shard_count, sizeof *results);
@@ -310,7 +339,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc) {
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->finished, NULL);
-        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &p->abort, &p->samples_done, &p->bytes_done};
+        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &images, &p->abort, &p->samples_done, &p->bytes_done};
         p->reuse = reuse;
         p->prove_only = state == PACK_OUT_COMPLETE;
         p->results = results;
@@ -329,7 +358,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
                      output_dir, why);
     }
     if (!rc)
-        rc = finish_manifest(output_dir, &in, &plan, results, &part, state == PACK_OUT_COMPLETE,
+        rc = finish_manifest(output_dir, &in, &plan, results, &part, &images, state == PACK_OUT_COMPLETE,
                              &manifest_bytes);
     if (!rc && opts->progress)
         opts->progress(opts->progress_ctx, samples, samples, atomic_load(&p->bytes_done));
@@ -356,6 +385,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     free(reuse);
     free(results);
     pack_plan_free(&plan);
+    pack_images_free(&images);
     input_free(&in);
     return rc;
 }

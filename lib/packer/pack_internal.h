@@ -18,11 +18,38 @@
  * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
 int pack_explain_fd_limit(int rc);
 
+/* Images re-encoded at pack time (lib/packer/pack_images.c: why a
+ * pre-pass, and what it costs). */
+typedef struct pack_images {
+    uint32_t max_side;  /* 0: off, values stored as the input has them */
+    uint32_t quality;
+    uint8_t is_image[SF_MAX_FIELDS];
+    int spool_fd;       /* the re-encoded images; -1: none */
+    uint64_t *spooled;  /* [sample * field_count + field]: offset in the spool + 1; 0: the input's value */
+    uint64_t reencoded; /* images re-encoded */
+} pack_images;
+
+/* With max_side 0, only initialises *im (off). Else decodes every image of
+ * the input's image fields on `jobs` threads, re-encodes those larger than
+ * max_side into a spool in spool_dir, and sets in->sizes to the sizes
+ * stored. A value that does not decode fails, naming its file. Needs
+ * pack_images_free, also after a failure. */
+int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint32_t quality, unsigned jobs,
+                        const char *spool_dir);
+void pack_images_free(pack_images *im);
+/* The value pack stores for (sample, field), in->sizes[...] bytes into dst:
+ * the re-encoded image, or the input's value (in->ops->read through the
+ * caller's cursor). im NULL: the input's. */
+int pack_read_value(const pack_images *im, void *cursor, const input_set *in, uint64_t sample, uint32_t field,
+                    uint8_t *dst);
+
 /* The manifest metadata pack writes (SPEC.md "Metadata", metadata.h):
- * "source", "class_names" when the input has classes, and "part" and
- * "part_input" for one part of a --part run (part NULL or count 0: none).
+ * "source", "class_names" when the input has classes, "part" and
+ * "part_input" for one part of a --part run (part NULL or count 0: none),
+ * "image_reencode" when images were re-encoded (images NULL or off: none).
  * Returns a malloc'd buffer. */
-int pack_metadata_encode(uint8_t **out, uint32_t *size, const input_set *in, const sf_part_info *part);
+int pack_metadata_encode(uint8_t **out, uint32_t *size, const input_set *in, const sf_part_info *part,
+                         const pack_images *images);
 
 /* Where each shard's records go, decided before anything is written. */
 typedef struct pack_shard_plan {
@@ -41,13 +68,14 @@ typedef struct pack_plan {
 } pack_plan;
 
 /* Cuts the samples into shards of at most shard_size bytes each, counting
- * values uncompressed (so the cut does not depend on compression). */
+ * values uncompressed (so the cut does not depend on compression). The
+ * image options (when on) are part of the dataset_id. */
 int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_t shard_size,
-                   const int *levels);
+                   const int *levels, const pack_images *images);
 /* XXH3-64 of the values of the first record of every shard of the plan,
- * read from the input: a sample of the content (the plan itself only knows
- * names and sizes) that every part of a --part run reads alike. */
-int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set *in);
+ * as stored (pack_read_value): a sample of the content (the plan itself
+ * only knows names and sizes) that every part of a --part run reads alike. */
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set *in, const pack_images *images);
 /* Keeps shards [first, first + count) of a plan, renumbered from 0, for
  * one part of a --part run; sets the part's dataset_id. */
 int pack_plan_slice(pack_plan *plan, uint64_t first, uint64_t count, uint64_t part_id);
@@ -121,6 +149,7 @@ typedef struct pack_writer_ctx {
     const input_set *in;
     const pack_plan *plan;
     const char *out_dir;
+    const pack_images *images;     /* re-encoded values */
     atomic_int *abort;             /* set by any worker on failure */
     _Atomic uint64_t *samples_done;
     _Atomic uint64_t *bytes_done;

@@ -21,7 +21,7 @@ static void hash_u64(XXH3_state_t *st, uint64_t v)
 /* dataset_id: XXH3-64 over what determines the output, so a re-run of the
  * same command recognises its own shards and a different input does not. */
 static uint64_t dataset_id(const input_set *in, uint32_t align, uint64_t shard_size,
-                           const int *levels)
+                           const int *levels, const pack_images *images)
 {
     XXH3_state_t *st = XXH3_createState();
     if (!st)
@@ -38,6 +38,13 @@ static uint64_t dataset_id(const input_set *in, uint32_t align, uint64_t shard_s
         hash_u64(st, (uint64_t)(int64_t)levels[f]);
     hash_u64(st, align);
     hash_u64(st, shard_size);
+    /* Only when on, so that the ids of packs without them stay as they were. */
+    if (images && images->max_side) {
+        static const char image_tag[] = "image_reencode";
+        XXH3_64bits_update(st, image_tag, sizeof image_tag);
+        hash_u64(st, images->max_side);
+        hash_u64(st, images->quality);
+    }
     hash_u64(st, in->class_count);
     for (uint32_t c = 0; c < in->class_count; c++)
         XXH3_64bits_update(st, in->class_names[c], strlen(in->class_names[c]) + 1);
@@ -68,7 +75,7 @@ static int record_stride(uint64_t *out, const input_set *in, uint64_t r, uint32_
 }
 
 int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_t shard_size,
-                   const int *levels)
+                   const int *levels, const pack_images *images)
 {
     memset(plan, 0, sizeof *plan);
     if (!sf_valid_align(align))
@@ -81,7 +88,7 @@ int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_
     plan->align = align;
     plan->shard_size = shard_size;
     memcpy(plan->levels, levels, sizeof plan->levels);
-    plan->dataset_id = dataset_id(in, align, shard_size, levels);
+    plan->dataset_id = dataset_id(in, align, shard_size, levels, images);
 
     /* Greedy: add records while the file stays within shard_size; a shard
      * always takes at least one record. */
@@ -126,7 +133,7 @@ int pack_make_plan(pack_plan *plan, const input_set *in, uint32_t align, uint64_
     return 0;
 }
 
-int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set *in)
+int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set *in, const pack_images *images)
 {
     uint32_t nf = in->schema.field_count;
     void *cursor = NULL;
@@ -150,7 +157,7 @@ int pack_plan_values_hash(uint64_t *out, const pack_plan *plan, const input_set 
                 buf = n;
                 cap = len;
             }
-            if ((rc = in->ops->read(cursor, in, r, f, buf)))
+            if ((rc = pack_read_value(images, cursor, in, r, f, buf)))
                 break;
             hash_u64(st, len);
             XXH3_64bits_update(st, buf, len);

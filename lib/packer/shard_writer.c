@@ -120,7 +120,7 @@ static int add_record(const pack_writer_ctx *ctx, writer *w, uint64_t r, uint64_
         if (fd->storage == SF_STORAGE_INLINE) {
             uint8_t *val = e->inline_val[s->inline_slot[f]];
             memset(val, 0, SF_MAX_INLINE_BYTES);
-            if ((rc = in->ops->read(w->cursor, in, r, f, val)))
+            if ((rc = pack_read_value(ctx->images, w->cursor, in, r, f, val)))
                 return rc;
             continue;
         }
@@ -131,11 +131,11 @@ static int add_record(const pack_writer_ctx *ctx, writer *w, uint64_t r, uint64_
         uint64_t stored = len;
         if (fd->codec) {
             if ((rc = grow(&w->raw, &w->raw_cap, len ? len : 1)) ||
-                (rc = in->ops->read(w->cursor, in, r, f, w->raw)) ||
+                (rc = pack_read_value(ctx->images, w->cursor, in, r, f, w->raw)) ||
                 (rc = pack_compress(w->zc, ctx->plan->levels[f], rec + at, pack_compress_bound(len),
                                     w->raw, len, &stored)))
                 return sf_fail_prefix(rc, in->keys[r]);
-        } else if ((rc = in->ops->read(w->cursor, in, r, f, rec + at))) {
+        } else if ((rc = pack_read_value(ctx->images, w->cursor, in, r, f, rec + at))) {
             return rc;
         }
         if (s->var_slot[f] >= 0)

@@ -278,7 +278,7 @@ struct sf_reader {
     uint64_t order_want;  /* under lock */
 
     /* stats */
-    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns;
+    atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns, st_decode_ns;
     atomic_uint_fast64_t st_devenq_ns;  /* I/O threads enqueuing device copies */
     atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
@@ -381,6 +381,10 @@ void reader_task_open_failed(sf_reader *r, reader_task *t, int err);
  * sf_last_error()): a corrupt sample to substitute (on_corrupt = SKIP) or
  * the batch's error. */
 void reader_task_bad_value(sf_reader *r, reader_task *t);
+/* Fails task t's batch with err and the message `msg` whatever on_corrupt
+ * says: a sample the options cannot deliver (not damage: nothing to
+ * substitute). The first failure of a batch is the one reported. */
+void reader_task_fail_config(sf_reader *r, reader_task *t, int err, const char *msg);
 /* Judges finished tasks: each one's checksum (hashed with `xxh` unless the
  * engine did) and its bool values; marks it corrupt or fails it. All n at
  * once: one call per claim's run of a slot, not per record. */
@@ -445,8 +449,10 @@ void reader_image_batch_field(const sf_reader *r, uint32_t f, sf_batch_field *bf
 int reader_image_scratch_init(reader_scratch *st, const sf_reader *r);
 void reader_image_scratch_fini(reader_scratch *st);
 /* Decodes the encoded image src (len bytes) of task t's field f into dst.
- * 0, SF_E_CORRUPT (sf_last_error() names the key and why), or -ENOMEM. */
-int reader_image_value(reader_scratch *st, sf_reader *r, const reader_task *t, uint32_t f,
+ * 0, SF_E_CORRUPT (sf_last_error() names the key and why), -ENOMEM, or
+ * SF_E_SCHEMA: an image of another size than Decode()'s, which has already
+ * failed the batch (reader_task_fail_config: configuration, not damage). */
+int reader_image_value(reader_scratch *st, sf_reader *r, reader_task *t, uint32_t f,
                        const uint8_t *src, uint64_t len, uint8_t *dst);
 
 /* ---- device.c: device delivery (device.h is the interface) ---- */
@@ -483,6 +489,14 @@ static inline void reader_account_time(sf_reader *r, uint64_t io_ns, uint64_t ha
     reader_trace *tr = reader_trace_on(r);
     if (tr)
         reader_trace_io_time(tr, io_ns, hash_ns);
+}
+
+/* I/O threads' time decoding images (transform.c), apart from reading: a
+ * reader limited by decoding is "decode-bound", not "io-bound". */
+static inline void reader_account_decode(sf_reader *r, uint64_t decode_ns)
+{
+    if (decode_ns)
+        atomic_fetch_add_explicit(&r->st_decode_ns, decode_ns, memory_order_relaxed);
 }
 
 #endif

@@ -86,6 +86,11 @@ void reader_task_bad_value(sf_reader *r, reader_task *t)
         task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
 }
 
+void reader_task_fail_config(sf_reader *r, reader_task *t, int err, const char *msg)
+{
+    task_failf(r, t, err, "%s", msg);
+}
+
 /* Hashes the task's payload fields where they landed in the slot, with
  * the thread's state `xxh`. Returns 0 or SF_E_CHECKSUM. */
 static int check_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t, uint64_t *got)

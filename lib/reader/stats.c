@@ -15,6 +15,7 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->bytes_read = atomic_load(&rw->st_bytes);
     out->io_seconds = (double)atomic_load(&rw->st_io_ns) * 1e-9;
     out->checksum_seconds = (double)atomic_load(&rw->st_hash_ns) * 1e-9;
+    out->decode_seconds = (double)atomic_load(&rw->st_decode_ns) * 1e-9;
     out->device_enqueue_seconds = (double)atomic_load(&rw->st_devenq_ns) * 1e-9;
     out->device_wait_seconds = (double)atomic_load(&rw->st_devwait_ns) * 1e-9;
     pthread_mutex_lock(&rw->lock);
@@ -47,6 +48,24 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     return 0;
 }
 
+/* The I/O threads' stage that took the most of their time (ties go to the
+ * earlier: reading, hashing, enqueuing copies, decoding). */
+static const char *largest_stage(const sf_reader_statistics *st)
+{
+    const struct {
+        double seconds;
+        const char *verdict;
+    } stage[] = {{st->io_seconds, "io-bound"},
+                 {st->checksum_seconds, "checksum-bound"},
+                 {st->device_enqueue_seconds, "copy-bound"},
+                 {st->decode_seconds, "decode-bound"}};
+    size_t best = 0;
+    for (size_t i = 1; i < sizeof stage / sizeof stage[0]; i++)
+        if (stage[i].seconds > stage[best].seconds)
+            best = i;
+    return stage[best].verdict;
+}
+
 /* The rule is documented in shardfeed/reader.h (sf_reader_verdict); the
  * README and `shardfeed bench` print the same. */
 int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
@@ -56,11 +75,12 @@ int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
     memset(out, 0, sizeof *out);
     out->verdict = "none";
     double el = st->elapsed_seconds;
-    double busy = st->io_seconds + st->checksum_seconds + st->device_enqueue_seconds;
+    double busy = st->io_seconds + st->checksum_seconds + st->device_enqueue_seconds + st->decode_seconds;
     if (busy > 0) {
         out->io_share = st->io_seconds / busy;
         out->checksum_share = st->checksum_seconds / busy;
         out->copy_share = st->device_enqueue_seconds / busy;
+        out->decode_share = st->decode_seconds / busy;
     }
     if (st->batches == 0 || !(el > 0))
         return 0;
@@ -74,11 +94,7 @@ int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
         out->verdict = "consumer-bound";
     else if (copy_wait > st->wait_seconds)
         out->verdict = "copy-bound";
-    else if (st->device_enqueue_seconds > st->io_seconds && st->device_enqueue_seconds > st->checksum_seconds)
-        out->verdict = "copy-bound";
-    else if (st->checksum_seconds > st->io_seconds)
-        out->verdict = "checksum-bound";
     else
-        out->verdict = "io-bound";
+        out->verdict = largest_stage(st);
     return 0;
 }

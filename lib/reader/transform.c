@@ -192,7 +192,7 @@ void reader_image_scratch_fini(reader_scratch *st)
     st->image = NULL;
 }
 
-int reader_image_value(reader_scratch *st, sf_reader *r, const reader_task *t, uint32_t f,
+int reader_image_value(reader_scratch *st, sf_reader *r, reader_task *t, uint32_t f,
                        const uint8_t *src, uint64_t len, uint8_t *dst)
 {
     const image_spec *sp = field_spec(r, f);
@@ -200,12 +200,22 @@ int reader_image_value(reader_scratch *st, sf_reader *r, const reader_task *t, u
     int rc = image_transform(dst, sp, key, src, (size_t)len, st->image);
     if (rc == 0 || rc == -ENOMEM)
         return rc;
-    /* Whatever the image's fault, it is a sample that cannot be delivered. */
     const char *k = "";
     size_t kl = 0;
     (void)sf_dataset_key(&k, &kl, r->ds, t->id);
     char why[256];
     snprintf(why, sizeof why, "%s", sf_last_error());
+    if (rc == SF_E_SCHEMA) {
+        /* Decode() of an image of another size: the options do not fit the
+         * data. Substituting it (on_corrupt = skip) would drop every image
+         * of the other size without a word. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "key '%.*s': field '%s': %s", (int)kl, k, r->schema->fields[f].name, why);
+        reader_task_fail_config(r, t, rc, msg);
+        return sf_fail(rc, "%s", msg);
+    }
+    /* Whatever else is wrong with the image, it is a sample that cannot be
+     * delivered: corrupt. */
     return sf_fail(SF_E_CORRUPT, "key '%.*s': field '%s': the image does not decode: %s", (int)kl, k,
                    r->schema->fields[f].name, why);
 }

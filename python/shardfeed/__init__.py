@@ -68,9 +68,11 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   loader, I/O and checksum thread-seconds, and what the reader runs with
   (engine, io_threads, prefetch, slab size, ...); ``elapsed_seconds`` (first
   batch request to the latest), and the bottleneck: ``verdict`` is
-  "io-bound", "checksum-bound", "copy-bound", "consumer-bound" (the loop's own
+  "io-bound", "checksum-bound", "copy-bound", "decode-bound" (images),
+  "consumer-bound" (the loop's own
   work per batch sets the pace) or "none", from ``fractions``
-  (consumer_wait, device_wait, io_busy, io_share, checksum_share, copy_share);
+  (consumer_wait, device_wait, io_busy, io_share, checksum_share, copy_share,
+  decode_share; decode_seconds: image decoding, apart from io_seconds);
   the rule is sf_reader_verdict's (shardfeed/reader.h, the README). With
   device="cuda" the reader copies on its own streams: device_bytes (its pool),
   device_copy_bytes and device_copy_seconds (H2D bytes and the copies' GPU

@@ -272,9 +272,9 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
     sf_reader_bottleneck v;
     sf_reader_verdict(&v, &s);
     PyObject *fractions = Py_BuildValue(
-        "{sdsdsdsdsdsd}", "consumer_wait", v.consumer_wait, "device_wait", v.device_wait, "io_busy",
+        "{sdsdsdsdsdsdsd}", "consumer_wait", v.consumer_wait, "device_wait", v.device_wait, "io_busy",
         v.io_busy, "io_share", v.io_share, "checksum_share", v.checksum_share, "copy_share",
-        v.copy_share);
+        v.copy_share, "decode_share", v.decode_share);
     if (!fractions)
         return NULL;
     PyObject *d = Py_BuildValue(
@@ -287,13 +287,14 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
         (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
     PyObject *more = d ? Py_BuildValue(
-        "{sssKsdsdsdsKsKsssNsKsdsd}", "device", s.device ? s.device : "", "device_bytes",
+        "{sssKsdsdsdsKsKsssNsKsdsdsd}", "device", s.device ? s.device : "", "device_bytes",
         (unsigned long long)s.device_bytes, "elapsed_seconds", s.elapsed_seconds,
         "device_enqueue_seconds", s.device_enqueue_seconds, "device_wait_seconds",
         s.device_wait_seconds, "trace_events", (unsigned long long)s.trace_events, "trace_dropped",
         (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions,
         "device_copy_bytes", (unsigned long long)s.device_copy_bytes, "device_copy_seconds",
-        s.device_copy_seconds, "device_stream_wait_seconds", s.device_stream_wait_seconds)
+        s.device_copy_seconds, "device_stream_wait_seconds", s.device_stream_wait_seconds,
+        "decode_seconds", s.decode_seconds)
                        : NULL;
     if (!d)
         Py_DECREF(fractions);

@@ -78,6 +78,48 @@ class BenchImageTest(ScratchTest):
         p = self.bench(ds, "--image", "label=rrc:32", check=1)
         self.assertIn("not a variable-length field", p.stderr)
 
+    def test_decode_of_another_size_is_an_error_even_with_skip(self):
+        # Decode() takes every image at one size: one of another size is a configuration error
+        # naming the sample and both sizes, never a corrupt sample that --skip-corrupt drops.
+        from PIL import Image
+        tree = os.path.join(self.tmp, "tree")
+        img = Image.fromarray(skimage.data.astronaut()).resize((40, 30))
+        for c in range(2):
+            os.makedirs(os.path.join(tree, "class_%d" % c))
+            for i in range(3):
+                img.save(os.path.join(tree, "class_%d" % c, "img_%d.jpg" % i), quality=90)
+        img.resize((50, 30)).save(os.path.join(tree, "class_1", "img_1.jpg"), quality=90)
+        ds = os.path.join(self.tmp, "ds")
+        run("pack", tree, "-o", ds, "--quiet", check=0)
+        for skip in ([], ["--skip-corrupt"]):
+            for engine in ("pread", "mmap"):
+                p = self.bench(ds, "--image", "image=decode", "--engine", engine, *skip, check=1)
+                self.assertIn("key 'class_1/img_1.jpg'", p.stderr)
+                self.assertIn("(sample 4)", p.stderr)
+                self.assertIn("image of 50x30 pixels, but decoding without resizing makes 40x30", p.stderr)
+                self.assertNotIn("does not decode", p.stderr)
+        # Without the odd one, the same run delivers every image.
+        os.remove(os.path.join(tree, "class_1", "img_1.jpg"))
+        run("pack", tree, "-o", ds, "--quiet", "--force", check=0)
+        p = self.bench(ds, "--image", "image=decode", "--skip-corrupt")
+        self.assertEqual(json.loads(p.stdout)["corrupt_substitutions"], 0, p.stdout)
+
+    def test_decoding_is_its_own_stage_in_the_verdict(self):
+        # Decoding is not reading: a run limited by decoding says decode-bound, with the decode
+        # time apart from the I/O time; the same dataset read as bytes decodes nothing.
+        ds = self.make(16)
+        p = self.bench(ds, "--image", "image=rrc:64:flip", "--threads", 1, "--epochs", 3)
+        j = json.loads(p.stdout)
+        self.assertEqual(j["verdict"], "decode-bound", p.stdout)
+        self.assertGreater(j["decode_thread_s"], j["io_thread_s"], p.stdout)
+        self.assertGreater(j["fractions"]["decode_share"], j["fractions"]["io_share"], p.stdout)
+        text = run("bench", ds, "--batch-size", 4, "--image", "image=rrc:64", "--threads", 1, check=0).stdout
+        self.assertIn("verdict: decode-bound", text)
+        self.assertRegex(text, r"\d+\.\d+ s decoding images")
+        j = json.loads(self.bench(ds, "--threads", 1, "--epochs", 3).stdout)
+        self.assertEqual(j["decode_thread_s"], 0, j)
+        self.assertNotEqual(j["verdict"], "decode-bound", j)
+
 
 if __name__ == "__main__":
     unittest.main()

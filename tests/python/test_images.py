@@ -80,6 +80,15 @@ class ImageLoaderTest(unittest.TestCase):
                                                                          channels=1)}) as ld:
             self.assertEqual(tuple(next(iter(ld))["image"].shape), (8, 32, 32, 1))
 
+    def test_stats_count_decoding_apart_from_reading(self):
+        with self.loader(transforms={"image": shardfeed.image.RandomResizedCrop(64, **RRC)}) as ld:
+            for _ in ld:
+                pass
+            st = ld.stats()
+        self.assertGreater(st["decode_seconds"], st["io_seconds"], st)
+        self.assertGreater(st["fractions"]["decode_share"], 0.5, st)
+        self.assertEqual(st["verdict"], "decode-bound", st)
+
     def test_center_crop_pixels_are_torchvision_s(self):
         ds = shardfeed.open(self.ds)
         t = {"image": shardfeed.image.CenterCrop(96, resize=112, exact=True)}
@@ -235,13 +244,18 @@ class DamagedImageTest(unittest.TestCase):
             self.assertEqual(ld.stats()["corrupt_substitutions"], 3)
 
     def test_decode_needs_one_size(self):
-        with self.assertRaises(shardfeed.Error) as e:
-            with shardfeed.Loader(self.ds, batch_size=4, shuffle="none", on_corrupt="error",
-                                  transforms={"image": shardfeed.image.Decode()}) as ld:
-                for _ in ld:
-                    pass
-        self.assertIn("every image must have the first one's size", str(e.exception))
-        self.assertRegex(str(e.exception), r"key 'class_\d\d/img_\d+\.(jpg|png)'")
+        # A configuration error (E_SCHEMA), not a corrupt sample: "skip" does not drop it.
+        for on_corrupt in ("error", "skip"):
+            with self.assertRaises(shardfeed.Error) as e:
+                with shardfeed.Loader(self.ds, batch_size=4, shuffle="none", on_corrupt=on_corrupt,
+                                      transforms={"image": shardfeed.image.Decode()}) as ld:
+                    for _ in ld:
+                        pass
+            self.assertEqual(e.exception.code, shardfeed.E_SCHEMA, on_corrupt)
+            self.assertIn("every image must have the first one's size", str(e.exception))
+            self.assertRegex(str(e.exception), r"key 'class_\d\d/img_\d+\.(jpg|png)'")
+            self.assertRegex(str(e.exception), r"image of \d+x\d+ pixels, but decoding without resizing makes "
+                                               r"\d+x\d+")
 
 
 if __name__ == "__main__":

@@ -154,3 +154,31 @@ Test(metadata, untrusted_framing_is_refused)
     memset(e + 12, 0, 4);
     cr_assert_eq(sf_metadata_check(e, 16), SF_E_CORRUPT);
 }
+
+/* "image_reencode" (pack --image-max-side): read back as written; a value of
+ * another length, a side of 0 or a quality outside 1..100 is corrupt. */
+Test(metadata, image_reencode_reads_back_and_bad_values_are_corrupt)
+{
+    sf_metadata_builder b = {0};
+    sf_image_reencode r = {.max_side = 256, .quality = 90, .count = 1234567890123ull}, got;
+    cr_assert_eq(sf_metadata_add_image_reencode(&b, &r), 0);
+    cr_assert_eq(sf_metadata_check(b.buf, b.size), 0, "%s", sf_last_error());
+    sf_manifest m = with(&b);
+    cr_assert_eq(sf_metadata_image_reencode(&got, &m), 1);
+    cr_assert_eq(memcmp(&got, &r, sizeof got), 0);
+    sf_metadata_builder_free(&b);
+
+    const uint32_t bad[][2] = {{0, 90}, {256, 0}, {256, 101}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sf_metadata_builder c = {0};
+        sf_image_reencode v = {bad[i][0], bad[i][1], 1};
+        cr_assert_eq(sf_metadata_add_image_reencode(&c, &v), 0);
+        cr_assert_eq(sf_metadata_check(c.buf, c.size), SF_E_CORRUPT, "side %u quality %u", bad[i][0], bad[i][1]);
+        cr_assert(strstr(sf_last_error(), "image_reencode"), "%s", sf_last_error());
+        sf_metadata_builder_free(&c);
+    }
+    sf_metadata_builder d = {0};
+    cr_assert_eq(sf_metadata_add(&d, "image_reencode", "0123456789abcde", 15), 0);
+    cr_assert_eq(sf_metadata_check(d.buf, d.size), SF_E_CORRUPT);
+    sf_metadata_builder_free(&d);
+}

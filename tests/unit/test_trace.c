@@ -257,6 +257,24 @@ Test(trace, verdict_rule)
     cr_assert_str_eq(verdict_of(10, 1, 5, 15, 2, 0).verdict, "copy-bound", "waits for copies");
     cr_assert_str_eq(verdict_of(10, 6, 0, 3, 2, 9).verdict, "copy-bound", "threads enqueuing copies");
     cr_assert_str_eq(verdict_of(10, 0.6, 0.5, 3, 2, 0).verdict, "io-bound", "11%% of waits together");
+    /* Image decoding is its own stage: larger than reading, hashing and enqueuing. */
+    sf_reader_statistics dec;
+    memset(&dec, 0, sizeof dec);
+    dec.batches = 10;
+    dec.io_threads = 2;
+    dec.elapsed_seconds = 10;
+    dec.wait_seconds = 6;
+    dec.io_seconds = 3;
+    dec.checksum_seconds = 1;
+    dec.decode_seconds = 12;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "decode-bound");
+    cr_assert_float_eq(v.decode_share, 0.75, 1e-9);
+    cr_assert_float_eq(v.io_share, 0.1875, 1e-9);
+    cr_assert_float_eq(v.io_busy, 0.8, 1e-9);
+    dec.decode_seconds = 2;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "io-bound");
     sf_reader_statistics none;
     memset(&none, 0, sizeof none);
     cr_assert_eq(sf_reader_verdict(&v, &none), 0);
