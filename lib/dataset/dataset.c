@@ -42,26 +42,25 @@ static int check_distinct_keys(const sf_dataset *ds)
 {
     const sf_manifest *m = &ds->manifest;
     sf_key_table t;
+    uint64_t dup = 0, first = 0;
     int rc = sf_key_table_init(&t, m->record_count, key_of_record, (void *)ds);
-    for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
-        for (uint64_t r = 0; r < m->shards[i].record_count && !rc; r++) {
-            const uint8_t *key;
-            size_t len;
-            uint64_t id = m->shards[i].first_record + r, first;
-            shard_key(ds, i, r, &key, &len);
-            if (sf_key_table_add(&t, id, key, len, &first) == 0)
-                continue;
-            uint64_t first_local, first_shard = sf_dataset_locate(ds, first, &first_local);
-            rc = sf_fail(SF_E_CORRUPT,
-                         "%s/%s: record %llu (sample %llu) has the key '%.*s' of %s record %llu "
-                         "(sample %llu): the keys of a dataset are distinct",
-                         ds->dir, ds->shards[i].name, (unsigned long long)r, (unsigned long long)id,
-                         (int)len, (const char *)key, ds->shards[first_shard].name,
-                         (unsigned long long)first_local, (unsigned long long)first);
-        }
-    }
+    if (!rc)
+        rc = sf_key_table_add_range(&t, 0, m->record_count, &dup, &first);
     sf_key_table_free(&t);
-    return rc;
+    if (rc != 1)
+        return rc;
+    const uint8_t *key;
+    size_t len;
+    uint64_t local, shard = sf_dataset_locate(ds, dup, &local);
+    uint64_t first_local, first_shard = sf_dataset_locate(ds, first, &first_local);
+    shard_key(ds, shard, local, &key, &len);
+    return sf_fail(SF_E_CORRUPT,
+                   "%s/%s: record %llu (sample %llu) has the key '%.*s' of %s record %llu "
+                   "(sample %llu): the keys of a dataset are distinct",
+                   ds->dir, ds->shards[shard].name, (unsigned long long)local,
+                   (unsigned long long)dup, (int)len, (const char *)key,
+                   ds->shards[first_shard].name, (unsigned long long)first_local,
+                   (unsigned long long)first);
 }
 
 int sf_dataset_open(sf_dataset **out, const char *dir)

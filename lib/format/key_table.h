@@ -32,6 +32,13 @@ int sf_key_table_init(sf_key_table *t, uint64_t n, sf_key_fn key_of, void *ctx);
  * it was made for, the table doubles (reading every key again through
  * key_of), which can fail with -ENOMEM; up to n keys it never does. */
 int sf_key_table_add(sf_key_table *t, uint64_t id, const uint8_t *key, size_t len, uint64_t *first);
+/* Adds the keys of ids id .. id + n - 1, read through key_of, in that
+ * order: what n calls of sf_key_table_add do, stopping at the first key
+ * that repeats one added before (returns 1, its id in *dup, the earlier
+ * one's in *first). Faster for many keys: it hashes a few keys ahead and
+ * prefetches their slots, so the cache misses overlap. 0, 1, or -ENOMEM
+ * (growing past the n the table was made for). */
+int sf_key_table_add_range(sf_key_table *t, uint64_t id, uint64_t n, uint64_t *dup, uint64_t *first);
 void sf_key_table_free(sf_key_table *t);
 
 #endif
