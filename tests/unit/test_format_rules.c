@@ -233,10 +233,13 @@ static int add_in_ranges(sf_key_table *t, uint64_t n, uint64_t step, uint64_t *d
  * of look-ahead, across windows, across ranges), with the ids of both, in
  * a table in huge pages (200,000 keys: 4 MiB of slots) and in one that
  * grows. */
+enum { RANGE_KEYS = 200000 };
+static char g_range_keys[RANGE_KEYS][12];
+
 Test(rules, key_table_range_finds_the_first_repeat)
 {
-    enum { N = 200000 };
-    static char keys[N][12];
+    enum { N = RANGE_KEYS };
+    char(*keys)[12] = g_range_keys;
     for (uint64_t i = 0; i < N; i++)
         snprintf(keys[i], sizeof keys[i], "r%llu", (unsigned long long)i);
     const uint64_t cases[][2] = {{1, 0}, {5, 3}, {17, 2}, {100, 99}, {150000, 7}, {N - 1, N - 2}};
@@ -269,6 +272,33 @@ Test(rules, key_table_range_finds_the_first_repeat)
         cr_assert_eq(first, id);
     }
     sf_key_table_free(&t);
+}
+
+/* The fast path of dataset open: distinct keys give distinct hashes (one
+ * bucket, and 2^6 of them at 200,000 keys); a repeat anywhere, in the
+ * same bucket by construction, gives equal ones. */
+Test(rules, key_hashes_distinct_sees_every_repeat)
+{
+    for (uint64_t i = 0; i < RANGE_KEYS; i++)
+        snprintf(g_range_keys[i], sizeof g_range_keys[i], "r%llu", (unsigned long long)i);
+    const uint64_t sizes[] = {0, 1, 2, 100, 4096, 4097, RANGE_KEYS};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        g_range_repeat = UINT64_MAX;
+        int distinct = -1;
+        cr_assert_eq(sf_key_hashes_distinct(&distinct, sizes[k], range_key_at, g_range_keys), 0);
+        cr_assert_eq(distinct, 1, "%llu distinct keys", (unsigned long long)sizes[k]);
+        if (sizes[k] < 2)
+            continue;
+        const uint64_t repeats[][2] = {{1, 0}, {sizes[k] - 1, 0}, {sizes[k] / 2, sizes[k] / 2 - 1}, {sizes[k] - 1, sizes[k] - 2}};
+        for (size_t r = 0; r < sizeof repeats / sizeof repeats[0]; r++) {
+            g_range_repeat = repeats[r][0];
+            g_range_first = repeats[r][1];
+            cr_assert_eq(sf_key_hashes_distinct(&distinct, sizes[k], range_key_at, g_range_keys), 0);
+            cr_assert_eq(distinct, 0, "%llu keys, %llu repeats %llu", (unsigned long long)sizes[k],
+                         (unsigned long long)repeats[r][0], (unsigned long long)repeats[r][1]);
+        }
+    }
+    g_range_repeat = UINT64_MAX;
 }
 
 Test(rules, bool_bytes)
