@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "hash.h"
 
+#include "big_alloc.h"
 #include "error_internal.h"
 #include "le.h"
 #include "shard_file.h"
@@ -95,7 +96,7 @@ int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, u
                   sf_fail(SF_E_CHECKSUM, "index checksum in the footer differs from the manifest's"));
 
     /* index_size is capped by the header decoder and by the file size. */
-    out->index = malloc(h->index_size ? h->index_size : 1);
+    out->index = sf_big_alloc(h->index_size);
     if (!out->index)
         return sf_fail(-ENOMEM, "index of %llu bytes: out of memory", (unsigned long long)h->index_size);
     rc = sf_pread_full(fd, out->index, h->index_size, h->index_offset);
@@ -122,7 +123,7 @@ void sf_shard_meta_clear(sf_shard_meta *m)
 {
     if (!m)
         return;
-    free(m->index);
+    sf_big_free(m->index, m->header.index_size);
     m->index = NULL;
 }
 

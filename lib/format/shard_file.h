@@ -23,7 +23,7 @@ typedef struct sf_shard_meta {
     sf_shard_header header;
     sf_shard_footer footer;
     uint64_t file_size;
-    uint8_t *index; /* header.index_size bytes, malloc'd */
+    uint8_t *index; /* header.index_size bytes, sf_big_alloc'd */
 } sf_shard_meta;
 
 /* Reads and checks the header, footer and index of the shard open on `fd`

@@ -7,7 +7,14 @@
  * without CAP_IPC_LOCK: where the limit refuses the whole slab, each ring
  * registers its share of it (memlock_share), in slots where one fits the
  * share and in smaller pieces where not, and reads the rest with plain IORING_OP_READ into the same slab,
- * saying once on stderr how much was registered and how to raise the limit. */
+ * saying once on stderr how much was registered and how to raise the limit.
+ *
+ * With checksums on, buffered reads go in pieces of SF_HASH_CHUNK bytes and
+ * each piece is fed to its record's hash as soon as its completion is
+ * reaped, while the bytes are still in L2 (a cached read is copied during
+ * the submission that precedes the reap), not in a second pass over the
+ * record from memory; a record's reads land in any order, so each record
+ * being read keeps a hash state of its own (landing_*). */
 #include <errno.h>
 #include <liburing.h>
 #include <stdatomic.h>
@@ -18,6 +25,7 @@
 #include <unistd.h>
 
 #include "error_internal.h"
+#include "hash.h"
 #include "reader_internal.h"
 
 #define MAX_REG_BUFS 1024u /* UIO_MAXIOV */
@@ -42,6 +50,11 @@ typedef struct uring_thread {
     reader_task **pend; /* claimed tasks with reads not yet submitted (FIFO) */
     unsigned pend_head, pend_count;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
+    /* Hash states for the records being read (landing_*): a record holds
+     * one from its claim to its finish. At most qd in the FIFO and qd with
+     * reads in flight: 2 qd of them. */
+    XXH3_state_t **states;
+    unsigned nstates, nfree_states;
 } uring_thread;
 
 static int ring_init(struct io_uring *ring, unsigned qd)
@@ -194,6 +207,9 @@ static void uring_thread_fini(reader_io_thread *t)
         return;
     if (u->ring_ok)
         io_uring_queue_exit(&u->ring);
+    for (unsigned i = 0; i < u->nstates; i++)
+        XXH3_freeState(u->states[i]);
+    free(u->states);
     free(u->reqs);
     free(u->free_reqs);
     free(u->retry);
@@ -216,6 +232,14 @@ static int uring_thread_init(reader_io_thread *t)
     u->pend = calloc(u->qd, sizeof *u->pend);
     if (!u->reqs || !u->free_reqs || !u->retry || !u->pend)
         return sf_fail(-ENOMEM, "out of memory");
+    if (r->opts.verify == SF_VERIFY_ON) {
+        if (!(u->states = calloc(2 * (size_t)u->qd, sizeof *u->states)))
+            return sf_fail(-ENOMEM, "out of memory");
+        for (; u->nstates < 2 * u->qd; u->nstates++)
+            if (!(u->states[u->nstates] = XXH3_createState()))
+                return sf_fail(-ENOMEM, "out of memory");
+        u->nfree_states = u->nstates;
+    }
     for (unsigned i = 0; i < u->qd; i++)
         u->free_reqs[i] = u->qd - 1 - i;
     u->nfree = u->qd;
@@ -254,8 +278,8 @@ static unsigned submit_read(reader_io_thread *t, uring_thread *u, uring_req *q)
     }
     reader_task *task = q->task;
     reader_read *rd = &task->reads[q->k];
-    uint64_t left = rd->len - rd->done;
-    unsigned len = (unsigned)(left < SF_IO_CHUNK ? left : SF_IO_CHUNK);
+    uint64_t left = rd->len - rd->done, most = task->landing ? SF_HASH_CHUNK : SF_IO_CHUNK;
+    unsigned len = (unsigned)(left < most ? left : most);
     uint8_t *dst = rd->dst + rd->done;
     uint64_t off = rd->off + rd->done;
     int fd = u->fixed_files ? (int)task->file_idx : task->fd;
@@ -281,9 +305,62 @@ static void req_free(uring_thread *u, uring_req *q)
     u->free_reqs[u->nfree++] = (unsigned)(q - u->reqs);
 }
 
-/* A task's reads are all done: its shard goes back, then its checks. */
-static void task_finish(reader_io_thread *t, reader_task *task)
+/* Gives a task about to be read a hash state for hashing on landing, where
+ * checksums are on (the pool is empty otherwise) and its reads are buffered
+ * (O_DIRECT reads land in memory by DMA: no cache to catch them in); sets
+ * task->landing either way (a task is reused batch after batch). */
+static void landing_begin(uring_thread *u, reader_task *task)
 {
+    task->landing = NULL;
+    if (!u->nfree_states || task->fd_direct)
+        return;
+    task->landing = u->states[--u->nfree_states];
+    task->landing_k = 0;
+    task->landing_off = 0;
+    XXH3_64bits_reset(task->landing);
+}
+
+/* Feeds the task's hash whatever has landed in order since the last call:
+ * the rest of read landing_k, and the reads after it, as far as they have
+ * landed. */
+static void landing_hash(sf_reader *r, reader_task *task)
+{
+    uint64_t t0 = reader_now_ns();
+    while (task->landing_k < task->nreads) {
+        const reader_read *rd = &task->reads[task->landing_k];
+        if (task->landing_off < rd->done) {
+            XXH3_64bits_update(task->landing, rd->dst + task->landing_off, rd->done - task->landing_off);
+            task->landing_off = rd->done;
+        }
+        if (task->landing_off < rd->len)
+            break;
+        task->landing_k++;
+        task->landing_off = 0;
+    }
+    reader_account_time(r, 0, reader_now_ns() - t0);
+}
+
+/* The task's digest when every byte was hashed on landing (else the
+ * checks hash it: reader_task_done), and its state back to the pool. */
+static void landing_end(reader_io_thread *t, uring_thread *u, reader_task *task)
+{
+    if (!task->landing)
+        return;
+    if (!task->err) {
+        landing_hash(t->r, task);
+        if (task->landing_k == task->nreads) {
+            task->digest = XXH3_64bits_digest(task->landing);
+            task->hashed = 1;
+        }
+    }
+    u->states[u->nfree_states++] = task->landing;
+    task->landing = NULL;
+}
+
+/* A task's reads are all done: its digest, its shard back, then its checks. */
+static void task_finish(reader_io_thread *t, uring_thread *u, reader_task *task)
+{
+    landing_end(t, u, task);
     reader_task_close(t->r, task);
     reader_task_done(t, task);
 }
@@ -294,7 +371,7 @@ static void req_finish(reader_io_thread *t, uring_thread *u, uring_req *q)
     reader_task *task = q->task;
     req_free(u, q);
     if (--task->inflight == 0 && task->next_read == task->nreads)
-        task_finish(t, task);
+        task_finish(t, u, task);
 }
 
 static void req_fail(reader_io_thread *t, uring_thread *u, uring_req *q, int err)
@@ -323,6 +400,8 @@ static void complete(reader_io_thread *t, uring_thread *u, struct io_uring_cqe *
         req_fail(t, u, q, SF_E_TRUNCATED);
     } else {
         rd->done += (uint64_t)res;
+        if (q->task->landing)
+            landing_hash(t->r, q->task); /* while it is in cache */
         if (rd->done < rd->len)
             u->retry[u->nretry++] = q; /* short read: the remainder */
         else
@@ -384,6 +463,7 @@ static void uring_run(reader_io_thread *t)
                         reader_task_done(t, slot[i]);
                         continue;
                     }
+                    landing_begin(u, slot[i]);
                     u->pend[u->pend_count++] = slot[i];
                 }
                 continue;
@@ -394,7 +474,7 @@ static void uring_run(reader_io_thread *t)
                 pend_pop(u);
             if (task->reads[k].len == 0) { /* an empty variable-length value */
                 if (task->inflight == 0 && task->next_read == task->nreads)
-                    task_finish(t, task);
+                    task_finish(t, u, task);
                 continue;
             }
             uring_req *q = &u->reqs[u->free_reqs[--u->nfree]];

@@ -85,6 +85,12 @@ typedef struct reader_task {
     uint64_t digest;
     uint32_t next_read; /* engine use: first read not yet submitted */
     uint32_t inflight;  /* engine use: reads submitted and not completed */
+    /* engine use (io_uring): the record hash of the bytes landed so far, in
+     * order (reads before landing_k whole, landing_off bytes of read
+     * landing_k), fed as each piece lands; NULL when not hashing so. */
+    struct XXH3_state_s *landing;
+    uint32_t landing_k;
+    uint64_t landing_off;
     reader_read *reads; /* nreads entries (into slot->reads) */
 } reader_task;
 

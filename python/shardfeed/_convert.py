@@ -35,12 +35,35 @@ class Batch(dict):
     ``batch.items()``, or construct the Loader with ``fields=("img", "label")`` to get
     tuples. dict(batch), ``{**batch}``, len() and ``in`` work as for a dict."""
 
-    __slots__ = ("ids", "source_ids", "epoch", "index", "substituted", "_sources")
+    # ids and source_ids are made on first use, from copies taken with the batch (a loop that
+    # never looks at them pays nothing per batch for them: 1.2 us of numpy and torch calls).
+    __slots__ = ("_ids", "_source_ids", "_raw_ids", "_conv", "epoch", "index", "substituted",
+                 "_sources")
+
+    @property
+    def ids(self):
+        """int64 global sample ids, one per sample (a copy: keeping it keeps no slot)."""
+        try:
+            return self._ids
+        except AttributeError:
+            self._ids = self._conv.ids(self._raw_ids[0])
+            return self._ids
+
+    @property
+    def source_ids(self):
+        """int64: the ids whose data the batch holds (ids, unless corrupt samples were
+        substituted)."""
+        try:
+            return self._source_ids
+        except AttributeError:
+            raw = self._raw_ids[1]
+            self._source_ids = self.ids if raw is None else self._conv.ids(raw)
+            return self._source_ids
 
     @property
     def size(self):
         """Samples in the batch."""
-        return len(self.ids)
+        return len(self._raw_ids[0]) // 8
 
     @property
     def sources(self):
@@ -100,6 +123,14 @@ class Converter:
             # that every torch version imports it the same way.
             c_from = getattr(torch._C, "_from_dlpack", None) or torch.utils.dlpack.from_dlpack
             self.torch_from = lambda a: c_from(a.__dlpack__(stream=self.stream))
+        # Host fields of the dtypes that array() has delivered plainly once (no bool view, no
+        # fallback, no stream) go straight to `plain` in __call__: a call per field.
+        self.plain_dtypes = set()
+        self.plain = None
+        if device is None and output == "torch":
+            self.plain = lambda a: c_from(a.__dlpack__())
+        elif device is None and output == "numpy" and self.np_from_dlpack is not None:
+            self.plain = self.np_from_dlpack
 
     def ids(self, raw):
         np = self.np
@@ -125,7 +156,11 @@ class Converter:
                     raise
                 self.torch_fallback.add(dtype)
             else:
-                return t.view(self.torch.bool) if dtype == _C.DT_BOOL else t
+                if dtype == _C.DT_BOOL:
+                    return t.view(self.torch.bool)
+                if self.plain is not None:
+                    self.plain_dtypes.add(dtype)
+                return t
         if self.cuda:
             raise TypeError(f"shardfeed: dtype {a.dtype} cannot be delivered to CUDA with this "
                             f"torch {self.torch.__version__} (it has no such dtype); use "
@@ -133,7 +168,11 @@ class Converter:
         np = self.np
         if self.np_from_dlpack is not None:
             x = self.np_from_dlpack(a)
-            return x.view(np.bool_) if dtype == _C.DT_BOOL else x
+            if dtype == _C.DT_BOOL:
+                return x.view(np.bool_)
+            if self.plain is not None and out == "numpy":
+                self.plain_dtypes.add(dtype)
+            return x
         return np.asarray(a)
 
     def var(self, pair, dtype):
@@ -154,14 +193,18 @@ class Converter:
         if self.device is not None and self.output == "torch":
             self.stream = _device.import_stream(self.device, self.torch)
         out = Batch()
-        for name, storage, dtype, value in b.fields():
-            if storage == _C.STORAGE_VARIABLE:
+        plain, plain_dtypes = self.plain, self.plain_dtypes
+        epoch, index, substituted, fields, ids, source_ids = b.unpack()
+        for name, storage, dtype, value in fields:
+            if dtype in plain_dtypes and storage != _C.STORAGE_VARIABLE:
+                out[name] = plain(value)
+            elif storage == _C.STORAGE_VARIABLE:
                 out[name] = self.var(value, dtype)
             else:
                 out[name] = self.array(value, dtype)
-        out.ids = self.ids(b.ids())
-        out.source_ids = out.ids if not b.substituted else self.ids(b.source_ids())
-        out.epoch = b.epoch
-        out.index = b.index
-        out.substituted = b.substituted
+        out._conv = self
+        out._raw_ids = (ids, source_ids)
+        out.epoch = epoch
+        out.index = index
+        out.substituted = substituted
         return out

@@ -2,9 +2,32 @@
  * caller holds). The GIL is released while sf_reader_next waits. */
 #include "py_internal.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #define SF_MAX_IMAGE_FIELDS 8 /* image transforms one Reader takes (shardfeed.image) */
+
+/* This process's id, for telling a reader (or batch) inherited through a
+ * fork from one of this process. getpid() is a system call (1.3 us on the
+ * development VM, a paravirtualised guest), and every batch checked it
+ * twice (next and release): kept here instead, set by the first Reader
+ * and again in the child of every fork. Read and written under the GIL
+ * (the child handler runs before any other thread exists). */
+static pid_t g_pid;
+
+static void pid_after_fork(void)
+{
+    g_pid = getpid();
+}
+
+static pid_t current_pid(void)
+{
+    if (!g_pid) {
+        g_pid = getpid();
+        pthread_atfork(NULL, NULL, pid_after_fork);
+    }
+    return g_pid;
+}
 
 static sf_reader *reader_handle(const sf_py_reader *self)
 {
@@ -17,7 +40,7 @@ static sf_reader *reader_handle(const sf_py_reader *self)
 static void reader_free_handle(void *handle, void *ctx)
 {
     const sf_py_reader *self = ctx;
-    if (self->pid == getpid()) {
+    if (self->pid == current_pid()) {
         Py_BEGIN_ALLOW_THREADS
         sf_reader_close(handle);
         Py_END_ALLOW_THREADS
@@ -28,7 +51,7 @@ static int reader_usable(sf_py_reader *self)
 {
     if (!sf_py_owner_usable(&self->owner, "reader"))
         return 0;
-    if (self->pid != getpid()) {
+    if (self->pid != current_pid()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "shardfeed: this reader was opened in another process (before a fork); "
                         "open a new Loader in this process");
@@ -145,7 +168,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_XDECREF(image_items);
         return NULL;
     }
-    self->pid = getpid();
+    self->pid = current_pid();
     self->device = device;
     self->device_index = device_index;
     sf_reader *r = NULL;
@@ -423,7 +446,7 @@ static void batch_dealloc(sf_py_batch *self)
     /* Thread-safe; cannot fail for a held batch. A device batch goes back
      * after the work queued on the stream it was imported on: the next copy
      * into its device buffer waits for that work (on the device). */
-    if (reader->pid == getpid())
+    if (reader->pid == current_pid())
         sf_reader_release_after(reader_handle(reader), b, stream);
     sf_py_owner_release(&reader->owner);
     Py_DECREF(reader);
@@ -539,6 +562,26 @@ static PyObject *batch_fields(sf_py_batch *self, PyObject *unused)
     return out;
 }
 
+/* unpack() -> (epoch, index, substituted, fields(), ids(), source_ids() or
+ * None when no sample was substituted): all the converter needs, in one
+ * call. */
+static PyObject *batch_unpack(sf_py_batch *self, PyObject *unused)
+{
+    const sf_batch *b = self->b;
+    PyObject *fields = batch_fields(self, unused);
+    PyObject *ids = fields ? ids_copy(b->ids, b->size) : NULL;
+    PyObject *source = !ids               ? NULL
+                       : b->substituted ? ids_copy(b->source_ids, b->size)
+                                        : Py_NewRef(Py_None);
+    if (!source) {
+        Py_XDECREF(fields);
+        Py_XDECREF(ids);
+        return NULL;
+    }
+    return Py_BuildValue("(KKkNNN)", (unsigned long long)b->epoch, (unsigned long long)b->index,
+                         (unsigned long)b->substituted, fields, ids, source);
+}
+
 static PyObject *batch_get_epoch(sf_py_batch *self, void *unused)
 {
     (void)unused;
@@ -583,6 +626,9 @@ static PyMethodDef batch_methods[] = {
     {"ids", (PyCFunction)batch_ids, METH_NOARGS, "ids() -> bytearray of int64 sample ids (a copy)"},
     {"source_ids", (PyCFunction)batch_source_ids, METH_NOARGS,
      "source_ids() -> bytearray of int64: the ids whose data the batch holds"},
+    {"unpack", (PyCFunction)batch_unpack, METH_NOARGS,
+     "unpack() -> (epoch, index, substituted, fields(), ids(), source_ids() or None when "
+     "substituted is 0)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef batch_getset[] = {

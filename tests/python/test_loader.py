@@ -339,6 +339,49 @@ class Lifetime(unittest.TestCase):
             next(it)
         self.assertEqual(ld._reader.live, 0)
 
+    def test_ids_read_after_the_slot_is_reused(self):
+        # Batch.ids and source_ids are made on first use, from copies taken with the batch:
+        # read after the batch's fields are gone and its slot has held other batches, they
+        # are still this batch's, and keeping them (or the Batch) keeps no slot.
+        want = [as_numpy(b.ids).tolist() for b in loader(seed=4, prefetch=2)]
+        kept = []
+        for b in loader(seed=4, prefetch=2):
+            b.clear()  # the fields, and so the slot, go back
+            kept.append(b)
+        self.assertEqual([as_numpy(b.ids).tolist() for b in kept], want)
+        self.assertEqual([as_numpy(b.source_ids).tolist() for b in kept], want)
+        self.assertEqual([b.size for b in kept], [len(w) for w in want])
+
+    @unittest.skipUnless(hasattr(os, "fork"), "no fork")
+    def test_a_forked_child_cannot_use_the_parents_reader(self):
+        # The extension keeps this process's id instead of asking the kernel every batch:
+        # after a fork the child must still see the reader as another process's (its I/O
+        # threads do not exist there), and the parent's reader must go on unharmed.
+        ld = loader(seed=5, prefetch=2)
+        it = iter(ld)
+        first = as_numpy(next(it).ids).tolist()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report in one byte, never return into unittest
+            code = b"?"
+            try:
+                next(it)
+                code = b"n"  # read a batch through the parent's reader
+            except RuntimeError as e:
+                code = b"y" if "opened in another process" in str(e) else b"m"
+            except BaseException:
+                code = b"e"
+            os.write(w, code)
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            got = f.read()
+        os.waitpid(pid, 0)
+        self.assertEqual(got, b"y")
+        rest = [as_numpy(b.ids).tolist() for b in it]
+        whole = [as_numpy(b.ids).tolist() for b in loader(seed=5)]
+        self.assertEqual([first] + rest, whole)
+
     def test_close_with_batches_alive(self):
         ld = loader(seed=1)
         b = next(iter(ld))

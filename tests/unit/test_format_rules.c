@@ -204,6 +204,103 @@ Test(rules, key_table_grows_past_its_size)
     sf_key_table_free(&t);
 }
 
+/* Keys of ids [0, n) for the range adds: "r<id>", except that id
+ * g_range_repeat (when set) repeats g_range_first's key. */
+static uint64_t g_range_repeat = UINT64_MAX, g_range_first;
+
+static void range_key_at(void *ctx, uint64_t id, const uint8_t **key, size_t *len)
+{
+    char(*keys)[12] = ctx;
+    uint64_t of = id == g_range_repeat ? g_range_first : id;
+    *key = (const uint8_t *)keys[of];
+    *len = strlen(keys[of]);
+}
+
+/* Adds keys 0..n-1 as ranges of `step` ids; returns what the first
+ * failing range returned (0 when none), *dup and *first from it. */
+static int add_in_ranges(sf_key_table *t, uint64_t n, uint64_t step, uint64_t *dup, uint64_t *first)
+{
+    for (uint64_t id = 0; id < n; id += step) {
+        int r = sf_key_table_add_range(t, id, n - id < step ? n - id : step, dup, first);
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+/* Dataset open adds every key through sf_key_table_add_range, which hashes
+ * ahead of its adds: a repeat is found wherever it lies (inside one window
+ * of look-ahead, across windows, across ranges), with the ids of both, in
+ * a table in huge pages (200,000 keys: 4 MiB of slots) and in one that
+ * grows. */
+enum { RANGE_KEYS = 200000 };
+static char g_range_keys[RANGE_KEYS][12];
+
+Test(rules, key_table_range_finds_the_first_repeat)
+{
+    enum { N = RANGE_KEYS };
+    char(*keys)[12] = g_range_keys;
+    for (uint64_t i = 0; i < N; i++)
+        snprintf(keys[i], sizeof keys[i], "r%llu", (unsigned long long)i);
+    const uint64_t cases[][2] = {{1, 0}, {5, 3}, {17, 2}, {100, 99}, {150000, 7}, {N - 1, N - 2}};
+    const uint64_t steps[] = {N, 1000, 3};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+            g_range_repeat = cases[c][0];
+            g_range_first = cases[c][1];
+            sf_key_table t;
+            cr_assert_eq(sf_key_table_init(&t, k == 2 ? 0 : N, range_key_at, keys), 0);
+            uint64_t dup = UINT64_MAX, first = UINT64_MAX;
+            cr_assert_eq(add_in_ranges(&t, N, steps[k], &dup, &first), 1);
+            cr_assert_eq(dup, cases[c][0], "step %llu: dup %llu", (unsigned long long)steps[k],
+                         (unsigned long long)dup);
+            cr_assert_eq(first, cases[c][1], "first %llu", (unsigned long long)first);
+            cr_assert_eq(t.count, cases[c][0], "the keys before the repeat, and only they, were added");
+            sf_key_table_free(&t);
+        }
+    }
+    g_range_repeat = UINT64_MAX;
+    sf_key_table t;
+    cr_assert_eq(sf_key_table_init(&t, 0, range_key_at, keys), 0);
+    uint64_t dup, first;
+    cr_assert_eq(add_in_ranges(&t, N, 777, &dup, &first), 0);
+    cr_assert_eq(t.count, N);
+    cr_assert_leq(3 * t.count, 2 * (t.mask + 1), "more than 2/3 full");
+    /* Every key again, one at a time: found with its own id. */
+    for (uint64_t id = 0; id < N; id += 997) {
+        cr_assert_eq(sf_key_table_add(&t, N, (const uint8_t *)keys[id], strlen(keys[id]), &first), 1);
+        cr_assert_eq(first, id);
+    }
+    sf_key_table_free(&t);
+}
+
+/* The fast path of dataset open: distinct keys give distinct hashes (one
+ * bucket, and 2^6 of them at 200,000 keys); a repeat anywhere, in the
+ * same bucket by construction, gives equal ones. */
+Test(rules, key_hashes_distinct_sees_every_repeat)
+{
+    for (uint64_t i = 0; i < RANGE_KEYS; i++)
+        snprintf(g_range_keys[i], sizeof g_range_keys[i], "r%llu", (unsigned long long)i);
+    const uint64_t sizes[] = {0, 1, 2, 100, 4096, 4097, RANGE_KEYS};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        g_range_repeat = UINT64_MAX;
+        int distinct = -1;
+        cr_assert_eq(sf_key_hashes_distinct(&distinct, sizes[k], range_key_at, g_range_keys), 0);
+        cr_assert_eq(distinct, 1, "%llu distinct keys", (unsigned long long)sizes[k]);
+        if (sizes[k] < 2)
+            continue;
+        const uint64_t repeats[][2] = {{1, 0}, {sizes[k] - 1, 0}, {sizes[k] / 2, sizes[k] / 2 - 1}, {sizes[k] - 1, sizes[k] - 2}};
+        for (size_t r = 0; r < sizeof repeats / sizeof repeats[0]; r++) {
+            g_range_repeat = repeats[r][0];
+            g_range_first = repeats[r][1];
+            cr_assert_eq(sf_key_hashes_distinct(&distinct, sizes[k], range_key_at, g_range_keys), 0);
+            cr_assert_eq(distinct, 0, "%llu keys, %llu repeats %llu", (unsigned long long)sizes[k],
+                         (unsigned long long)repeats[r][0], (unsigned long long)repeats[r][1]);
+        }
+    }
+    g_range_repeat = UINT64_MAX;
+}
+
 Test(rules, bool_bytes)
 {
     uint8_t v[40];
