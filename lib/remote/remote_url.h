@@ -63,15 +63,17 @@ int remote_object_url(char **out, const remote_location *loc, const char *name);
 
 /* Sets on a curl easy handle (CURL *) what every request to this location
  * needs: for s3 with credentials, SigV4 signing (CURLOPT_AWS_SIGV4
- * "aws:amz:REGION:s3", the key pair as user and password) and, with a session
- * token, the x-amz-security-token header (CURLOPT_HTTPHEADER: a caller that
- * sets its own header list afterwards starts it with remote_headers_append);
+ * "aws:amz:REGION:s3", the key pair as user and password) and its headers
+ * (CURLOPT_HTTPHEADER: "x-amz-content-sha256: UNSIGNED-PAYLOAD", which S3
+ * requires and curl 7.88 does not add, and with a session token
+ * x-amz-security-token; a caller that sets its own header list afterwards
+ * starts it with remote_headers_append);
  * for anonymous s3 and plain http, nothing. Never logs secrets. 0 or
  * SF_E_INVALID (a curl without SigV4: it names the version). */
 int remote_curl_prepare(void *curl_easy, const remote_location *loc);
 
-/* Appends the headers remote_curl_prepare sets (the session token's, or
- * none) to a caller's header list, for a caller that
+/* Appends the headers remote_curl_prepare sets (none unless signed) to a
+ * caller's header list, for a caller that
  * needs headers of its own on the same request. 0 or -ENOMEM (the list is
  * then freed and *list NULL). */
 struct curl_slist;

@@ -38,7 +38,7 @@ struct remote_location {
     char *key_prefix;
     remote_aws aws;               /* s3 only */
     char sigv4[96];               /* "aws:amz:REGION:s3" when signed, else "" */
-    struct curl_slist *headers;   /* the session token's header, or NULL */
+    struct curl_slist *headers;   /* signed: the payload hash's and the session token's headers */
 };
 
 #define URL_MAX 8192u /* longer is a mistake, not a dataset */
@@ -244,16 +244,25 @@ static int s3_open(remote_location *loc, const char *url)
     if (rc || !loc->aws.access_key)
         return rc;
     snprintf(loc->sigv4, sizeof loc->sigv4, "aws:amz:%s:s3", loc->aws.region);
+    /* S3 wants the payload's hash in x-amz-content-sha256 on every signed
+     * request. curl cannot hash a body it streams from a callback, and 7.88
+     * does not add the header at all; with it set, curl signs its value.
+     * UNSIGNED-PAYLOAD: the bytes are checked against the dataset's own
+     * checksums instead (reads) or by the store's ETag (uploads). */
+    loc->headers = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!loc->headers)
+        return -ENOMEM;
     if (loc->aws.session_token) {
         char *h = malloc(strlen(loc->aws.session_token) + 32);
         if (!h)
             return -ENOMEM;
         sprintf(h, "x-amz-security-token: %s", loc->aws.session_token);
-        loc->headers = curl_slist_append(NULL, h);
+        struct curl_slist *n = curl_slist_append(loc->headers, h);
         explicit_bzero(h, strlen(h));
         free(h);
-        if (!loc->headers)
+        if (!n)
             return -ENOMEM;
+        loc->headers = n;
     }
     return 0;
 }

@@ -231,17 +231,23 @@ Test(remote_url, endpoint_from_config)
     remote_location_free(loc);
 }
 
-/* The session token's header, as a caller that sets its own headers gets it. */
-static char *token_header(const remote_location *loc)
+/* The header `name` a caller that sets its own headers gets (NULL: none). */
+static char *signing_header(const remote_location *loc, const char *name)
 {
     struct curl_slist *list = curl_slist_append(NULL, "Range: bytes=0-1");
     cr_assert_eq(remote_headers_append(&list, loc), 0);
+    cr_assert_str_eq(list->data, "Range: bytes=0-1", "the caller's own headers come first, kept");
     char *found = NULL;
     for (struct curl_slist *h = list; h; h = h->next)
-        if (strncmp(h->data, "x-amz-security-token:", 21) == 0)
+        if (strncmp(h->data, name, strlen(name)) == 0 && h->data[strlen(name)] == ':')
             found = strdup(h->data);
     curl_slist_free_all(list);
     return found;
+}
+
+static char *token_header(const remote_location *loc)
+{
+    return signing_header(loc, "x-amz-security-token");
 }
 
 Test(remote_url, credentials_file_and_profiles)
@@ -253,6 +259,10 @@ Test(remote_url, credentials_file_and_profiles)
     remote_location *loc = open_ok("s3://bucket/ds");
     cr_assert(remote_location_signed(loc));
     cr_assert_null(token_header(loc));
+    char *sha = signing_header(loc, "x-amz-content-sha256");
+    cr_assert_not_null(sha, "S3 refuses a signed request without the payload's hash header");
+    cr_assert_str_eq(sha, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    free(sha);
     CURL *c = curl_easy_init();
     cr_assert_eq(remote_curl_prepare(c, loc), 0, "%s", sf_last_error());
     curl_easy_cleanup(c);
@@ -308,6 +318,7 @@ Test(remote_url, anonymous_without_credentials)
     write_aws_file("credentials", "[someone-else]\naws_access_key_id = A\naws_secret_access_key = B\n");
     remote_location *loc = open_ok("s3://bucket/ds");
     cr_assert_not(remote_location_signed(loc));
+    cr_assert_null(signing_header(loc, "x-amz-content-sha256"), "anonymous requests are plain");
     CURL *c = curl_easy_init();
     cr_assert_eq(remote_curl_prepare(c, loc), 0);
     curl_easy_cleanup(c);
