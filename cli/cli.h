@@ -19,6 +19,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_push(int argc, char **argv);
 
 /* Help (cli/help.c: every command's text in one table). The overview of
  * every command; one command's full help (-1 for an unknown command); the

@@ -98,6 +98,33 @@ static const cli_command_help HELP[] = {
      "  -o, --output DIR   output folder (created if missing, else empty); required\n"
      "      --npy          write {field}_{key}.npy files whatever the layout\n"
      "  -h, --help         this help\n"},
+    {"push", "shardfeed push DATASET_DIR s3://BUCKET[/PREFIX] | http(s)://HOST/PATH [options]",
+     "upload a dataset to an S3 or S3-compatible store (or a WebDAV server), the manifest last",
+     "Checks the dataset (its manifest, and every shard's header, footer and index\n"
+     "against it), then uploads every shard and the manifest last, so a reader never\n"
+     "finds a manifest whose shards are not all there. Objects are PREFIX/manifest.sfm,\n"
+     "PREFIX/shard-000000.sfs, ...: the folder's file names. Each request is retried\n"
+     "with backoff on a 5xx or 429 answer and on a reset, timeout or short answer;\n"
+     "then the error names the object's URL, the HTTP status and the store's message,\n"
+     "and no manifest is left at the destination. Credentials: AWS_ACCESS_KEY_ID and\n"
+     "AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN), else ~/.aws/credentials (AWS_PROFILE);\n"
+     "region: AWS_REGION, else ~/.aws/config, else us-east-1; AWS_ENDPOINT_URL names\n"
+     "an S3-compatible store (objects addressed path-style). An http(s):// URL is a web\n"
+     "server taking PUT and DELETE (WebDAV, e.g. nginx's dav_methods): every file in\n"
+     "one PUT. README \"Remote datasets\".\n"
+     "\n"
+     "      --part-size SIZE            multipart part size (default 16MiB; S3 wants at\n"
+     "                                  least 5MiB; raised to stay within 10,000 parts)\n"
+     "      --multipart-threshold SIZE  shards larger than this go up in parts\n"
+     "                                  (default 64MiB)\n"
+     "      --retries N                 attempts after the first, per request (default 8)\n"
+     "      --overwrite                 the destination already holds a dataset: delete\n"
+     "                                  its manifest first, then upload (default: refuse)\n"
+     "  -q, --quiet                     no line per uploaded file and no summary\n"
+     "  -h, --help                      this help\n"
+     "\n"
+     "Exit 0: uploaded; 2: the local dataset breaks the format; 1: anything else (a\n"
+     "usage error, the store refused or failed, a dataset already there).\n"},
     {"bench",
      "shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"
      "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"

@@ -41,6 +41,8 @@ int main(int argc, char **argv)
         return cmd_export(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0)
         return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "push") == 0)
+        return cmd_push(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         int major, minor;
         sf_format_version(&major, &minor);

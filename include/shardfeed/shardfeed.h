@@ -14,6 +14,7 @@
 #include "shardfeed/error.h"
 #include "shardfeed/pack.h"
 #include "shardfeed/params.h"
+#include "shardfeed/push.h"
 #include "shardfeed/reader.h"
 #include "shardfeed/types.h"
 #include "shardfeed/version.h"

@@ -15,7 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clitest import SHARDFEED, SOURCE_DIR, ScratchTest, run  # noqa: E402
 
-COMMANDS = ("pack", "merge", "verify", "inspect", "export", "bench")
+COMMANDS = ("pack", "merge", "verify", "inspect", "export", "bench", "push")
 
 
 def long_options(cmd):

@@ -391,8 +391,10 @@ class _Forwarder:
 class FaultProxy:
     """Forwards to `upstream_url`, injecting faults: `faults` maps a kind of
     FAULT_KINDS to the probability a request gets it (one draw per request
-    from Random(seed); the kinds' probabilities add up to at most 1).
-    `.counts[kind]` is how many requests got each; `.requests` how many came.
+    from Random(seed); the kinds' probabilities add up to at most 1), to
+    the requests `match(method, path)` accepts (default: every request).
+    `.counts[kind]` is how many requests got each; `.requests` how many came;
+    `.log` lists (method, path, fault kind or None) in arrival order.
 
       drop      the connection closed without a response (not forwarded)
       reset     forwarded; headers and half the body, then a TCP RST
@@ -403,8 +405,10 @@ class FaultProxy:
       corrupt   forwarded; one byte of the body inverted (none when empty)
     """
 
-    def __init__(self, upstream_url, faults=None, seed=0, delay_s=1.0):
+    def __init__(self, upstream_url, faults=None, seed=0, delay_s=1.0, match=None):
         self.upstream_url = upstream_url
+        self.match = match
+        self.log = []
         self.faults = dict(faults or {})
         unknown = set(self.faults) - set(FAULT_KINDS)
         if unknown:
@@ -422,15 +426,24 @@ class FaultProxy:
     def _decide(self, method, raw_path, headers, body):
         with self._lock:
             self.requests += 1
-            u = self._rng.random()
-            acc = 0.0
-            for kind in FAULT_KINDS:
-                acc += self.faults.get(kind, 0.0)
-                if u < acc:
-                    if kind in ("truncate", "corrupt") and method == "HEAD":
-                        return None  # no body to cut or flip
-                    self.counts[kind] += 1
-                    return ("fault", kind)
+            kind = self._draw(method, raw_path)
+            self.log.append((method, raw_path, kind))
+            if kind:
+                self.counts[kind] += 1
+                return ("fault", kind)
+        return None
+
+    def _draw(self, method, raw_path):
+        if self.match and not self.match(method, raw_path):
+            return None
+        u = self._rng.random()
+        acc = 0.0
+        for kind in FAULT_KINDS:
+            acc += self.faults.get(kind, 0.0)
+            if u < acc:
+                if kind in ("truncate", "corrupt") and method == "HEAD":
+                    return None  # no body to cut or flip
+                return kind
         return None
 
     def __enter__(self):
@@ -547,12 +560,14 @@ class S3Server:
 class Nginx:
     """Debian's nginx serving the folder `root` on 127.0.0.1 (Range requests
     answered 206 by its static module). `.url` is the server's root URL; a
-    file root/ds/manifest.sfm is at .url + "/ds/manifest.sfm". Its config,
-    logs and temporary folders live in `work` (default: a folder next to
-    `root`)."""
+    file root/ds/manifest.sfm is at .url + "/ds/manifest.sfm". `dav=True`
+    also takes PUT (folders created as needed) and DELETE, as a WebDAV
+    server does. Its config, logs and temporary folders live in `work`
+    (default: a folder next to `root`)."""
 
-    def __init__(self, root, work=None):
+    def __init__(self, root, work=None, dav=False):
         self.root = os.path.abspath(root)
+        self.dav = dav
         self.work = work or self.root.rstrip("/") + ".nginx"
         self._proc = None
         self.url = None
@@ -579,7 +594,9 @@ class Nginx:
             f"error_log {self.work}/error.log warn;", "events { worker_connections 256; }",
             "http {", "    access_log off;", "    default_type application/octet-stream;",
             *temps,
-            f"    server {{ listen {LOOPBACK}:{port}; root {self.root}; }}", "}", ""])
+            f"    server {{ listen {LOOPBACK}:{port}; root {self.root};",
+            "        dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0;"
+            if self.dav else "", "    }", "}", ""])
 
     def __enter__(self):
         exe = self.command()

@@ -1,0 +1,739 @@
+/* sf_push: a local dataset up to an S3 store (or a web server taking PUT),
+ * shards first, manifest last (shardfeed/push.h).
+ *
+ * The manifest's bytes are read once, at the start, and those bytes are
+ * what goes up last; every shard is checked against them (header, footer,
+ * index: sf_shard_load_meta) twice: all of them before anything is
+ * uploaded, and each again on the descriptor it is uploaded from, so a
+ * folder re-packed during the push fails it instead of mixing two datasets.
+ * A pack or merge writing the folder (its .shardfeed.lock held) is refused.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error_internal.h"
+#include "format.h"
+#include "remote_url.h"
+#include "shard_file.h"
+#include "shardfeed/push.h"
+#include "shardfeed_config.h"
+
+#if SF_HAVE_REMOTE
+#include <curl/curl.h>
+
+#define RESPONSE_CAP (64u << 10) /* an error or a multipart answer; more is dropped */
+#define MAX_PARTS 10000u         /* S3's limit per upload */
+#define LOCK_NAME ".shardfeed.lock"
+/* Metadata a multipart upload's object carries: a token of that upload, so a
+ * retried completion whose first answer was lost can tell its own object
+ * from one an earlier push left under the same name. */
+#define UPLOAD_TOKEN_HEADER "x-amz-meta-shardfeed-upload"
+
+/* ---- One request, and its retries -------------------------------------------- */
+
+typedef struct push_ctx {
+    const remote_location *loc;
+    CURL *curl;
+    int retries;
+    unsigned backoff_ms;
+    unsigned seed; /* jitter */
+    const char *extra_header; /* one more header on each attempt of a request, or NULL */
+    bool last_retryable;      /* the last request's final failure was worth retrying */
+    char errbuf[CURL_ERROR_SIZE];
+} push_ctx;
+
+/* What a request sends: nothing, memory, or a range of a file. */
+typedef struct body_src {
+    const uint8_t *mem;
+    int fd;
+    uint64_t off, len, pos;
+    int read_errno; /* the local file failed or shrank (EIO): the upload stopped */
+} body_src;
+
+typedef struct response {
+    long status;
+    char body[RESPONSE_CAP + 1];
+    size_t body_len;
+    char etag[256];
+    int64_t total_size; /* from Content-Range ("bytes 0-0/SIZE"), or -1 */
+    char upload_token[64]; /* x-amz-meta-shardfeed-upload (UPLOAD_TOKEN_HEADER) */
+} response;
+
+static size_t read_body(char *dst, size_t size, size_t n, void *arg)
+{
+    body_src *b = arg;
+    uint64_t want = (uint64_t)size * n, left = b->len - b->pos;
+    if (want > left)
+        want = left;
+    if (want == 0)
+        return 0;
+    if (b->mem) {
+        memcpy(dst, b->mem + b->pos, want);
+    } else {
+        ssize_t got = pread(b->fd, dst, want, (off_t)(b->off + b->pos));
+        if (got <= 0) { /* the file shrank or failed: abort, never send short */
+            b->read_errno = got < 0 ? errno : EIO;
+            return CURL_READFUNC_ABORT;
+        }
+        want = (uint64_t)got;
+    }
+    b->pos += want;
+    return want;
+}
+
+static int seek_body(void *arg, curl_off_t off, int origin)
+{
+    body_src *b = arg;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > b->len)
+        return CURL_SEEKFUNC_FAIL;
+    b->pos = (uint64_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+static size_t keep_response(char *src, size_t size, size_t n, void *arg)
+{
+    response *r = arg;
+    size_t len = size * n, room = RESPONSE_CAP - r->body_len;
+    memcpy(r->body + r->body_len, src, len < room ? len : room);
+    r->body_len += len < room ? len : room;
+    r->body[r->body_len] = '\0';
+    return len;
+}
+
+/* A header's value when `line` is "name: value" (any case), trimmed; NULL otherwise. */
+static const char *header_value(const char *line, size_t len, const char *name, size_t *vlen)
+{
+    size_t n = strlen(name);
+    if (len <= n || strncasecmp(line, name, n) != 0 || line[n] != ':')
+        return NULL;
+    const char *v = line + n + 1;
+    size_t vl = len - n - 1;
+    while (vl && (*v == ' ' || *v == '\t'))
+        v++, vl--;
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+        vl--;
+    *vlen = vl;
+    return v;
+}
+
+/* Keeps the ETag (a part's, for completing a multipart upload) and the
+ * object size a Content-Range gives. */
+static size_t keep_headers(char *line, size_t size, size_t n, void *arg)
+{
+    response *r = arg;
+    size_t len = size * n, vl;
+    const char *v;
+    if ((v = header_value(line, len, "etag", &vl)) != NULL && vl < sizeof r->etag) {
+        memcpy(r->etag, v, vl);
+        r->etag[vl] = '\0';
+    } else if ((v = header_value(line, len, UPLOAD_TOKEN_HEADER, &vl)) != NULL &&
+               vl < sizeof r->upload_token) {
+        memcpy(r->upload_token, v, vl);
+        r->upload_token[vl] = '\0';
+    } else if ((v = header_value(line, len, "content-range", &vl)) != NULL) {
+        const char *slash = memchr(v, '/', vl);
+        char digits[24];
+        size_t dl = slash ? vl - (size_t)(slash + 1 - v) : 0;
+        if (dl > 0 && dl < sizeof digits) {
+            memcpy(digits, slash + 1, dl);
+            digits[dl] = '\0';
+            char *end;
+            long long t = strtoll(digits, &end, 10);
+            if (*end == '\0' && t >= 0)
+                r->total_size = t;
+        }
+    }
+    return len;
+}
+
+/* The text of <tag>...</tag> in an S3 XML answer, copied into out ("" when absent). */
+static void xml_text(char *out, size_t cap, const char *xml, const char *tag)
+{
+    char open[64], close[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    out[0] = '\0';
+    const char *s = strstr(xml, open);
+    const char *e = s ? strstr(s + strlen(open), close) : NULL;
+    if (!e)
+        return;
+    s += strlen(open);
+    size_t n = (size_t)(e - s) < cap - 1 ? (size_t)(e - s) : cap - 1;
+    for (size_t i = 0; i < n; i++) /* printable only: it goes into messages and URLs */
+        out[i] = (s[i] >= ' ' && s[i] <= '~') ? s[i] : '?';
+    out[n] = '\0';
+}
+
+/* A status or transport failure worth another attempt. S3 answers some
+ * failures of CompleteMultipartUpload with 200 and an <Error> body. */
+static bool retryable(CURLcode cc, const response *r, bool error_body)
+{
+    if (cc != CURLE_OK)
+        return cc != CURLE_URL_MALFORMAT && cc != CURLE_UNSUPPORTED_PROTOCOL &&
+               cc != CURLE_ABORTED_BY_CALLBACK && cc != CURLE_READ_ERROR && cc != CURLE_OUT_OF_MEMORY &&
+               cc != CURLE_LOGIN_DENIED;
+    return r->status == 429 || r->status >= 500 || error_body;
+}
+
+static void backoff(push_ctx *p, int attempt)
+{
+    uint64_t cap = (uint64_t)p->backoff_ms << (attempt < 7 ? attempt : 7);
+    if (cap > (uint64_t)p->backoff_ms * 100)
+        cap = (uint64_t)p->backoff_ms * 100;
+    uint64_t ms = cap / 2 + (uint64_t)rand_r(&p->seed) % (cap / 2 + 1); /* jitter in [cap/2, cap] */
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* One request with its retries (GET reads the first byte only: it asks
+ * whether an object exists, and a refusal still brings the store's XML).
+ * `what` names the object in errors (the
+ * dataset URL's display form and the object name: never a secret). 0 when
+ * the final answer is 2xx (r->status), else SF_E_REMOTE naming the URL,
+ * the status and the store's <Code>/<Message>, or curl's reason. A 404 is
+ * returned as 0 with r->status 404 when `allow_404`. */
+static int request(push_ctx *p, response *r, const char *method, const char *url, const char *what,
+                   body_src *body, bool allow_404)
+{
+    CURLcode cc = CURLE_OK;
+    bool error_body = false;
+    int attempt = 0;
+    for (;; attempt++) {
+        CURL *c = p->curl;
+        curl_easy_reset(c); /* keeps the connection cache */
+        memset(r, 0, sizeof *r);
+        r->total_size = -1;
+        p->errbuf[0] = '\0';
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, p->errbuf);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L); /* a stalled transfer is a failure */
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep_response);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_headers);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+        int rc = remote_curl_prepare(c, p->loc);
+        if (rc)
+            return rc;
+        struct curl_slist *headers = NULL;
+        if (p->extra_header) {
+            rc = remote_headers_append(&headers, p->loc);
+            struct curl_slist *h = rc ? NULL : curl_slist_append(headers, p->extra_header);
+            if (!h) {
+                curl_slist_free_all(headers);
+                return sf_fail(-ENOMEM, "%s %s: out of memory", method, what);
+            }
+            headers = h;
+            curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+        }
+        if (strcmp(method, "PUT") == 0) {
+            body->pos = 0;
+            curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+            curl_easy_setopt(c, CURLOPT_READFUNCTION, read_body);
+            curl_easy_setopt(c, CURLOPT_READDATA, body);
+            curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, seek_body);
+            curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
+            curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body->len);
+        } else if (strcmp(method, "POST") == 0) {
+            curl_easy_setopt(c, CURLOPT_POST, 1L);
+            curl_easy_setopt(c, CURLOPT_POSTFIELDS, body ? (const char *)body->mem : "");
+            curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? body->len : 0));
+        } else if (strcmp(method, "GET") == 0) {
+            curl_easy_setopt(c, CURLOPT_RANGE, "0-0"); /* whether it exists; errors keep their body */
+        } else {
+            curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        }
+        cc = curl_easy_perform(c);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(headers);
+        error_body = cc == CURLE_OK && r->status == 200 && strcmp(method, "POST") == 0 &&
+                     strstr(r->body, "<Error>") != NULL;
+        if (cc == CURLE_OK && !error_body &&
+            ((r->status >= 200 && r->status < 300) || (allow_404 && r->status == 404)))
+            return 0;
+        p->last_retryable = retryable(cc, r, error_body);
+        if (attempt >= p->retries || !p->last_retryable)
+            break;
+        backoff(p, attempt);
+    }
+    if (cc == CURLE_ABORTED_BY_CALLBACK && body && body->read_errno)
+        return sf_fail(-body->read_errno, "%s %s: reading the local file failed (%s%s)", method, what,
+                       strerror(body->read_errno), body->read_errno == EIO ? ": did it shrink?" : "");
+    if (cc != CURLE_OK)
+        return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempts)", method, what,
+                       p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1);
+    char code[128], message[512];
+    xml_text(code, sizeof code, r->body, "Code");
+    xml_text(message, sizeof message, r->body, "Message");
+    return sf_fail(SF_E_REMOTE, "%s %s: HTTP %ld%s%s%s%s (after %d attempt%s)", method, what, r->status,
+                   code[0] ? " " : "", code, message[0] ? ": " : "", message, attempt + 1,
+                   attempt ? "s" : "");
+}
+
+/* ---- Objects -------------------------------------------------------------------- */
+
+/* "s3://bucket/prefix/NAME": how errors name an object. */
+static void object_what(char *out, size_t cap, const remote_location *loc, const char *name)
+{
+    const char *d = remote_location_display(loc);
+    size_t n = strlen(d);
+    while (n && d[n - 1] == '/')
+        n--;
+    snprintf(out, cap, "%.*s/%s", (int)n, d, name);
+}
+
+/* The object URL of `name` plus a query already in SigV4's canonical form
+ * (names sorted, each with '='), so the URL curl signs is the canonical one. */
+static int object_url_q(char **out, const remote_location *loc, const char *name, const char *query)
+{
+    char *u = NULL;
+    int rc = remote_object_url(&u, loc, name);
+    if (rc || !query)
+        return *out = u, rc;
+    char *q = malloc(strlen(u) + strlen(query) + 2);
+    if (q)
+        sprintf(q, "%s?%s", u, query);
+    free(u);
+    *out = q;
+    return q ? 0 : -ENOMEM;
+}
+
+static int put_single(push_ctx *p, const char *name, body_src *body)
+{
+    char *url = NULL, what[4400];
+    object_what(what, sizeof what, p->loc, name);
+    int rc = object_url_q(&url, p->loc, name, NULL);
+    response *r = malloc(sizeof *r);
+    if (!rc && !r)
+        rc = -ENOMEM;
+    if (!rc)
+        rc = request(p, r, "PUT", url, what, body, false);
+    free(r);
+    free(url);
+    return rc;
+}
+
+/* UploadId values go into a query: keep S3's unreserved characters only
+ * (they are; anything else is percent-encoded). */
+static void encode_query_value(char *out, size_t cap, const char *v)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)v; *c && o + 4 < cap; c++) {
+        if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+            *c == '-' || *c == '_' || *c == '.' || *c == '~') {
+            out[o++] = (char)*c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*c >> 4];
+            out[o++] = hex[*c & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+typedef struct multipart {
+    char token[40];       /* UPLOAD_TOKEN_HEADER's value */
+    char upload_id[1024]; /* percent-encoded for the query */
+    char (*etags)[256];
+    uint32_t parts;
+} multipart;
+
+static int mp_request(push_ctx *p, response *r, const char *method, const char *name, const char *query,
+                      body_src *body, const char *what)
+{
+    char *url = NULL;
+    int rc = object_url_q(&url, p->loc, name, query);
+    if (!rc)
+        rc = request(p, r, method, url, what, body, false);
+    free(url);
+    return rc;
+}
+
+static void mp_abort(push_ctx *p, response *r, const char *name, const multipart *m, const char *what)
+{
+    char query[1100];
+    snprintf(query, sizeof query, "uploadId=%s", m->upload_id);
+    int saved_retries = p->retries;
+    p->retries = 1; /* best effort: the store expires abandoned uploads by its own rules */
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", sf_last_error());
+    (void)mp_request(p, r, "DELETE", name, query, NULL, what);
+    sf_fail(0, "%s", detail); /* the failure reported is the one that stopped the upload */
+    p->retries = saved_retries;
+}
+
+static int complete_body(char **xml, size_t *len, const multipart *m)
+{
+    size_t cap = 64 + (size_t)m->parts * (64 + sizeof m->etags[0]);
+    char *x = malloc(cap);
+    if (!x)
+        return -ENOMEM;
+    size_t o = (size_t)snprintf(x, cap, "<CompleteMultipartUpload>");
+    for (uint32_t i = 0; i < m->parts; i++)
+        o += (size_t)snprintf(x + o, cap - o, "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
+                              i + 1, m->etags[i]);
+    o += (size_t)snprintf(x + o, cap - o, "</CompleteMultipartUpload>");
+    *xml = x;
+    *len = o;
+    return 0;
+}
+
+/* After a failed CompleteMultipartUpload: an earlier attempt may have
+ * completed it and lost its answer (a reset), and the retries then fail
+ * (NoSuchUpload, or a 500 from stores that dropped the parts). True when the
+ * object is there with this upload's token and size. */
+static bool completed_earlier(push_ctx *p, response *r, const char *name, const char *token,
+                              uint64_t size)
+{
+    char detail[2048], *url = NULL, what[4400];
+    snprintf(detail, sizeof detail, "%s", sf_last_error());
+    object_what(what, sizeof what, p->loc, name);
+    int saved = p->retries;
+    p->retries = 0;
+    int rc = remote_object_url(&url, p->loc, name);
+    if (!rc)
+        rc = request(p, r, "GET", url, what, NULL, false);
+    p->retries = saved;
+    free(url);
+    if (!rc && strcmp(r->upload_token, token) == 0 && r->total_size >= 0 && (uint64_t)r->total_size == size)
+        return true;
+    sf_fail(0, "%s", detail); /* the completion's failure is the one to report */
+    return false;
+}
+
+/* CompleteMultipartUpload with its own retries: before each retry, whether
+ * an attempt whose answer was lost completed it after all. */
+static int mp_complete(push_ctx *p, response *r, const char *name, const multipart *m, uint64_t size,
+                       const char *what)
+{
+    char *xml = NULL, query[1100];
+    size_t len = 0;
+    snprintf(query, sizeof query, "uploadId=%s", m->upload_id);
+    int rc = complete_body(&xml, &len, m);
+    body_src b = {.mem = (const uint8_t *)xml, .len = len};
+    int retries = p->retries;
+    p->retries = 0;
+    for (int attempt = 0; !rc || rc == SF_E_REMOTE; attempt++) {
+        rc = mp_request(p, r, "POST", name, query, &b, what);
+        if (rc != SF_E_REMOTE)
+            break;
+        bool again = p->last_retryable && attempt < retries;
+        if (completed_earlier(p, r, name, m->token, size)) {
+            rc = 0;
+            break;
+        }
+        if (!again)
+            break;
+        backoff(p, attempt);
+    }
+    p->retries = retries;
+    free(xml);
+    return rc;
+}
+
+/* S3 multipart upload of [0, size) of `fd` as `name`, parts of `part_size`. */
+static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, uint64_t part_size)
+{
+    char what[4400];
+    object_what(what, sizeof what, p->loc, name);
+    multipart m = {.parts = (uint32_t)((size + part_size - 1) / part_size)};
+    response *r = malloc(sizeof *r);
+    m.etags = calloc(m.parts, sizeof m.etags[0]);
+    int rc = r && m.etags ? 0 : -ENOMEM;
+    char token_header[128];
+    snprintf(m.token, sizeof m.token, "%08x%08x%08x", (unsigned)rand_r(&p->seed), (unsigned)rand_r(&p->seed),
+             (unsigned)time(NULL));
+    snprintf(token_header, sizeof token_header, "%s: %s", UPLOAD_TOKEN_HEADER, m.token);
+    p->extra_header = token_header;
+    if (!rc)
+        rc = mp_request(p, r, "POST", name, "uploads=", NULL, what);
+    p->extra_header = NULL;
+    if (!rc) {
+        char id[900];
+        xml_text(id, sizeof id, r->body, "UploadId");
+        if (!id[0])
+            rc = sf_fail(SF_E_REMOTE, "POST %s?uploads: the store's answer has no UploadId", what);
+        encode_query_value(m.upload_id, sizeof m.upload_id, id);
+    }
+    for (uint32_t i = 0; !rc && i < m.parts; i++) {
+        char query[1100];
+        snprintf(query, sizeof query, "partNumber=%u&uploadId=%s", i + 1, m.upload_id);
+        uint64_t off = (uint64_t)i * part_size;
+        body_src part = {.fd = fd, .off = off, .len = size - off < part_size ? size - off : part_size};
+        rc = mp_request(p, r, "PUT", name, query, &part, what);
+        if (!rc && !r->etag[0])
+            rc = sf_fail(SF_E_REMOTE, "PUT %s part %u: the store's answer has no ETag", what, i + 1);
+        if (!rc)
+            memcpy(m.etags[i], r->etag, sizeof m.etags[i]);
+    }
+    if (!rc)
+        rc = mp_complete(p, r, name, &m, size, what);
+    if (rc && rc != -ENOMEM && m.upload_id[0])
+        mp_abort(p, r, name, &m, what);
+    free(m.etags);
+    free(r);
+    return rc;
+}
+
+/* ---- The dataset ------------------------------------------------------------------ */
+
+typedef struct local_dataset {
+    const char *dir;
+    uint8_t *manifest_bytes;
+    uint64_t manifest_len;
+    sf_manifest manifest;
+    int lock_fd; /* .shardfeed.lock held shared, or -1 */
+} local_dataset;
+
+/* Refuses a folder a pack or merge is writing: they hold .shardfeed.lock
+ * exclusively for their whole run; push holds it shared for its own. */
+static int lock_shared(local_dataset *d)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", d->dir, LOCK_NAME);
+    d->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (d->lock_fd < 0)
+        return 0; /* never packed here with a lock, or not ours to create */
+    if (flock(d->lock_fd, LOCK_SH | LOCK_NB) != 0)
+        return sf_fail(SF_E_STATE, "%s: a pack or merge is writing this folder (%s is held): push it "
+                       "when that is done", d->dir, LOCK_NAME);
+    return 0;
+}
+
+static int read_manifest(local_dataset *d)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", d->dir, SF_MANIFEST_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return sf_fail(e == ENOENT ? SF_E_INPUT : -e, "%s: %s", path,
+                       e == ENOENT ? "no manifest: not a dataset (or not a finished one)" : sf_errno_text(e));
+    }
+    struct stat st;
+    int rc = fstat(fd, &st) ? sf_fail(-errno, "%s: %s", path, strerror(errno)) : 0;
+    if (!rc && (st.st_size < (off_t)SF_MANIFEST_MIN_SIZE || (uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE))
+        rc = sf_fail(SF_E_CORRUPT, "%s: %lld bytes, not the size of a manifest", path, (long long)st.st_size);
+    if (!rc) {
+        d->manifest_len = (uint64_t)st.st_size;
+        d->manifest_bytes = malloc(d->manifest_len);
+        rc = d->manifest_bytes ? sf_pread_full(fd, d->manifest_bytes, d->manifest_len, 0) : -ENOMEM;
+        if (rc && rc != -ENOMEM)
+            rc = sf_fail(rc, "%s: %s", path, rc == SF_E_TRUNCATED ? "shrank while read" : strerror(-rc));
+    }
+    close(fd);
+    if (!rc && (rc = sf_manifest_decode(&d->manifest, d->manifest_bytes, d->manifest_len)) != 0)
+        rc = sf_fail_prefix(rc, path);
+    return rc;
+}
+
+/* Opens shard `i` and checks its header, footer and index against the
+ * manifest. The descriptor in *fd_out on success. */
+static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, char *name, size_t cap)
+{
+    snprintf(name, cap, SF_SHARD_NAME_FMT, (unsigned)i);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", d->dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return sf_fail(e == ENOENT ? SF_E_TRUNCATED : -e, "%s: %s", path,
+                       e == ENOENT ? "missing: the dataset is not complete" : sf_errno_text(e));
+    }
+    const sf_manifest *m = &d->manifest;
+    sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
+    sf_shard_meta meta;
+    int rc = sf_shard_load_meta(&meta, fd, &exp, NULL);
+    if (rc) {
+        close(fd);
+        return sf_fail_prefix(rc, path);
+    }
+    sf_shard_meta_clear(&meta);
+    *fd_out = fd;
+    return 0;
+}
+
+static int check_all_shards(const local_dataset *d)
+{
+    for (uint64_t i = 0; i < d->manifest.shard_count; i++) {
+        char name[64];
+        int fd = -1, rc = open_checked_shard(&fd, d, i, name, sizeof name);
+        if (rc)
+            return rc;
+        close(fd);
+    }
+    return 0;
+}
+
+static void local_close(local_dataset *d)
+{
+    sf_manifest_clear(&d->manifest);
+    free(d->manifest_bytes);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+}
+
+/* ---- Push ------------------------------------------------------------------------- */
+
+static int opts_check(sf_push_opts *o, const sf_push_opts *given)
+{
+    sf_push_opts defaults = SF_PUSH_OPTS_INIT;
+    if (given) {
+        int rc = sf_check_opts_version("sf_push_opts", given->version, SF_PUSH_OPTS_VERSION);
+        if (rc)
+            return rc;
+        *o = *given;
+    } else {
+        *o = defaults;
+    }
+    if (!o->multipart_threshold)
+        o->multipart_threshold = SF_PUSH_DEFAULT_THRESHOLD;
+    if (!o->part_size)
+        o->part_size = SF_PUSH_DEFAULT_PART_SIZE;
+    if (o->retries < 0)
+        o->retries = SF_PUSH_DEFAULT_RETRIES;
+    if (!o->backoff_ms)
+        o->backoff_ms = 200;
+    if (o->part_size < SF_PUSH_MIN_PART_SIZE || o->part_size > (5ull << 30))
+        return sf_fail(SF_E_INVALID, "sf_push: part size %llu is outside 64 KiB to 5 GiB",
+                       (unsigned long long)o->part_size);
+    if (o->retries > 100 || o->backoff_ms > 60000)
+        return sf_fail(SF_E_INVALID, "sf_push: at most 100 retries and a 60 s first backoff");
+    return 0;
+}
+
+/* The manifest already at the destination: refused, or deleted first. */
+static int clear_destination(push_ctx *p, const sf_push_opts *o)
+{
+    char *url = NULL, what[4400];
+    object_what(what, sizeof what, p->loc, SF_MANIFEST_NAME);
+    response *r = malloc(sizeof *r);
+    int rc = r ? remote_object_url(&url, p->loc, SF_MANIFEST_NAME) : -ENOMEM;
+    if (!rc)
+        rc = request(p, r, "GET", url, what, NULL, true);
+    if (!rc && r->status != 404) {
+        if (!o->overwrite)
+            rc = sf_fail(SF_E_EXISTS, "%s: a dataset is already there (%s): push refuses to replace it "
+                         "(--overwrite deletes its manifest first)", remote_location_display(p->loc), what);
+        else
+            rc = request(p, r, "DELETE", url, what, NULL, true);
+    }
+    free(r);
+    free(url);
+    return rc;
+}
+
+static int push_shard(push_ctx *p, const local_dataset *d, const sf_push_opts *o, uint64_t i,
+                      uint64_t *bytes, char *name, size_t cap)
+{
+    int fd = -1;
+    int rc = open_checked_shard(&fd, d, i, name, cap);
+    if (rc)
+        return rc;
+    uint64_t size = d->manifest.shards[i].file_size;
+    *bytes = size;
+    uint64_t part = o->part_size;
+    if (size / part >= MAX_PARTS) /* S3 takes at most 10,000 parts */
+        part = (size + MAX_PARTS - 1) / MAX_PARTS;
+    /* A plain web server (WebDAV PUT) has no multipart uploads: one PUT. */
+    if (size > o->multipart_threshold && remote_location_kind(p->loc) == REMOTE_S3) {
+        rc = put_multipart(p, name, fd, size, part);
+    } else {
+        body_src b = {.fd = fd, .len = size};
+        rc = put_single(p, name, &b);
+    }
+    close(fd);
+    return rc;
+}
+
+/* The manifest, last. A failure may still have stored it (an answer lost
+ * after the store wrote it): it is deleted then, so a failed push never
+ * leaves a manifest behind. */
+static int push_manifest(push_ctx *p, const local_dataset *d)
+{
+    body_src b = {.mem = d->manifest_bytes, .len = d->manifest_len};
+    int rc = put_single(p, SF_MANIFEST_NAME, &b);
+    if (!rc || rc == -ENOMEM)
+        return rc;
+    char detail[2048], *url = NULL, what[4400];
+    snprintf(detail, sizeof detail, "%s", sf_last_error());
+    object_what(what, sizeof what, p->loc, SF_MANIFEST_NAME);
+    response *r = malloc(sizeof *r);
+    int del = r ? remote_object_url(&url, p->loc, SF_MANIFEST_NAME) : -ENOMEM;
+    if (!del)
+        del = request(p, r, "DELETE", url, what, NULL, true);
+    free(r);
+    free(url);
+    if (del)
+        return sf_fail(rc, "%s; deleting a manifest the store may have kept also failed (%s): %s may "
+                       "hold the manifest", detail, sf_last_error(), what);
+    return sf_fail(rc, "%s", detail);
+}
+
+int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
+{
+    if (!dataset_dir || !url)
+        return sf_fail(SF_E_INVALID, "sf_push: a dataset folder and a URL are needed");
+    sf_push_opts o;
+    int rc = opts_check(&o, opts);
+    if (rc)
+        return rc;
+    remote_location *loc = NULL;
+    rc = remote_location_open(&loc, url);
+    if (rc)
+        return rc;
+    local_dataset d = {.dir = dataset_dir, .lock_fd = -1};
+    rc = lock_shared(&d);
+    if (!rc)
+        rc = read_manifest(&d);
+    if (!rc)
+        rc = check_all_shards(&d);
+    push_ctx p = {.loc = loc, .retries = o.retries, .backoff_ms = o.backoff_ms,
+                  .seed = (unsigned)time(NULL) ^ (unsigned)getpid()};
+    if (!rc && !(p.curl = curl_easy_init()))
+        rc = sf_fail(-ENOMEM, "sf_push: curl_easy_init failed");
+    if (!rc)
+        rc = clear_destination(&p, &o);
+    uint64_t total = d.manifest.shard_count + 1;
+    for (uint64_t i = 0; !rc && i < d.manifest.shard_count; i++) {
+        char name[64];
+        uint64_t bytes = 0;
+        rc = push_shard(&p, &d, &o, i, &bytes, name, sizeof name);
+        if (!rc && o.progress)
+            o.progress(o.progress_ctx, i + 1, total, name, bytes);
+    }
+    if (!rc)
+        rc = push_manifest(&p, &d);
+    if (!rc && o.progress)
+        o.progress(o.progress_ctx, total, total, SF_MANIFEST_NAME, d.manifest_len);
+    if (p.curl)
+        curl_easy_cleanup(p.curl);
+    local_close(&d);
+    remote_location_free(loc);
+    return rc;
+}
+
+#else /* !SF_HAVE_REMOTE */
+
+int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
+{
+    (void)dataset_dir, (void)opts;
+    remote_location *loc = NULL;
+    return remote_location_open(&loc, url); /* says the build has no libcurl */
+}
+
+#endif

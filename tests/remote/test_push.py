@@ -1,0 +1,280 @@
+"""shardfeed push against the local S3 server (tests/remote/servers.py): every object
+arrives byte for byte (read back with curl's own SigV4), large shards go up as multipart
+uploads, 10% of requests failing with 500 still completes, a manifest upload that fails
+leaves no manifest, an incomplete dataset uploads nothing, and errors name the URL, the
+HTTP status and the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
+
+  SHARDFEED=build/shardfeed /usr/bin/python3 tests/remote/test_push.py -v
+"""
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+import servers  # noqa: E402
+from clitest import run, scratch, write_samples  # noqa: E402
+
+CURL_SIGV4 = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "S3RVER:S3RVER",
+              "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+# Shards of about 1 MiB; above 512 KiB they go up in parts of 256 KiB.
+SMALL_PARTS = ["--multipart-threshold", "512KiB", "--part-size", "256KiB"]
+
+
+def dataset_files(ds):
+    return sorted(f for f in os.listdir(ds) if f == "manifest.sfm" or f.endswith(".sfs"))
+
+
+def curl_get(url):
+    if not shutil.which("curl"):
+        raise unittest.SkipTest("curl is not installed: run tools/install-deps.sh remote")
+    r = subprocess.run(["curl", "-sS", "--fail", "--max-time", "30", *CURL_SIGV4, url],
+                       capture_output=True, timeout=60)
+    if r.returncode != 0:
+        raise AssertionError(f"curl {url}: {r.stderr.decode()}")
+    return r.stdout
+
+
+class PushTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        servers.S3Server.command()  # SkipTest when s3rver is missing
+        probe = run("push", "/nonexistent", "s3://bucket/x")
+        if "built without libcurl" in probe.stderr:
+            raise unittest.SkipTest("this shardfeed was built without libcurl")
+        cls.tmp = scratch("push-")
+        cls.ds = os.path.join(cls.tmp, "ds")
+        write_samples(os.path.join(cls.tmp, "npy"), 300, shape=(3, 32, 32))
+        run("pack", os.path.join(cls.tmp, "npy"), "-o", cls.ds, "--shard-size", "1MiB", "-q", check=0)
+        cls.files = dataset_files(cls.ds)
+        assert len(cls.files) >= 4, cls.files
+        cls.s3 = servers.S3Server(os.path.join(cls.tmp, "s3")).__enter__()
+        cls.bucket_n = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s3.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def new_bucket(self):
+        type(self).bucket_n += 1
+        name = f"bkt-{self.bucket_n}"
+        self.s3.create_bucket(name)
+        return name
+
+    def push(self, *args, endpoint=None, check=None, extra_env=None):
+        env = dict(os.environ, **self.s3.env())
+        env.pop("AWS_PROFILE", None)
+        env["HOME"] = self.tmp  # no ~/.aws of the machine's
+        if endpoint:
+            env["AWS_ENDPOINT_URL"] = env["AWS_ENDPOINT_URL_S3"] = endpoint
+        env.update(extra_env or {})
+        return run("push", *args, env=env, check=check, timeout=120)
+
+    def assert_uploaded(self, bucket, prefix, ds=None):
+        ds = ds or self.ds
+        keys = self.s3.list_keys(bucket, prefix + "/")
+        self.assertEqual(keys, [f"{prefix}/{f}" for f in dataset_files(ds)])
+        for f in dataset_files(ds):
+            with open(os.path.join(ds, f), "rb") as fh:
+                want = fh.read()
+            got = curl_get(f"{self.s3.endpoint}/{bucket}/{prefix}/{f}")
+            self.assertEqual(got, want, f"{bucket}/{prefix}/{f} differs from the local file")
+
+    def test_round_trip_with_multipart(self):
+        bucket = self.new_bucket()
+        with servers.FaultProxy(self.s3.endpoint) as p:
+            out = self.push(self.ds, f"s3://{bucket}/sets/one", *SMALL_PARTS, endpoint=p.url, check=0)
+        self.assertIn("manifest.sfm", out.stdout)
+        self.assert_uploaded(bucket, "sets/one")
+        # Every shard (about 1 MiB) went up in parts, the manifest in one PUT, last.
+        puts = [(m, path) for m, path, _ in p.log if m in ("PUT", "POST")]
+        shards = [f for f in self.files if f.endswith(".sfs")]
+        initiated = [path for m, path in puts if m == "POST" and path.endswith("?uploads=")]
+        self.assertEqual(len(initiated), len(shards))
+        parts = [path for m, path in puts if m == "PUT" and "partNumber=" in path]
+        self.assertGreaterEqual(len(parts), 3 * len(shards))
+        self.assertEqual(puts[-1], ("PUT", f"/{bucket}/sets/one/manifest.sfm"))
+
+    def test_single_puts_below_the_threshold(self):
+        bucket = self.new_bucket()
+        with servers.FaultProxy(self.s3.endpoint) as p:
+            self.push(self.ds, f"s3://{bucket}/ds", "-q", endpoint=p.url, check=0)
+        self.assertFalse(any("uploads" in path for _, path, _ in p.log))
+        self.assert_uploaded(bucket, "ds")
+
+    def test_500s_are_retried(self):
+        bucket = self.new_bucket()
+        with servers.FaultProxy(self.s3.endpoint, {"500": 0.1}, seed=3) as p:
+            self.push(self.ds, f"s3://{bucket}/ds", *SMALL_PARTS, "-q", endpoint=p.url, check=0)
+        self.assertGreater(p.counts["500"], 0, "no 500 was injected: the test proves nothing")
+        self.assert_uploaded(bucket, "ds")
+
+    def test_resets_and_drops_are_retried(self):
+        bucket = self.new_bucket()
+        with servers.FaultProxy(self.s3.endpoint, {"reset": 0.1, "drop": 0.05, "503": 0.05}, seed=5) as p:
+            self.push(self.ds, f"s3://{bucket}/ds", *SMALL_PARTS, "-q", endpoint=p.url, check=0)
+        self.assertGreater(p.counts["reset"] + p.counts["drop"], 0)
+        self.assert_uploaded(bucket, "ds")
+
+    def test_lost_answer_to_a_completed_multipart_upload(self):
+        # The first CompleteMultipartUpload of each shard is forwarded, then reset: the
+        # store completed it, the retry gets NoSuchUpload, and push finds the object whole.
+        bucket = self.new_bucket()
+        seen = set()
+
+        def first_complete(method, path):
+            if method != "POST" or "uploadId=" not in path or path in seen:
+                return False
+            seen.add(path)
+            return True
+
+        with servers.FaultProxy(self.s3.endpoint, {"reset": 1.0}, match=first_complete) as p:
+            self.push(self.ds, f"s3://{bucket}/ds", *SMALL_PARTS, "-q", endpoint=p.url, check=0)
+        self.assertEqual(p.counts["reset"], len([f for f in self.files if f.endswith(".sfs")]))
+        self.assert_uploaded(bucket, "ds")
+
+    def test_failed_manifest_upload_leaves_no_manifest(self):
+        # 500 on every PUT of the manifest: the error names it; no manifest is there.
+        bucket = self.new_bucket()
+        manifest_put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=manifest_put) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "2", endpoint=p.url, check=1)
+        self.assertEqual(p.counts["500"], 3)
+        self.assertIn(f"s3://{bucket}/ds/manifest.sfm", out.stderr)
+        self.assertIn("HTTP 500 InternalError: injected by FaultProxy", out.stderr)
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
+        # A reset after the store kept the manifest (the answer lost): deleted after the retries.
+        bucket = self.new_bucket()
+        with servers.FaultProxy(self.s3.endpoint, {"reset": 1.0}, match=manifest_put) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "1", endpoint=p.url, check=1)
+        self.assertEqual(p.counts["reset"], 2)
+        self.assertIn(f"s3://{bucket}/ds/manifest.sfm", out.stderr)
+        self.assertIn(("DELETE", f"/{bucket}/ds/manifest.sfm", None), p.log)
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
+
+    def test_incomplete_dataset_uploads_nothing(self):
+        bucket = self.new_bucket()
+        broken = os.path.join(self.tmp, "broken")
+        shutil.copytree(self.ds, broken)
+        last = [f for f in dataset_files(broken) if f.endswith(".sfs")][-1]
+        os.remove(os.path.join(broken, last))
+        out = self.push(broken, f"s3://{bucket}/ds", check=2)
+        self.assertIn(last, out.stderr)
+        self.assertIn("not complete", out.stderr)
+        self.assertEqual(self.s3.list_keys(bucket), [])
+        # A shard whose header breaks: the same.
+        shutil.copy(os.path.join(self.ds, last), os.path.join(broken, last))
+        with open(os.path.join(broken, last), "r+b") as f:
+            f.seek(20)
+            b = f.read(1)
+            f.seek(20)
+            f.write(bytes([b[0] ^ 1]))
+        out = self.push(broken, f"s3://{bucket}/ds", check=2)
+        self.assertIn(last, out.stderr)
+        self.assertEqual(self.s3.list_keys(bucket), [])
+        shutil.rmtree(broken)
+
+    def test_existing_dataset_refused_then_overwritten(self):
+        bucket = self.new_bucket()
+        self.push(self.ds, f"s3://{bucket}/ds", "-q", check=0)
+        out = self.push(self.ds, f"s3://{bucket}/ds", "-q", check=1)
+        self.assertIn("already there", out.stderr)
+        self.assertIn("--overwrite", out.stderr)
+        self.push(self.ds, f"s3://{bucket}/ds", "-q", "--overwrite", check=0)
+        self.assert_uploaded(bucket, "ds")
+
+    def test_credentials_from_a_profile_in_the_files(self):
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(os.path.join(home, ".aws"), exist_ok=True)
+        with open(os.path.join(home, ".aws", "credentials"), "w") as f:
+            f.write("[default]\naws_access_key_id = S3RVER\naws_secret_access_key = wrong\n"
+                    "[pusher]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n")
+        with open(os.path.join(home, ".aws", "config"), "w") as f:
+            f.write(f"[profile pusher]\nregion = us-east-1\nendpoint_url = {self.s3.endpoint}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(HOME=home, AWS_PROFILE="pusher")
+        bucket = self.new_bucket()
+        run("push", self.ds, f"s3://{bucket}/ds", "-q", env=env, check=0, timeout=120)
+        self.assert_uploaded(bucket, "ds")
+        # The default profile's wrong secret is refused by the signature check.
+        del env["AWS_PROFILE"]
+        env["AWS_ENDPOINT_URL"] = self.s3.endpoint
+        out = run("push", self.ds, f"s3://{bucket}/other", "-q", env=env, check=1, timeout=120)
+        self.assertIn("SignatureDoesNotMatch", out.stderr)
+
+    def test_store_errors_are_named(self):
+        out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", check=1)
+        self.assertIn("s3://no-such-bucket/ds/shard-000000.sfs", out.stderr)
+        self.assertIn("HTTP 404 NoSuchBucket", out.stderr)
+        bucket = self.new_bucket()
+        out = self.push(self.ds, f"s3://{bucket}/ds", check=1,
+                        extra_env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"})
+        self.assertIn("HTTP 403 SignatureDoesNotMatch", out.stderr)
+        self.assertNotIn("not-the-secret", out.stderr + out.stdout)
+        self.assertEqual(self.s3.list_keys(bucket), [])
+
+    def test_usage(self):
+        out = self.push(self.ds, check=1)
+        self.assertIn("needs DATASET_DIR and a URL", out.stderr)
+        out = self.push(self.ds, "s3://b/ds", "--part-size", "1KiB", check=1)
+        self.assertIn("part size", out.stderr)
+        out = self.push(os.path.join(self.tmp, "nothing-here"), "s3://bkt/ds", check=1)
+        self.assertIn("no manifest", out.stderr)
+
+
+class HttpPushTest(unittest.TestCase):
+    """push to a web server that takes PUT (nginx with dav_methods): each file in one PUT."""
+
+    @classmethod
+    def setUpClass(cls):
+        servers.Nginx.command()
+        probe = run("push", "/nonexistent", "http://127.0.0.1:1/x")
+        if "built without libcurl" in probe.stderr:
+            raise unittest.SkipTest("this shardfeed was built without libcurl")
+        cls.tmp = scratch("push-http-")
+        cls.ds = os.path.join(cls.tmp, "ds")
+        write_samples(os.path.join(cls.tmp, "npy"), 100, shape=(3, 32, 32))
+        run("pack", os.path.join(cls.tmp, "npy"), "-o", cls.ds, "--shard-size", "256KiB", "-q", check=0)
+        cls.www = os.path.join(cls.tmp, "www")
+        os.makedirs(cls.www)
+        cls.nginx = servers.Nginx(cls.www, dav=True).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def assert_same_files(self, remote_dir):
+        self.assertEqual(dataset_files(remote_dir), dataset_files(self.ds))
+        for f in dataset_files(self.ds):
+            with open(os.path.join(self.ds, f), "rb") as a, open(os.path.join(remote_dir, f), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+
+    def test_put_with_500s_then_refused_then_overwritten(self):
+        with servers.FaultProxy(self.nginx.url, {"500": 0.1}, seed=2) as p:
+            run("push", self.ds, p.url + "/sets/one", "-q", check=0, timeout=120)
+        self.assertGreater(p.counts["500"], 0)
+        self.assertEqual(p.log[-1][:2], ("PUT", "/sets/one/manifest.sfm"))
+        self.assert_same_files(os.path.join(self.www, "sets", "one"))
+        out = run("push", self.ds, self.nginx.url + "/sets/one", check=1, timeout=120)
+        self.assertIn("already there", out.stderr)
+        run("push", self.ds, self.nginx.url + "/sets/one", "--overwrite", "-q", check=0, timeout=120)
+        self.assert_same_files(os.path.join(self.www, "sets", "one"))
+
+    def test_server_without_put(self):
+        plain = servers.Nginx(self.www, work=os.path.join(self.tmp, "plain.nginx"))
+        with plain:
+            out = run("push", self.ds, plain.url + "/ds", "--retries", "0", check=1, timeout=120)
+        self.assertIn(f"PUT {plain.url}/ds/shard-000000.sfs: HTTP 405", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.www, "ds")))
+
+
+if __name__ == "__main__":
+    result = unittest.main(exit=False, verbosity=2).result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    sys.exit(77 if result.testsRun and len(result.skipped) == result.testsRun else 0)
