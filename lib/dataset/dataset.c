@@ -64,7 +64,27 @@ static int check_distinct_keys(const sf_dataset *ds)
     return rc;
 }
 
+/* Reads and checks shard i's header, footer and index: from its file, or by
+ * range requests for a dataset at a URL. */
+static int load_shard_meta(sf_dataset *ds, uint64_t i, const sf_shard_expect *exp, uint64_t *bad)
+{
+    if (ds->remote)
+        return dataset_remote_load_meta(ds, i, exp, bad);
+    int fd;
+    int rc = dataset_fd_acquire(&fd, ds, i, 0);
+    if (rc)
+        return rc;
+    rc = sf_shard_load_meta(&ds->shards[i].meta, fd, exp, bad);
+    dataset_fd_release(ds, i, 0);
+    return rc;
+}
+
 int sf_dataset_open(sf_dataset **out, const char *dir)
+{
+    return sf_dataset_open_ex(out, dir, NULL);
+}
+
+int sf_dataset_open_ex(sf_dataset **out, const char *dir, const sf_remote_opts *remote)
 {
     if (!out || !dir)
         return sf_fail(SF_E_INVALID, "sf_dataset_open: NULL argument");
@@ -75,7 +95,8 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         return sf_fail(-ENOMEM, "out of memory");
     }
     pthread_mutex_init(&ds->map_lock, NULL);
-    int rc = sf_manifest_load(&ds->manifest, dir);
+    int rc = sf_is_url(dir) ? dataset_remote_open(ds, dir, remote)
+                            : sf_manifest_load(&ds->manifest, dir);
     if (!rc)
         rc = sf_dataset_load_metadata(ds);
     if (rc) {
@@ -92,13 +113,9 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
     for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
         sf_open_shard *s = &ds->shards[i];
         snprintf(s->name, sizeof s->name, SF_SHARD_NAME_FMT, (unsigned)i);
-        int fd;
-        if ((rc = dataset_fd_acquire(&fd, ds, i, 0)))
-            break;
         sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
         uint64_t bad = 0;
-        rc = sf_shard_load_meta(&s->meta, fd, &exp, &bad);
-        dataset_fd_release(ds, i, 0);
+        rc = load_shard_meta(ds, i, &exp, &bad);
         if (rc) {
             char where[4200];
             snprintf(where, sizeof where, "%s/%s (byte %llu)", dir, s->name, (unsigned long long)bad);
@@ -127,6 +144,7 @@ void sf_dataset_close(sf_dataset *ds)
         sf_shard_meta_clear(&s->meta);
     }
     dataset_files_free(ds);
+    dataset_remote_close(ds);
     free(ds->shards);
     sf_dataset_free_metadata(ds);
     sf_manifest_clear(&ds->manifest);

@@ -147,6 +147,12 @@ int dataset_files_init(sf_dataset *ds)
     }
     f->cap = fd_cap_default();
     f->keep = f->count <= f->cap;
+    if (ds->remote) {
+        /* Files of the cache: pinned only while used, so that the cache can
+         * evict what this process keeps open but is not reading. */
+        f->keep = 0;
+        return 0;
+    }
     f->dirfd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (f->dirfd < 0)
         return sf_fail(-errno, "%s: %s", ds->dir, strerror(errno));
@@ -186,6 +192,16 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
         make_room_locked(f);
     const char *name = ds->shards[shard].name;
     int fd;
+    if (ds->remote) {
+        /* The cache checked the file against what open read. */
+        int rc = dataset_remote_fd(&fd, ds, shard, direct);
+        if (rc)
+            return rc;
+        atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
+        f->open++;
+        *out = fd;
+        return 0;
+    }
     /* Out of descriptors (the process's other files count too): give back
      * idle shards' until it opens or none is left. */
     while ((fd = openat(f->dirfd, name, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0))) < 0 &&
@@ -245,8 +261,23 @@ int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
         }
     }
     int rc = 0;
+    if (ds->remote) {
+        dataset_remote_reading(ds, shard);
+        /* A download takes long: not under the lock, which every read takes. */
+        if (atomic_load_explicit(&x->fd, memory_order_relaxed) < 0 &&
+            (rc = dataset_remote_ensure(ds, shard)))
+            return rc;
+    }
     pthread_mutex_lock(&f->lock);
     int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
+    if (fd >= 0 && ds->remote && x->pins == 0 && !dataset_remote_repin(fd)) {
+        /* Evicted from the cache while idle here: fetched again. */
+        lru_unlink(f, e);
+        close(fd);
+        atomic_store(&x->fd, -1);
+        f->open--;
+        fd = -1;
+    }
     if (fd < 0)
         rc = open_entry_locked(ds, shard, direct, &fd);
     else if (!f->keep && x->pins == 0)
@@ -268,6 +299,8 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
     shard_fd *x = &f->fds[e];
     assert(x->pins > 0 && "released a shard descriptor that was not acquired");
     if (--x->pins == 0) {
+        if (ds->remote)
+            dataset_remote_unpin(atomic_load(&x->fd));
         lru_push(f, e);
         make_room_locked(f); /* pinned ones may have pushed it over the cap */
     }
@@ -311,6 +344,8 @@ int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
 int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
 {
     struct stat st;
+    if (ds->remote)
+        return 0; /* the cache's files are whole and never cut */
     if (fstatat(ds->files->dirfd, ds->shards[shard].name, &st, 0) != 0)
         return 0;
     *now = (uint64_t)st.st_size;
