@@ -374,7 +374,7 @@ const reader_engine_ops reader_engine_mmap = {
  * record (on_corrupt). A record that stays unreadable after the transport's
  * retries is an error, or with on_corrupt = SKIP a corrupt sample. */
 
-#define RANGES_REFETCH 3u
+#define RANGES_REFETCH 6u
 
 static int ranges_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                        uint64_t len)

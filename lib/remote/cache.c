@@ -239,7 +239,8 @@ static int make_room(const remote_cache *c, uint64_t need, uint64_t *pinned)
     for (size_t i = 0; i < l.n; i++)
         if (l.e[i].part && remove_if_unlocked(&l.e[i]))
             l.bytes -= l.e[i].size, l.e[i].size = 0;
-    qsort(l.e, l.n, sizeof *l.e, older);
+    if (l.n)
+        qsort(l.e, l.n, sizeof *l.e, older);
     for (size_t i = 0; i < l.n && l.bytes + need > c->limit; i++)
         if (!l.e[i].part && l.e[i].size && remove_if_unlocked(&l.e[i]))
             l.bytes -= l.e[i].size;
