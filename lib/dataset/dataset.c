@@ -151,6 +151,7 @@ void sf_dataset_close(sf_dataset *ds)
 {
     if (!ds)
         return;
+    dataset_remote_close(ds); /* first: its prefetcher reads the shards' metadata */
     for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
         sf_open_shard *s = &ds->shards[i];
         const uint8_t *map = atomic_load(&s->map);
@@ -159,7 +160,6 @@ void sf_dataset_close(sf_dataset *ds)
         sf_shard_meta_clear(&s->meta);
     }
     dataset_files_free(ds);
-    dataset_remote_close(ds);
     free(ds->shards);
     sf_dataset_free_metadata(ds);
     sf_manifest_clear(&ds->manifest);

@@ -86,7 +86,8 @@ int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad);
  * the dataset's). */
 int dataset_remote_ensure(sf_dataset *ds, uint64_t shard);
 /* The pinned descriptor of `shard`'s cached file (O_DIRECT with `direct`),
- * downloaded if need be; tells the prefetcher the shard is being read. */
+ * or -ENOENT when the cache lacks it (dataset_remote_ensure first: this one
+ * never downloads, it runs under the files' lock). */
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct);
 /* Unpins / pins again a descriptor of dataset_remote_fd kept open while
  * idle; repin returns 0 when the file was evicted meanwhile. */

@@ -447,10 +447,8 @@ int dataset_remote_ensure(sf_dataset *ds, uint64_t shard)
 
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
-    fill_job j = {ds, shard};
-    return remote_cache_acquire(out, ds->remote->cache, ds->shards[shard].name,
-                                ds->manifest.shards[shard].file_size, direct ? O_DIRECT : 0,
-                                fill_shard, &j);
+    return remote_cache_acquire_cached(out, ds->remote->cache, ds->shards[shard].name,
+                                       direct ? O_DIRECT : 0);
 }
 
 void dataset_remote_unpin(int fd)

@@ -246,6 +246,50 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
     return 0;
 }
 
+/* dataset_fd_acquire of a dataset at a URL: the shard's file in the cache.
+ * A download takes long and may wait for room, which other threads make by
+ * releasing their pins under f->lock: it runs outside the lock, and the open
+ * under it never downloads (-ENOENT: evicted again meanwhile, another round). */
+static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    dataset_files *f = ds->files;
+    uint64_t e = entry_of(shard, direct);
+    shard_fd *x = &f->fds[e];
+    dataset_remote_reading(ds, shard);
+    int rc = 0;
+    for (int round = 0; round < 8; round++) {
+        if ((round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) &&
+            (rc = dataset_remote_ensure(ds, shard)))
+            break;
+        pthread_mutex_lock(&f->lock);
+        int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
+        if (fd >= 0 && x->pins == 0 && !dataset_remote_repin(fd)) {
+            /* Evicted from the cache while idle here: fetched again. */
+            lru_unlink(f, e);
+            close(fd);
+            atomic_store(&x->fd, -1);
+            f->open--;
+            fd = -1;
+        }
+        if (fd < 0)
+            rc = open_entry_locked(ds, shard, direct, &fd);
+        else if (x->pins == 0)
+            lru_unlink(f, e); /* open and idle: in use again */
+        if (!rc)
+            x->pins++;
+        pthread_mutex_unlock(&f->lock);
+        if (rc != -ENOENT) {
+            *out = rc ? -1 : fd;
+            return rc;
+        }
+    }
+    *out = -1;
+    return rc != -ENOENT ? rc
+                         : sf_fail(SF_E_LIMIT, "%s/%s: evicted from the cache as soon as it "
+                                               "arrived, 8 times: raise the cache limit",
+                                   ds->dir, ds->shards[shard].name);
+}
+
 int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
     dataset_files *f = ds->files;
@@ -260,24 +304,11 @@ int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
             return 0;
         }
     }
+    if (ds->remote)
+        return remote_fd_acquire(out, ds, shard, direct);
     int rc = 0;
-    if (ds->remote) {
-        dataset_remote_reading(ds, shard);
-        /* A download takes long: not under the lock, which every read takes. */
-        if (atomic_load_explicit(&x->fd, memory_order_relaxed) < 0 &&
-            (rc = dataset_remote_ensure(ds, shard)))
-            return rc;
-    }
     pthread_mutex_lock(&f->lock);
     int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
-    if (fd >= 0 && ds->remote && x->pins == 0 && !dataset_remote_repin(fd)) {
-        /* Evicted from the cache while idle here: fetched again. */
-        lru_unlink(f, e);
-        close(fd);
-        atomic_store(&x->fd, -1);
-        f->open--;
-        fd = -1;
-    }
     if (fd < 0)
         rc = open_entry_locked(ds, shard, direct, &fd);
     else if (!f->keep && x->pins == 0)

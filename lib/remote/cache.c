@@ -388,6 +388,15 @@ int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t si
     return ensure(fd, c, name, size, oflags, c->wait_s, fill, ctx);
 }
 
+int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags)
+{
+    *fd = open_pinned(c, name, oflags);
+    if (*fd >= 0)
+        return 0;
+    int e = errno;
+    return e == ENOENT ? -ENOENT : sf_fail(-e, "%s/%s: %s", c->dir, name, strerror(e));
+}
+
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,
                           remote_fill_fn fill, void *ctx)
 {

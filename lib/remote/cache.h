@@ -47,6 +47,10 @@ void remote_cache_set_wait(remote_cache *c, unsigned seconds);
  * Close it, or remote_cache_unpin it, when done. */
 int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t size, int oflags,
                          remote_fill_fn fill, void *ctx);
+/* remote_cache_acquire without the fill: -ENOENT (no detail) when the
+ * cache lacks `name`, for a caller that must not wait for a download (it
+ * holds a lock others need to unpin). */
+int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags);
 /* Unpins an acquired descriptor kept open (it may be evicted from now on). */
 void remote_cache_unpin(int fd);
 /* Pins an unpinned descriptor again: 1 when its file is still the cache's,

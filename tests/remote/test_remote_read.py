@@ -85,6 +85,23 @@ class NginxRoundTrip(RemoteCase):
                                  cache_dir=self.cache())
             self.assertIn("/nothing/manifest.sfm: no manifest", str(e.exception))
 
+    def test_a_damaged_shard_header_is_named_though_metadata_loads_in_parallel(self):
+        _, www = self.served(n=240, shard_size="8KiB")
+        for k in (3, 7):  # two damaged: the first is the one named, whichever loads first
+            with open(os.path.join(www, "ds", f"shard-{k:06d}.sfs"), "r+b") as f:
+                f.seek(40)
+                b = f.read(1)
+                f.seek(40)
+                f.write(bytes([b[0] ^ 1]))
+        with servers.Nginx(www) as ng:
+            for _ in range(3):
+                with self.assertRaises(shardfeed.Error) as e:
+                    shardfeed.open(ng.url + "/ds", cache_dir=self.cache())
+                self.assertIn("/ds/shard-000003.sfs (byte 0)", str(e.exception))
+            r = run("verify", ng.url + "/ds", "--cache-dir", self.cache())
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("shard-000003.sfs", r.stdout)
+
     def test_a_byte_damaged_at_the_store_is_caught_in_both_modes(self):
         ds, www = self.served()
         shard = os.path.join(www, "ds", "shard-000001.sfs")
