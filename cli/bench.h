@@ -17,6 +17,7 @@ extern const char *const BENCH_ENGINES[4];
 typedef struct bench_args {
     sf_reader_opts o;
     sf_image_opts images[BENCH_MAX_IMAGES]; /* --image: o.images points here */
+    sf_remote_opts remote; /* --remote-mode, --cache-dir, --cache-limit: o.remote points here */
     char image_field[BENCH_MAX_IMAGES][64];
     const char *dir;
     uint64_t epochs;

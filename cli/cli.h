@@ -45,6 +45,21 @@ void cli_error(const char *cmd, int rc);
 int cli_exit_status(int rc);
 /* cli_error, then cli_exit_status. */
 int cli_fail(const char *cmd, int rc);
+/* The options of a dataset at a URL (README "Remote datasets"), the same in
+ * verify, inspect, export and bench: --remote-mode cache|direct,
+ * --cache-dir DIR, --cache-limit SIZE. */
+enum { CLI_O_REMOTE_MODE = 0x1000, CLI_O_CACHE_DIR, CLI_O_CACHE_LIMIT };
+#define CLI_REMOTE_LONGOPTS                                                                        \
+    {"remote-mode", required_argument, NULL, CLI_O_REMOTE_MODE},                                   \
+        {"cache-dir", required_argument, NULL, CLI_O_CACHE_DIR},                                   \
+        {"cache-limit", required_argument, NULL, CLI_O_CACHE_LIMIT}
+/* 1 when getopt_long's `c` is one of those options. */
+int cli_is_remote_option(int c);
+/* Applies remote option `c` (with `arg`) to r and to the environment
+ * (SHARDFEED_CACHE_DIR, SHARDFEED_CACHE_LIMIT: what the library reads when a
+ * call takes no options, as verify's and export's do): NULL, or what is
+ * wrong with it. */
+const char *cli_remote_option(sf_remote_opts *r, int c, const char *arg);
 /* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a non-negative integer; 0 on success. */

@@ -223,15 +223,17 @@ static int bench_parse(bench_args *a, int argc, char **argv)
         {"skip-corrupt", no_argument, NULL, O_SKIP},      {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEVICE},
         {"consumer-sleep-us", required_argument, NULL, O_SLEEP}, {"trace", required_argument, NULL, O_TRACE},
-        {"image", required_argument, NULL, O_IMAGE},
+        {"image", required_argument, NULL, O_IMAGE},      CLI_REMOTE_LONGOPTS,
         {"help", no_argument, NULL, 'h'},                 {NULL, 0, NULL, 0}};
-    *a = (bench_args){.o = SF_READER_OPTS_INIT, .epochs = 1};
+    *a = (bench_args){.o = SF_READER_OPTS_INIT, .epochs = 1, .remote = SF_REMOTE_OPTS_INIT};
+    a->o.remote = &a->remote;
     a->o.batch_size = SF_READER_DEFAULT_BATCH;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 'h' || c == '?')
             return cli_help_option(c, "bench");
-        const char *bad = bench_option(a, c, optarg);
+        const char *bad = cli_is_remote_option(c) ? cli_remote_option(&a->remote, c, optarg)
+                                                  : bench_option(a, c, optarg);
         if (bad) {
             fprintf(stderr, "shardfeed bench: %s\n", bad);
             return EXIT_USAGE;

@@ -8,17 +8,21 @@ int cmd_export(int argc, char **argv)
 {
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                              {"npy", no_argument, NULL, 'n'},
+                                             CLI_REMOTE_LONGOPTS,
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *out = NULL;
+    const char *out = NULL, *bad;
+    sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     int c, npy = 0;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         if (c == 'o')
             out = optarg;
         else if (c == 'n')
             npy = 1;
-        else
+        else if (!cli_is_remote_option(c))
             return cli_help_option(c, "export");
+        else if ((bad = cli_remote_option(&remote, c, optarg)))
+            return cli_usage_error("export", "%s", bad);
     }
     if (optind + 1 != argc)
         return cli_usage_error("export", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",

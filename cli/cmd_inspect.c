@@ -153,20 +153,25 @@ static void print_text(const sf_dataset *ds, const char *dir)
 int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {{"json", no_argument, NULL, 'J'},
+                                             CLI_REMOTE_LONGOPTS,
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
+    sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     int json = 0, c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        const char *bad;
         if (c == 'J')
             json = 1;
-        else
+        else if (!cli_is_remote_option(c))
             return cli_help_option(c, "inspect");
+        else if ((bad = cli_remote_option(&remote, c, optarg)))
+            return cli_usage_error("inspect", "%s", bad);
     }
     if (optind + 1 != argc)
         return cli_usage_error("inspect", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
                                argc - optind);
     sf_dataset *ds;
-    int rc = sf_dataset_open(&ds, argv[optind]);
+    int rc = sf_dataset_open_ex(&ds, argv[optind], &remote);
     if (rc)
         return cli_fail("inspect", rc);
     if (json)

@@ -36,10 +36,12 @@ int cmd_verify(int argc, char **argv)
     static const struct option longopts[] = {{"json", no_argument, NULL, 'J'},
                                              {"jobs", required_argument, NULL, 'j'},
                                              {"decompress", no_argument, NULL, 'D'},
+                                             CLI_REMOTE_LONGOPTS,
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     verify_out o = {0};
     sf_verify_opts vo = SF_VERIFY_OPTS_INIT;
+    sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     uint64_t v;
     int c;
     while ((c = getopt_long(argc, argv, "j:h", longopts, NULL)) != -1) {
@@ -53,7 +55,13 @@ int cmd_verify(int argc, char **argv)
             }
             vo.jobs = (unsigned)v;
             break;
-        default: return cli_help_option(c, "verify");
+        default:
+            if (!cli_is_remote_option(c))
+                return cli_help_option(c, "verify");
+            const char *bad = cli_remote_option(&remote, c, optarg);
+            if (bad)
+                return cli_usage_error("verify", "%s", bad);
+            break;
         }
     }
     if (optind + 1 != argc)

@@ -66,7 +66,7 @@ static const cli_command_help HELP[] = {
      "                        (an input copied to each machine without keeping times)\n"
      "  -q, --quiet           no summary\n"
      "  -h, --help            this help\n"},
-    {"verify", "shardfeed verify DATASET_DIR [-j N] [--decompress] [--json]",
+    {"verify", "shardfeed verify DATASET_DIR|URL [-j N] [--decompress] [--json]",
      "check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error",
      "Checks the manifest, every shard header, index, footer, record checksum and\n"
      "padding byte, and prints each problem with its file, record and byte offset.\n"
@@ -78,11 +78,15 @@ static const cli_command_help HELP[] = {
      "      --json          one JSON object on stdout instead of text: problems (a\n"
      "                      list), ok, shards, records, bytes, seconds (and error\n"
      "                      when something stopped the check)\n"
+     "      --cache-dir DIR     DATASET_DIR a URL (s3://, http(s)://): the cache folder\n"
+     "                          its shards are downloaded to (README \"Remote datasets\")\n"
+     "      --cache-limit SIZE  the most bytes that folder holds (default 16GiB)\n"
+     "      --remote-mode MODE  cache or direct (verify reads shards whole: cache)\n"
      "  -h, --help          this help\n"
      "\n"
      "Exit 0: intact; 2: corrupt; 1: usage or environment error (a missing folder,\n"
      "a folder that is not a dataset, I/O).\n"},
-    {"inspect", "shardfeed inspect DATASET_DIR [--json]",
+    {"inspect", "shardfeed inspect DATASET_DIR|URL [--json]",
      "show the schema, counts, shards and sizes",
      "Prints the format version and record alignment, the number of samples and\n"
      "shards, the input format it was packed from, the class names of an\n"
@@ -91,8 +95,11 @@ static const cli_command_help HELP[] = {
      "records: 'shardfeed verify' does.\n"
      "\n"
      "      --json          the same as one JSON object on stdout\n"
+     "      --cache-dir DIR     DATASET_DIR a URL (s3://, http(s)://): its cache folder\n"
+     "      --cache-limit SIZE  the most bytes that folder holds (default 16GiB)\n"
+     "      --remote-mode MODE  cache (default) or direct\n"
      "  -h, --help          this help\n"},
-    {"export", "shardfeed export DATASET_DIR -o DIR [--npy]",
+    {"export", "shardfeed export DATASET_DIR|URL -o DIR [--npy]",
      "write every sample back in the layout it was packed from (or as .npy)",
      "Writes every sample back in the layout the dataset was packed from:\n"
      "  imagefolder  DIR/<class>/<file>, byte for byte\n"
@@ -104,6 +111,10 @@ static const cli_command_help HELP[] = {
      "\n"
      "  -o, --output DIR   output folder (created if missing, else empty); required\n"
      "      --npy          write {field}_{key}.npy files whatever the layout\n"
+     "      --cache-dir DIR     DATASET_DIR a URL (s3://, http(s)://): the cache folder\n"
+     "                          its shards are read through\n"
+     "      --cache-limit SIZE  the most bytes that folder holds (default 16GiB)\n"
+     "      --remote-mode MODE  cache (default) or direct\n"
      "  -h, --help         this help\n"},
     {"push", "shardfeed push DATASET_DIR s3://BUCKET[/PREFIX] | http(s)://HOST/PATH [options]",
      "upload a dataset to an S3 or S3-compatible store (or a WebDAV server), the manifest last",
@@ -133,12 +144,13 @@ static const cli_command_help HELP[] = {
      "Exit 0: uploaded; 2: the local dataset breaks the format; 1: anything else (a\n"
      "usage error, the store refused or failed, a dataset already there).\n"},
     {"bench",
-     "shardfeed bench DATASET_DIR [--batch-size N] [--epochs N]\n"
+     "shardfeed bench DATASET_DIR|URL [--batch-size N] [--epochs N]\n"
      "           [--shuffle none|global|block] [--seed S] [--engine auto|uring|pread|mmap]\n"
      "           [--direct] [--no-verify] [--prefetch K] [--threads N] [--queue-depth N]\n"
      "           [--skip-corrupt] [--device cpu|cuda[:N]|host-copy] [--json]\n"
      "           [--consumer-sleep-us N] [--trace FILE]\n"
-     "           [--image FIELD=rrc:SIZE[:flip]|center:SIZE[:RESIZE]|decode]",
+     "           [--image FIELD=rrc:SIZE[:flip]|center:SIZE[:RESIZE]|decode]\n"
+     "           [--remote-mode cache|direct] [--cache-dir DIR] [--cache-limit SIZE]",
      "stream through the dataset with the reader; report samples/s, GB/s, CPU, RSS",
      "Reads every batch of every epoch through the reader (checksums on unless\n"
      "--no-verify) and reports samples/s, GB/s, CPU seconds and peak RSS, how the\n"
@@ -177,6 +189,11 @@ static const cli_command_help HELP[] = {
      "                         (RandomResizedCrop(224) + flip), center:224:256 (Resize\n"
      "                         256 + CenterCrop 224) or decode (no resizing); add :hwc,\n"
      "                         :gray, :exact or :flip=P\n"
+     "  --remote-mode MODE     DATASET_DIR a URL (s3://, http(s)://): cache (default:\n"
+     "                         whole shards through the cache folder) or direct (each\n"
+     "                         record by a range request; README \"Remote datasets\")\n"
+     "  --cache-dir DIR        the cache folder (default $XDG_CACHE_HOME/shardfeed)\n"
+     "  --cache-limit SIZE     the most bytes the cache folder holds (default 16GiB)\n"
      "  -h, --help             this help\n"},
     {"version", "shardfeed version", "print the version of shardfeed and of its format",
      "Prints 'shardfeed VERSION (format MAJOR.MINOR)'. Also: shardfeed --version.\n"},

@@ -94,3 +94,37 @@ void cli_json_string(FILE *f, const char *s)
 {
     cli_json_stringn(f, s, strlen(s));
 }
+
+int cli_is_remote_option(int c)
+{
+    return c == CLI_O_REMOTE_MODE || c == CLI_O_CACHE_DIR || c == CLI_O_CACHE_LIMIT;
+}
+
+const char *cli_remote_option(sf_remote_opts *r, int c, const char *arg)
+{
+    uint64_t v;
+    char text[32];
+    switch (c) {
+    case CLI_O_REMOTE_MODE:
+        if (strcmp(arg, "cache") == 0)
+            r->mode = SF_REMOTE_CACHE;
+        else if (strcmp(arg, "direct") == 0)
+            r->mode = SF_REMOTE_DIRECT;
+        else
+            return "--remote-mode takes cache or direct";
+        return NULL;
+    case CLI_O_CACHE_DIR:
+        if (!*arg)
+            return "--cache-dir takes a folder";
+        r->cache_dir = arg;
+        return setenv("SHARDFEED_CACHE_DIR", arg, 1) == 0 ? NULL : "--cache-dir: setenv failed";
+    case CLI_O_CACHE_LIMIT:
+        if (cli_parse_size(arg, &v) || v == 0)
+            return "--cache-limit takes a size in bytes (4096, 512MiB, 20GiB)";
+        r->cache_limit = v;
+        snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+        return setenv("SHARDFEED_CACHE_LIMIT", text, 1) == 0 ? NULL : "--cache-limit: setenv failed";
+    default:
+        return "not a remote option";
+    }
+}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "shardfeed/error.h"
+#include "shardfeed/remote.h"
 #include "shardfeed/types.h"
 
 #ifdef __cplusplus
@@ -19,6 +20,9 @@ typedef struct sf_dataset sf_dataset;
  * header, footer and index (SPEC.md "Reader rules"). Record payloads are not
  * read or hashed here (see sf_verify and the reader's checksum option). */
 SF_API int sf_dataset_open(sf_dataset **out, const char *dir);
+/* sf_dataset_open of a folder or a URL (shardfeed/remote.h), with the
+ * options of a dataset at a URL (NULL: the defaults; ignored for a folder). */
+SF_API int sf_dataset_open_ex(sf_dataset **out, const char *path, const sf_remote_opts *remote);
 SF_API void sf_dataset_close(sf_dataset *ds); /* NULL ok */
 
 typedef struct sf_field_info {

@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "shardfeed/error.h"
+#include "shardfeed/remote.h"
 #include "shardfeed/types.h"
 
 #ifdef __cplusplus
@@ -198,7 +199,7 @@ typedef struct sf_image_opts {
 #define SF_IMAGE_OPTS_INIT                                                                         \
     {SF_IMAGE_OPTS_VERSION, NULL, SF_IMAGE_NONE, 0, 0, 0, 0, 0, 0, 0, 0, SF_IMAGE_CHW, 0, 0, 0}
 
-#define SF_READER_OPTS_VERSION 2 /* 2: images, num_images */
+#define SF_READER_OPTS_VERSION 3 /* 2: images, num_images; 3: remote */
 #define SF_READER_DEFAULT_BATCH 32u
 #define SF_READER_DEFAULT_PREFETCH 4u
 
@@ -227,12 +228,15 @@ typedef struct sf_reader_opts {
     const sf_image_opts *images; /* num_images transforms, one per field (above); the
                                     reader copies them at open */
     uint32_t num_images;
+    /* version 3: */
+    const sf_remote_opts *remote; /* a dataset at a URL (shardfeed/remote.h): how it is read;
+                                     NULL: the defaults (mode cache) */
 } sf_reader_opts;
 
 #define SF_READER_OPTS_INIT                                                                        \
     {SF_READER_OPTS_VERSION, 0, SF_READER_SHUFFLE_NONE, 0, 0, 0, 0, 0, 0, SF_READER_UNEVEN_PAD,   \
      0, SF_ENGINE_AUTO, SF_DIRECT_AUTO, SF_VERIFY_ON, SF_ON_CORRUPT_ERROR, 0, 0, SF_DEVICE_CPU, 0, \
-     NULL, 0}
+     NULL, 0, NULL}
 
 /* One field of a batch (dtype and storage: shardfeed/types.h). */
 typedef struct sf_batch_field {
@@ -268,8 +272,9 @@ typedef struct sf_batch {
                               wait on it (cudaStreamWaitEvent) before using device_data */
 } sf_batch;
 
-/* Opens the dataset in `dir` (as sf_dataset_open does: manifest, shard
- * headers, footers and indexes are checked), allocates the slab and starts
+/* Opens the dataset in `dir`, a folder or a URL (as sf_dataset_open_ex
+ * does with opts->remote: manifest, shard headers, footers and indexes are
+ * checked), allocates the slab and starts
  * the I/O threads. Reading starts with the first sf_reader_next; the reader
  * is at epoch 0, batch 0. opts may be NULL for all defaults.
  * Errors: SF_E_INVALID (bad option, message names it), SF_E_UNSUPPORTED

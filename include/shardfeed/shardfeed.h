@@ -16,6 +16,7 @@
 #include "shardfeed/params.h"
 #include "shardfeed/push.h"
 #include "shardfeed/reader.h"
+#include "shardfeed/remote.h"
 #include "shardfeed/types.h"
 #include "shardfeed/version.h"
 

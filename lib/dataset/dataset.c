@@ -89,7 +89,52 @@ static int check_distinct_keys(const sf_dataset *ds)
                    (unsigned long long)first);
 }
 
+/* Reads and checks shard i's header, footer and index from its file. */
+static int load_shard_meta(sf_dataset *ds, uint64_t i, const sf_shard_expect *exp, uint64_t *bad)
+{
+    int fd;
+    int rc = dataset_fd_acquire(&fd, ds, i, 0);
+    if (rc)
+        return rc;
+    rc = sf_shard_load_meta(&ds->shards[i].meta, fd, exp, bad);
+    dataset_fd_release(ds, i, 0);
+    return rc;
+}
+
+/* Every shard's header, footer and index, checked: 0, or the failure of the
+ * first shard that failed, prefixed with where it is. A dataset at a URL
+ * loads them many at a time (dataset_remote_load_metas). */
+static int load_shard_metas(sf_dataset *ds, const char *dir)
+{
+    const sf_manifest *m = &ds->manifest;
+    for (uint64_t i = 0; i < m->shard_count; i++)
+        snprintf(ds->shards[i].name, sizeof ds->shards[i].name, SF_SHARD_NAME_FMT, (unsigned)i);
+    uint64_t failed = 0, bad = 0;
+    int rc = 0;
+    if (ds->remote) {
+        rc = dataset_remote_load_metas(ds, &failed, &bad);
+    } else {
+        for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
+            sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
+            failed = i;
+            rc = load_shard_meta(ds, i, &exp, &bad);
+        }
+    }
+    if (rc) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s/%s (byte %llu)", dir, ds->shards[failed].name,
+                 (unsigned long long)bad);
+        sf_fail_prefix(rc, where);
+    }
+    return rc;
+}
+
 int sf_dataset_open(sf_dataset **out, const char *dir)
+{
+    return sf_dataset_open_ex(out, dir, NULL);
+}
+
+int sf_dataset_open_ex(sf_dataset **out, const char *dir, const sf_remote_opts *remote)
 {
     if (!out || !dir)
         return sf_fail(SF_E_INVALID, "sf_dataset_open: NULL argument");
@@ -100,7 +145,8 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         return sf_fail(-ENOMEM, "out of memory");
     }
     pthread_mutex_init(&ds->map_lock, NULL);
-    int rc = sf_manifest_load(&ds->manifest, dir);
+    int rc = sf_is_url(dir) ? dataset_remote_open(ds, dir, remote)
+                            : sf_manifest_load(&ds->manifest, dir);
     if (!rc)
         rc = sf_dataset_load_metadata(ds);
     if (rc) {
@@ -114,22 +160,8 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
         return sf_fail(-ENOMEM, "out of memory");
     }
     rc = dataset_files_init(ds);
-    for (uint64_t i = 0; i < m->shard_count && !rc; i++) {
-        sf_open_shard *s = &ds->shards[i];
-        snprintf(s->name, sizeof s->name, SF_SHARD_NAME_FMT, (unsigned)i);
-        int fd;
-        if ((rc = dataset_fd_acquire(&fd, ds, i, 0)))
-            break;
-        sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
-        uint64_t bad = 0;
-        rc = sf_shard_load_meta(&s->meta, fd, &exp, &bad);
-        dataset_fd_release(ds, i, 0);
-        if (rc) {
-            char where[4200];
-            snprintf(where, sizeof where, "%s/%s (byte %llu)", dir, s->name, (unsigned long long)bad);
-            sf_fail_prefix(rc, where);
-        }
-    }
+    if (!rc)
+        rc = load_shard_metas(ds, dir);
     if (!rc)
         rc = check_distinct_keys(ds);
     if (rc) {
@@ -144,6 +176,7 @@ void sf_dataset_close(sf_dataset *ds)
 {
     if (!ds)
         return;
+    dataset_remote_close(ds); /* first: its prefetcher reads the shards' metadata */
     for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
         sf_open_shard *s = &ds->shards[i];
         const uint8_t *map = atomic_load(&s->map);

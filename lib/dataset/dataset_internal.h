@@ -11,6 +11,7 @@
 #include "metadata.h"
 #include "shard_file.h"
 #include "shardfeed/dataset.h"
+#include "shardfeed/remote.h"
 
 typedef struct sf_open_shard {
     char name[SF_SHARD_NAME_MAX];
@@ -20,12 +21,14 @@ typedef struct sf_open_shard {
 } sf_open_shard;
 
 typedef struct dataset_files dataset_files;
+typedef struct dataset_remote dataset_remote;
 
 struct sf_dataset {
     char *dir;
     sf_manifest manifest;
     sf_open_shard *shards;
     dataset_files *files;     /* the shards' descriptors (shard_files.c) */
+    dataset_remote *remote;   /* a dataset read from a URL (dataset_remote.c), else NULL */
     pthread_mutex_t map_lock; /* serialises lazy mmaps and dctx */
     ZSTD_DCtx *dctx;          /* random access's decompression context, when idle */
     char source[33];          /* metadata "source", "" when absent */
@@ -62,6 +65,42 @@ uint64_t dataset_fd_cap(const sf_dataset *ds);
 /* The read-only map of the whole of `shard`, made on first use (the fault
  * guard is installed first: touch it only under the guard). */
 int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard);
+
+/* ---- Datasets at a URL (dataset_remote.c; README "Remote datasets") ----
+ *
+ * ds->dir is then the URL. Open fetches the manifest and each shard's
+ * header, footer and index with range requests; a shard's descriptor
+ * (dataset_fd_acquire) is its file in the node's cache, downloaded whole and
+ * checked first (mode cache), while mode direct reads records with
+ * dataset_remote_read and opens no descriptor. */
+
+/* Opens url's location, fetches and decodes its manifest into ds->manifest
+ * and, in mode cache, opens the cache. */
+int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *opts);
+void dataset_remote_close(sf_dataset *ds); /* NULL remote ok */
+/* sf_shard_load_meta of every shard through range requests, many at once:
+ * 0, or the failure of the lowest-numbered shard that failed (*failed; *bad
+ * the offset; the detail in sf_last_error()). */
+int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad);
+/* Downloads `shard` into the cache if it is not there (outside any lock of
+ * the dataset's). */
+int dataset_remote_ensure(sf_dataset *ds, uint64_t shard);
+/* The pinned descriptor of `shard`'s cached file (O_DIRECT with `direct`),
+ * or -ENOENT when the cache lacks it (dataset_remote_ensure first: this one
+ * never downloads, it runs under the files' lock). */
+int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct);
+/* Unpins / pins again a descriptor of dataset_remote_fd kept open while
+ * idle; repin returns 0 when the file was evicted meanwhile. */
+void dataset_remote_unpin(int fd);
+int dataset_remote_repin(int fd);
+/* Bytes [off, off + len) of `shard` by a range request (mode direct). */
+int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len);
+/* Whether records are read by range requests (mode direct). */
+int dataset_remote_direct(const sf_dataset *ds);
+/* Tells the prefetcher that `shard` is being read: it fills the cache with
+ * the shards after it (in shard order, wrapping), up to half the cache
+ * limit ahead. */
+void dataset_remote_reading(sf_dataset *ds, uint64_t shard);
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);

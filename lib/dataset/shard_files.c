@@ -147,6 +147,12 @@ int dataset_files_init(sf_dataset *ds)
     }
     f->cap = fd_cap_default();
     f->keep = f->count <= f->cap;
+    if (ds->remote) {
+        /* Files of the cache: pinned only while used, so that the cache can
+         * evict what this process keeps open but is not reading. */
+        f->keep = 0;
+        return 0;
+    }
     f->dirfd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (f->dirfd < 0)
         return sf_fail(-errno, "%s: %s", ds->dir, strerror(errno));
@@ -186,6 +192,16 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
         make_room_locked(f);
     const char *name = ds->shards[shard].name;
     int fd;
+    if (ds->remote) {
+        /* The cache checked the file against what open read. */
+        int rc = dataset_remote_fd(&fd, ds, shard, direct);
+        if (rc)
+            return rc;
+        atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
+        f->open++;
+        *out = fd;
+        return 0;
+    }
     /* Out of descriptors (the process's other files count too): give back
      * idle shards' until it opens or none is left. */
     while ((fd = openat(f->dirfd, name, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0))) < 0 &&
@@ -230,6 +246,50 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
     return 0;
 }
 
+/* dataset_fd_acquire of a dataset at a URL: the shard's file in the cache.
+ * A download takes long and may wait for room, which other threads make by
+ * releasing their pins under f->lock: it runs outside the lock, and the open
+ * under it never downloads (-ENOENT: evicted again meanwhile, another round). */
+static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    dataset_files *f = ds->files;
+    uint64_t e = entry_of(shard, direct);
+    shard_fd *x = &f->fds[e];
+    dataset_remote_reading(ds, shard);
+    int rc = 0;
+    for (int round = 0; round < 8; round++) {
+        if ((round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) &&
+            (rc = dataset_remote_ensure(ds, shard)))
+            break;
+        pthread_mutex_lock(&f->lock);
+        int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
+        if (fd >= 0 && x->pins == 0 && !dataset_remote_repin(fd)) {
+            /* Evicted from the cache while idle here: fetched again. */
+            lru_unlink(f, e);
+            close(fd);
+            atomic_store(&x->fd, -1);
+            f->open--;
+            fd = -1;
+        }
+        if (fd < 0)
+            rc = open_entry_locked(ds, shard, direct, &fd);
+        else if (x->pins == 0)
+            lru_unlink(f, e); /* open and idle: in use again */
+        if (!rc)
+            x->pins++;
+        pthread_mutex_unlock(&f->lock);
+        if (rc != -ENOENT) {
+            *out = rc ? -1 : fd;
+            return rc;
+        }
+    }
+    *out = -1;
+    return rc != -ENOENT ? rc
+                         : sf_fail(SF_E_LIMIT, "%s/%s: evicted from the cache as soon as it "
+                                               "arrived, 8 times: raise the cache limit",
+                                   ds->dir, ds->shards[shard].name);
+}
+
 int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
     dataset_files *f = ds->files;
@@ -244,6 +304,8 @@ int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
             return 0;
         }
     }
+    if (ds->remote)
+        return remote_fd_acquire(out, ds, shard, direct);
     int rc = 0;
     pthread_mutex_lock(&f->lock);
     int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
@@ -268,6 +330,8 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
     shard_fd *x = &f->fds[e];
     assert(x->pins > 0 && "released a shard descriptor that was not acquired");
     if (--x->pins == 0) {
+        if (ds->remote)
+            dataset_remote_unpin(atomic_load(&x->fd));
         lru_push(f, e);
         make_room_locked(f); /* pinned ones may have pushed it over the cap */
     }
@@ -311,6 +375,8 @@ int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
 int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)
 {
     struct stat st;
+    if (ds->remote)
+        return 0; /* the cache's files are whole and never cut */
     if (fstatat(ds->files->dirfd, ds->shards[shard].name, &st, 0) != 0)
         return 0;
     *now = (uint64_t)st.st_size;

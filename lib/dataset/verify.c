@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "value_codec.h"
+#include "dataset_internal.h"
 #include "error_internal.h"
 #include "key_table.h"
 #include "le.h"
@@ -33,6 +34,7 @@ typedef struct shard_keys {
 
 typedef struct verify_run {
     const char *dir;
+    sf_dataset *remote; /* a dataset at a URL: its shards come from the cache */
     const sf_manifest *m;
     shard_keys *keys; /* [shard]; area NULL for a shard that did not load */
     sf_verify_fn cb;
@@ -257,14 +259,32 @@ static void check_keys(verify_run *v)
     sf_key_table_free(&t);
 }
 
+/* Gives back what verify_shard opened. */
+static void shard_close(verify_run *v, uint64_t i, int fd)
+{
+    if (v->remote)
+        dataset_fd_release(v->remote, i, 0);
+    else
+        close(fd);
+}
+
 static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
 {
     const sf_manifest *m = v->m;
     char name[SF_SHARD_NAME_MAX], path[4096];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
     snprintf(path, sizeof path, "%s/%s", v->dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int fd = -1;
+    if (v->remote) {
+        int rc = dataset_fd_acquire(&fd, v->remote, i, 0);
+        if (rc) {
+            if (sf_is_data_error(rc))
+                report(v, rc, name, (int64_t)i, -1, 0, sf_last_error());
+            else
+                environment_error(v, rc, name);
+            return;
+        }
+    } else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         int e = errno;
         if (e == ENOENT) {
             report(v, SF_E_CORRUPT, name, (int64_t)i, -1, 0, "shard file is missing");
@@ -284,7 +304,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
             report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
         else
             environment_error(v, rc, name);
-        close(fd);
+        shard_close(v, i, fd);
         return;
     }
     if (keep_keys(&v->keys[i], &meta, &m->schema) != 0)
@@ -309,7 +329,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     v->bytes += meta.file_size;
     pthread_mutex_unlock(&v->lock);
     sf_shard_meta_clear(&meta);
-    close(fd);
+    shard_close(v, i, fd);
 }
 
 static void *verify_worker(void *arg)
@@ -371,6 +391,30 @@ static int load_manifest(sf_manifest *m, const char *dir, verify_run *v)
     return rc;
 }
 
+/* A dataset at a URL: opened as the reader opens it (its manifest, every
+ * shard's header, footer and index checked, the keys distinct: damage there
+ * fails the open, reported as the one problem), then each shard is read
+ * whole through the cache (dataset_remote.c: downloaded, checked on arrival,
+ * fetched again when damaged on the way) and scanned like a local one. *m
+ * becomes a copy of the dataset's manifest (freed with the dataset). */
+static int open_remote(verify_run *v, sf_manifest *m)
+{
+    sf_dataset *ds;
+    int rc = sf_dataset_open(&ds, v->dir);
+    if (rc == 0) {
+        v->remote = ds;
+        *m = ds->manifest;
+        return 0;
+    }
+    if (!sf_is_data_error(rc))
+        return rc;
+    if (v->cb) {
+        sf_verify_problem p = {rc, SF_MANIFEST_NAME, -1, -1, 0, sf_last_error()};
+        v->cb(v->ctx, &p);
+    }
+    return sf_fail(SF_E_CORRUPT, "%s: 1 problem(s) found", v->dir);
+}
+
 int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb, void *ctx)
 {
     sf_verify_opts o = SF_VERIFY_OPTS_INIT;
@@ -394,16 +438,22 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
     unsigned jobs = opts->jobs;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return sf_fail(-errno, "%s: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return sf_fail(-ENOTDIR, "%s: not a directory", dir);
     verify_run v = {.dir = dir, .cb = cb, .ctx = ctx, .decompress = opts->decompress};
-    pthread_mutex_init(&v.lock, NULL);
     sf_manifest m;
     memset(&m, 0, sizeof m);
-    int rc = load_manifest(&m, dir, &v);
+    int rc;
+    if (sf_is_url(dir)) {
+        if ((rc = open_remote(&v, &m)))
+            return rc;
+    } else {
+        struct stat st;
+        if (stat(dir, &st) != 0)
+            return sf_fail(-errno, "%s: %s", dir, strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+            return sf_fail(-ENOTDIR, "%s: not a directory", dir);
+    }
+    pthread_mutex_init(&v.lock, NULL);
+    rc = v.remote ? 0 : load_manifest(&m, dir, &v);
     if (rc == 0 && !(v.keys = calloc(m.shard_count ? m.shard_count : 1, sizeof *v.keys)))
         rc = sf_fail(-ENOMEM, "out of memory");
     if (rc == 0) {
@@ -425,7 +475,8 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         for (unsigned i = 0; i < started; i++)
             pthread_join(t[i], NULL);
         free(t);
-        check_strays(&v);
+        if (!v.remote)
+            check_strays(&v); /* a store is not listed: its objects are the manifest's */
         if (!v.io_error)
             check_keys(&v);
     }
@@ -442,7 +493,10 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         summary->problems = v.problems;
         summary->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
-    sf_manifest_clear(&m);
+    if (v.remote)
+        sf_dataset_close(v.remote); /* m was its manifest */
+    else
+        sf_manifest_clear(&m);
     pthread_mutex_destroy(&v.lock);
     if (v.io_error)
         return sf_fail(v.io_error, "%s", v.io_message);

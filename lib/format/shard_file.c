@@ -43,13 +43,25 @@ static int check_header_against(const sf_shard_header *h, const sf_shard_expect 
     return 0;
 }
 
+static int pread_source(void *ctx, void *buf, uint64_t len, uint64_t off)
+{
+    return sf_pread_full(*(const int *)ctx, buf, len, off);
+}
+
 int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, uint64_t *bad_offset)
 {
     memset(out, 0, sizeof *out);
     struct stat st;
     if (fstat(fd, &st) != 0)
         return sf_fail(-errno, "fstat: %s", strerror(errno));
-    out->file_size = (uint64_t)st.st_size;
+    return sf_shard_load_meta_from(out, (uint64_t)st.st_size, pread_source, &fd, exp, bad_offset);
+}
+
+int sf_shard_load_meta_from(sf_shard_meta *out, uint64_t file_size, sf_shard_read_fn read_at,
+                            void *ctx, const sf_shard_expect *exp, uint64_t *bad_offset)
+{
+    memset(out, 0, sizeof *out);
+    out->file_size = file_size;
     const sf_shard_desc *d = exp->desc;
     if (d && out->file_size != d->file_size)
         return at(bad_offset, out->file_size < d->file_size ? out->file_size : d->file_size,
@@ -62,7 +74,7 @@ int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, u
                           (unsigned long long)out->file_size));
 
     uint8_t hbuf[SF_SHARD_HEADER_SIZE], fbuf[SF_SHARD_FOOTER_SIZE];
-    int rc = sf_pread_full(fd, hbuf, sizeof hbuf, 0);
+    int rc = read_at(ctx, hbuf, sizeof hbuf, 0);
     if (rc)
         return at(bad_offset, 0, sf_fail(rc, "reading the header: %s", sf_strerror(rc)));
     rc = sf_shard_header_decode(&out->header, hbuf);
@@ -74,7 +86,7 @@ int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, u
 
     const sf_shard_header *h = &out->header;
     uint64_t footer_off = out->file_size - SF_SHARD_FOOTER_SIZE;
-    rc = sf_pread_full(fd, fbuf, sizeof fbuf, footer_off);
+    rc = read_at(ctx, fbuf, sizeof fbuf, footer_off);
     if (rc)
         return at(bad_offset, footer_off, sf_fail(rc, "reading the footer: %s", sf_strerror(rc)));
     rc = sf_shard_footer_decode(&out->footer, fbuf);
@@ -99,7 +111,7 @@ int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, u
     out->index = sf_big_alloc(h->index_size);
     if (!out->index)
         return sf_fail(-ENOMEM, "index of %llu bytes: out of memory", (unsigned long long)h->index_size);
-    rc = sf_pread_full(fd, out->index, h->index_size, h->index_offset);
+    rc = read_at(ctx, out->index, h->index_size, h->index_offset);
     if (rc) {
         sf_shard_meta_clear(out);
         return at(bad_offset, h->index_offset, sf_fail(rc, "reading the index: %s", sf_strerror(rc)));

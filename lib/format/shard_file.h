@@ -31,6 +31,13 @@ typedef struct sf_shard_meta {
  * detail (including the byte offset) in sf_last_error(), and *bad_offset
  * (if non-NULL) set to the offset of the damaged structure. */
 int sf_shard_load_meta(sf_shard_meta *out, int fd, const sf_shard_expect *exp, uint64_t *bad_offset);
+/* Reads exactly len bytes at offset off of a shard: 0, or a negative code
+ * (SF_E_TRUNCATED when the shard ends first) with sf_fail detail. */
+typedef int (*sf_shard_read_fn)(void *ctx, void *buf, uint64_t len, uint64_t off);
+/* sf_shard_load_meta of a shard of file_size bytes read through `read`
+ * (a remote object's range requests): the same checks, the same errors. */
+int sf_shard_load_meta_from(sf_shard_meta *out, uint64_t file_size, sf_shard_read_fn read_at,
+                            void *ctx, const sf_shard_expect *exp, uint64_t *bad_offset);
 void sf_shard_meta_clear(sf_shard_meta *m);
 
 /* What sf_shard_scan_data found wrong. */

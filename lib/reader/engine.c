@@ -70,6 +70,10 @@ static uint32_t default_threads(const sf_reader *r, const reader_engine_ops *e)
      * only took turns; transform.c). */
     if (r->images)
         return n > 16 ? 16 : n;
+    /* Range requests wait on the network, not the CPU: the threads are the
+     * requests in flight. */
+    if (e == &reader_engine_ranges)
+        return 16;
     if (e == &reader_engine_uring || reader_small_records(r))
         return n < 2 ? 2 : n > 8 ? 8 : n;
     return n < 2 ? 4 : n > 8 ? 16 : 2 * n;
@@ -213,6 +217,14 @@ int reader_engine_start(sf_reader *r)
      * but 2x slower than pread in this VM, whose page faults are costly:
      * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
      * the kernel can queue. */
+    /* A dataset at a URL: its records by range requests (mode direct), or
+     * its shards from the cache, copied by pread (no residency to sample:
+     * that would download shards; no maps: an evicted shard's disk space
+     * would stay held by its map). */
+    if (dataset_remote_direct(r->ds))
+        return start_engine(r, &reader_engine_ranges);
+    if (r->ds->remote && r->opts.engine == SF_ENGINE_AUTO)
+        return start_engine(r, &reader_engine_pread);
     if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
         return start_engine(r, small_stored_records(r) ? &reader_engine_mmap : &reader_engine_pread);
     /* A record with compressed fields is read whole into a staging buffer

@@ -362,3 +362,82 @@ const reader_engine_ops reader_engine_mmap = {
     .open = mmap_open,
     .run = mmap_run,
 };
+
+/* ---- ranges: a dataset at a URL in mode direct ----
+ *
+ * Each payload field of a record is fetched with an HTTP range request
+ * straight into its place in the slot (dataset_remote_read: retries and
+ * timeouts are the transport's), by as many I/O threads as requests in
+ * flight. A record whose bytes fail their checksum is fetched again, up to
+ * RANGES_REFETCH times: damage on the way differs each time, damage at the
+ * store does not, and is then judged by reader_task_done like any corrupt
+ * record (on_corrupt). A record that stays unreadable after the transport's
+ * retries is an error, or with on_corrupt = SKIP a corrupt sample. */
+
+#define RANGES_REFETCH 6u
+
+static int ranges_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
+                       uint64_t len)
+{
+    return dataset_remote_read(r->ds, task->shard, dst, off, len);
+}
+
+/* Fetches every read of `task` whole: 0 or the first failure. */
+static int ranges_fetch(reader_io_thread *t, reader_task *task)
+{
+    sf_reader *r = t->r;
+    if (r->compressed)
+        return reader_staged_load(&t->scratch, r, task, ranges_copy);
+    for (uint32_t k = 0; k < task->nreads; k++) {
+        reader_read *rd = &task->reads[k];
+        int rc = ranges_copy(r, task, rd->dst, rd->off, rd->len);
+        if (rc)
+            return rc;
+        rd->done = rd->len;
+    }
+    if (r->opts.verify == SF_VERIFY_ON) {
+        hash_task(t, task);
+        return task->digest == task->checksum ? 0 : SF_E_CHECKSUM;
+    }
+    return 0;
+}
+
+static void ranges_task(reader_io_thread *t, reader_task *task)
+{
+    sf_reader *r = t->r;
+    uint64_t t0 = reader_now_ns();
+    int rc = 0;
+    for (uint32_t attempt = 0; attempt <= RANGES_REFETCH; attempt++) {
+        task->hashed = 0;
+        rc = ranges_fetch(t, task);
+        if (rc != SF_E_CHECKSUM)
+            break;
+    }
+    reader_account_time(r, reader_now_ns() - t0, 0);
+    if (rc == SF_E_CORRUPT) {
+        reader_task_bad_value(r, task);
+    } else if (rc && rc != SF_E_CHECKSUM) {
+        if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP && r->opts.verify == SF_VERIFY_ON) {
+            /* Unreadable: judged a corrupt sample, substituted. */
+            task->hashed = 1;
+            task->digest = ~task->checksum;
+        } else {
+            reader_task_fail(r, task, rc, "range request failed");
+        }
+    }
+    reader_task_done(t, task);
+}
+
+static void ranges_run(reader_io_thread *t)
+{
+    reader_task *tasks[CLAIM_MAX];
+    unsigned got;
+    while ((got = reader_claim(t->r, tasks, 1, 1)) > 0)
+        for (unsigned i = 0; i < got; i++)
+            ranges_task(t, tasks[i]);
+}
+
+const reader_engine_ops reader_engine_ranges = {
+    .name = "ranges",
+    .run = ranges_run,
+};

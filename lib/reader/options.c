@@ -24,9 +24,12 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
     int rc = sf_check_opts_version("sf_reader_opts", in->version, SF_READER_OPTS_VERSION);
     if (rc)
         return rc;
-    /* A version-1 struct ends before `images`: read only what it has. */
+    /* A version-1 struct ends before `images`, a version-2 one before
+     * `remote`: read only what it has. */
     memset(o, 0, sizeof *o);
-    memcpy(o, in, in->version >= 2 ? sizeof *o : offsetof(sf_reader_opts, images));
+    memcpy(o, in, in->version >= 3   ? sizeof *o
+                  : in->version == 2 ? offsetof(sf_reader_opts, remote)
+                                     : offsetof(sf_reader_opts, images));
     if (!o->batch_size)
         o->batch_size = SF_READER_DEFAULT_BATCH;
     if (!o->world_size)

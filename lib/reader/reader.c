@@ -27,7 +27,7 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     pthread_cond_init(&r->ready_cv, NULL);
     if ((rc = reader_device_select(&r->device_ops, &o)))
         goto fail;
-    if ((rc = sf_dataset_open(&r->ds, dir)))
+    if ((rc = sf_dataset_open_ex(&r->ds, dir, o.remote)))
         goto fail;
     r->schema = &r->ds->manifest.schema;
     r->n = r->ds->manifest.record_count;

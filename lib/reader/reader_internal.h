@@ -6,7 +6,8 @@
  *   direct.c        the O_DIRECT policy; a task's shard descriptor
  *   engine.c        engine selection (mincore residency), the I/O threads
  *   engine_uring.c  the io_uring engine
- *   engine_pread.c  the pread and mmap engines
+ *   engine_pread.c  the pread and mmap engines, and ranges (a dataset at a
+ *                   URL in mode direct)
  *   slab.c          the slab: the slot layout and the one mapping
  *   slots.c         a slot's arrays; where each sample of a batch goes in it
  *   schedule.c      the slot life cycle: scheduling, claims, the batch-ready
@@ -217,6 +218,8 @@ struct reader_engine_ops {
 };
 
 extern const reader_engine_ops reader_engine_uring, reader_engine_pread, reader_engine_mmap;
+/* A dataset at a URL in mode direct: records by range requests (engine_pread.c). */
+extern const reader_engine_ops reader_engine_ranges;
 
 struct sf_reader {
     sf_dataset *ds;

@@ -3,6 +3,7 @@ random access to its samples (copies)."""
 import os
 from collections import namedtuple
 
+from . import _options as opt
 from . import _shardfeed as _C
 
 Field = namedtuple("Field", "name dtype shape storage descr item_size codec", defaults=("none",))
@@ -24,10 +25,11 @@ class Dataset:
     of dtype bytes. With verify (default) each record's checksum is checked when it is
     read; a damaged or truncated shard raises shardfeed.Error naming it."""
 
-    def __init__(self, path, verify=True):
+    def __init__(self, path, verify=True, remote_mode="cache", cache_dir=None, cache_limit=None):
         self.path = os.fspath(path)
         self.verify = bool(verify)
-        self._ds = _C.Dataset(self.path)
+        self._remote = opt.remote(remote_mode, cache_dir, cache_limit)
+        self._ds = _C.Dataset(self.path, **self._remote)
         self.fields = [Field(name, dtype_name, shape, storage, descr, item_size, codec)
                        for name, _code, dtype_name, descr, shape, storage, item_size, codec
                        in self._ds.fields()]
@@ -119,6 +121,11 @@ class Dataset:
         return f"<shardfeed.Dataset {self.path!r}: {len(self)} samples, {fields}>"
 
 
-def open(path, verify=True):  # noqa: A001  (shardfeed.open, like tarfile.open)
-    """Opens the dataset in `path` for inspection and random access (see Dataset)."""
-    return Dataset(path, verify=verify)
+def open(path, verify=True, remote_mode="cache", cache_dir=None,  # noqa: A001 (like tarfile.open)
+         cache_limit=None):
+    """Opens the dataset in `path` for inspection and random access (see Dataset). `path` may
+    be a URL (s3://bucket/prefix, http(s)://host/folder): its shards are then read through
+    the local cache (cache_dir, default $XDG_CACHE_HOME/shardfeed; cache_limit bytes,
+    default 16 GiB); see README "Remote datasets"."""
+    return Dataset(path, verify=verify, remote_mode=remote_mode, cache_dir=cache_dir,
+                   cache_limit=cache_limit)

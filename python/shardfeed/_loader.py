@@ -190,6 +190,14 @@ class Loader(EpochControl):
       Decode()}: that field's encoded images (JPEG, PNG, WebP) are decoded, cropped,
       resized and flipped in the reader's I/O threads, and the batch holds a uint8
       tensor [B, 3, H, W] (help(shardfeed.image)).
+    - remote_mode, cache_dir, cache_limit: for `path` a URL (s3://bucket/prefix,
+      http(s)://host/folder; README "Remote datasets"). remote_mode "cache" (default):
+      whole shards are downloaded ahead into the node's cache folder cache_dir (None:
+      $SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed, else ~/.cache/shardfeed), kept
+      at or under cache_limit bytes (None: $SHARDFEED_CACHE_LIMIT, else 16 GiB) and shared
+      by the node's processes; "direct": each record by an HTTP range request, nothing on
+      disk (global shuffles over more data than the cache holds). Every record is checked
+      against its checksum either way.
 
     Methods and properties: iter() / len() (batches per epoch on this rank), epoch,
     set_epoch(e), samples_per_epoch, state_dict() / load_state_dict(s), stats(),
@@ -211,6 +219,8 @@ class Loader(EpochControl):
                  # ---- end mixing ----
                  # transforms= (issue 14): image fields decoded in the I/O threads
                  transforms=None,
+                 # a dataset at a URL (issue 18): how its records are read
+                 remote_mode="cache", cache_dir=None, cache_limit=None,
                  ):
         self._reader = None
         self._final_stats = None
@@ -220,6 +230,7 @@ class Loader(EpochControl):
                              "of dataset folders, one weight each")
         # ---- end mixing ----
         self.path = os.fspath(path)
+        self._remote = opt.remote(remote_mode, cache_dir, cache_limit)
         self.batch_size = opt.bounded("batch_size", batch_size, "reader.batch_size")
         self.shuffle = opt.choice("shuffle", opt.shuffle_name(shuffle), opt.SHUFFLE)
         self.seed = opt.seed64(seed)
@@ -255,7 +266,7 @@ class Loader(EpochControl):
             window=self.window, io_threads=self.io_threads, device=dev_kind,
             device_index=dev_index,
             # transforms= (issue 14): image fields decoded in the I/O threads (shardfeed.image)
-            images=_image.specs(transforms))
+            images=_image.specs(transforms), **self._remote)
         self.transforms = dict(transforms) if transforms else {}
         self._num_batches = self._reader.num_batches()
         # ---- DataLoader-shaped API (issue 17) ----
@@ -291,8 +302,15 @@ class Loader(EpochControl):
     def dataset(self):
         """The shardfeed.Dataset read (len, [i], keys, fields), opened on first use."""
         if self._dataset is None:
-            self._dataset = Dataset(self.path, verify=self.verify)
+            self._dataset = Dataset(self.path, verify=self.verify, **self._remote_names())
         return self._dataset
+
+    def _remote_names(self):
+        """The remote options as Dataset takes them."""
+        r = self._remote
+        mode = next(k for k, v in opt.REMOTE_MODE.items() if v == r["remote_mode"])
+        return {"remote_mode": mode, "cache_dir": r["cache_dir"],
+                "cache_limit": r["cache_limit"] or None}
 
     def as_iterable_dataset(self):
         """This Loader as a torch.utils.data.IterableDataset, for frameworks that insist on a
@@ -344,7 +362,7 @@ class Loader(EpochControl):
             if self._dataset is not None:
                 self._dataset_schema = (self._dataset.fields, len(self._dataset))
             else:
-                with Dataset(self.path, verify=False) as ds:
+                with Dataset(self.path, verify=False, **self._remote_names()) as ds:
                     self._dataset_schema = (ds.fields, len(ds))
         return self._dataset_schema
 

@@ -12,6 +12,7 @@ ENGINE = {"auto": _C.ENGINE_AUTO, "uring": _C.ENGINE_URING, "pread": _C.ENGINE_P
           "mmap": _C.ENGINE_MMAP}
 DIRECT = {"auto": _C.DIRECT_AUTO, "on": _C.DIRECT_ON, "off": _C.DIRECT_OFF}
 ON_CORRUPT = {"error": _C.ON_CORRUPT_ERROR, "skip": _C.ON_CORRUPT_SKIP}
+REMOTE_MODE = {"cache": 0, "direct": 1}  # sf_remote_mode
 OUTPUTS = ("auto", "torch", "numpy", "dlpack")
 VARLEN = ("list", "pair")
 
@@ -96,6 +97,19 @@ def uint(name, value, lo, hi):
     if not lo <= value < hi:
         raise ValueError(f"shardfeed: {name}={value} is out of range [{lo}, {hi})")
     return value
+
+
+def remote(remote_mode, cache_dir, cache_limit):
+    """The options of a dataset at a URL, as the C extension's keyword arguments:
+    remote_mode "cache" or "direct"; cache_dir a folder or None (the default folder);
+    cache_limit bytes (an int > 0) or None (the default limit)."""
+    mode = choice("remote_mode", remote_mode, REMOTE_MODE)
+    if cache_dir is not None:
+        cache_dir = os.fspath(cache_dir)
+        if not cache_dir:
+            raise ValueError("shardfeed: cache_dir='' names no folder (None: the default)")
+    limit = 0 if cache_limit is None else uint("cache_limit", cache_limit, 1, U64)
+    return {"remote_mode": REMOTE_MODE[mode], "cache_dir": cache_dir, "cache_limit": limit}
 
 
 def seed64(value):

@@ -21,10 +21,14 @@ static int dataset_usable(sf_py_dataset *d)
 
 static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", NULL};
+    static char *kwlist[] = {"path", "remote_mode", "cache_dir", "cache_limit", NULL};
     PyObject *path = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&:Dataset", kwlist, PyUnicode_FSConverter, &path))
+    sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
+    unsigned long long cache_limit = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|izK:Dataset", kwlist, PyUnicode_FSConverter,
+                                     &path, &remote.mode, &remote.cache_dir, &cache_limit))
         return NULL;
+    remote.cache_limit = cache_limit;
     sf_py_dataset *self = (sf_py_dataset *)type->tp_alloc(type, 0);
     if (!self) {
         Py_DECREF(path);
@@ -34,7 +38,7 @@ static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int rc;
     const char *p = PyBytes_AS_STRING(path);
     Py_BEGIN_ALLOW_THREADS
-    rc = sf_dataset_open(&ds, p);
+    rc = sf_dataset_open_ex(&ds, p, &remote);
     Py_END_ALLOW_THREADS
     Py_DECREF(path);
     if (rc < 0) {

@@ -122,7 +122,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "world_size", "drop_last", "uneven",     "prefetch",   "engine",
                              "direct",   "verify",     "on_corrupt",  "block_size", "window",
                              "io_threads", "queue_depth", "device", "device_index", "images",
-                             NULL};
+                             "remote_mode", "cache_dir", "cache_limit", NULL};
     PyObject *path = NULL;
     sf_reader_opts o = SF_READER_OPTS_INIT;
     unsigned int batch_size = 0, rank = 0, world_size = 0, prefetch = 0, block_size = 0,
@@ -132,12 +132,17 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         device = SF_DEVICE_CPU, device_index = 0;
     PyObject *images = NULL, *image_items = NULL;
     sf_image_opts image_opts[SF_MAX_IMAGE_FIELDS];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIIIiiO:Reader", kwlist,
+    sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
+    unsigned long long cache_limit = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|IiKIIpiIiipiIIIIiiOizK:Reader", kwlist,
                                      PyUnicode_FSConverter, &path, &batch_size, &shuffle, &seed,
                                      &rank, &world_size, &drop_last, &uneven, &prefetch, &engine,
                                      &direct, &verify, &on_corrupt, &block_size, &window,
-                                     &io_threads, &queue_depth, &device, &device_index, &images))
+                                     &io_threads, &queue_depth, &device, &device_index, &images,
+                                     &remote.mode, &remote.cache_dir, &cache_limit))
         return NULL;
+    remote.cache_limit = cache_limit;
+    o.remote = &remote;
     if (parse_images(image_opts, &o.num_images, images, &image_items)) {
         Py_DECREF(path);
         return NULL;

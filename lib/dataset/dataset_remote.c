@@ -1,0 +1,537 @@
+/* A dataset at a URL (dataset_internal.h, "Datasets at a URL"): its
+ * manifest and shard metadata by range requests, its shards through the
+ * node's cache (lib/remote/cache.h) or its records by range requests. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "dataset_internal.h"
+#include "error_internal.h"
+#include "fetch.h"
+#include "remote_url.h"
+
+/* Open reads a shard's header with one request and its tail (footer, and
+ * the index when it is at most this long) with another. */
+#define META_TAIL (64u << 10)
+#define SCAN_BUFFER (256u << 10)
+/* The prefetcher keeps at most this many shards, and half the cache limit,
+ * downloaded ahead of the one being read. */
+#define PREFETCH_SHARDS 8u
+
+struct dataset_remote {
+    remote_location *loc;
+    remote_pool *pool;
+    remote_policy policy;
+    int mode;               /* enum sf_remote_mode */
+    remote_cache *cache;    /* mode cache */
+    uint64_t cache_limit;
+    /* the prefetcher: fills the cache from `next` while it is within reach
+     * of `reading` (positions in shard order, wrapping) */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pthread_t tid;
+    int running, stop;
+    uint64_t reading, next;
+    _Atomic uint64_t last_hint;
+};
+
+int sf_is_url(const char *path)
+{
+    return path && remote_is_url(path);
+}
+
+/* ---- options ---- */
+
+static uint64_t env_u64(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end ? 0 : (uint64_t)x;
+}
+
+/* opts->cache_dir, else the environment's choice (remote.h). */
+static int cache_root(char *out, size_t cap, const sf_remote_opts *o)
+{
+    const char *v;
+    int n;
+    if (o && o->cache_dir && *o->cache_dir)
+        n = snprintf(out, cap, "%s", o->cache_dir);
+    else if ((v = getenv("SHARDFEED_CACHE_DIR")) && *v)
+        n = snprintf(out, cap, "%s", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
+        n = snprintf(out, cap, "%s/shardfeed", v);
+    else if ((v = getenv("HOME")) && *v)
+        n = snprintf(out, cap, "%s/.cache/shardfeed", v);
+    else
+        return sf_fail(SF_E_INVALID, "no cache folder: set cache_dir (or SHARDFEED_CACHE_DIR, "
+                                     "XDG_CACHE_HOME, HOME)");
+    return n > 0 && (size_t)n < cap ? 0 : sf_fail(SF_E_INVALID, "cache folder path too long");
+}
+
+static int check_opts(const sf_remote_opts *o)
+{
+    if (!o)
+        return 0;
+    int rc = sf_check_opts_version("sf_remote_opts", o->version, SF_REMOTE_OPTS_VERSION);
+    if (!rc && o->mode != SF_REMOTE_CACHE && o->mode != SF_REMOTE_DIRECT)
+        rc = sf_fail(SF_E_INVALID, "remote mode %d: expected cache (0) or direct (1)", o->mode);
+    return rc;
+}
+
+/* ---- open ---- */
+
+/* Runs fn(ds, arg) again while it fails for the bytes it fetched
+ * (sf_is_data_error), up to 1 + retries runs: bytes damaged on the way are
+ * fetched again; bytes stored damaged fail every time, and the error stands
+ * as it would for a local file. (A proxy may damage the same byte of two
+ * responses alike, so even identical damage twice proves nothing.) */
+typedef int (*fetch_fn)(sf_dataset *ds, void *arg);
+
+static int refetch_damaged(sf_dataset *ds, fetch_fn fn, void *arg)
+{
+    for (uint32_t attempt = 0;; attempt++) {
+        int rc = fn(ds, arg);
+        if (rc == 0 || !sf_is_data_error(rc) || attempt >= ds->remote->policy.retries)
+            return rc;
+    }
+}
+
+static int fetch_manifest_once(sf_dataset *ds, void *arg)
+{
+    const char *url = arg;
+    sf_manifest_clear(&ds->manifest);
+    memset(&ds->manifest, 0, sizeof ds->manifest);
+    remote_fetcher *f;
+    int rc = remote_pool_take(&f, ds->remote->pool);
+    if (rc)
+        return rc;
+    uint8_t *buf = NULL;
+    uint64_t len = 0;
+    rc = remote_fetch_object(f, SF_MANIFEST_NAME, SF_MANIFEST_MAX_SIZE, &buf, &len);
+    remote_pool_give(ds->remote->pool, f);
+    if (rc == -ENOENT)
+        return sf_fail(rc, "%s/%s: no manifest (HTTP 404: not a dataset, or packing or upload "
+                           "did not finish)",
+                       url, SF_MANIFEST_NAME);
+    if (rc == SF_E_LIMIT)
+        return sf_fail(rc, "%s/%s: larger than any valid manifest", url, SF_MANIFEST_NAME);
+    if (rc)
+        return rc;
+    rc = sf_manifest_decode(&ds->manifest, buf, len);
+    free(buf);
+    if (rc) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s/%s", url, SF_MANIFEST_NAME);
+        sf_fail_prefix(rc, where);
+    }
+    return rc;
+}
+
+static int fetch_manifest(sf_dataset *ds, const char *url)
+{
+    return refetch_damaged(ds, fetch_manifest_once, (void *)url);
+}
+
+/* The cache's subfolder for this dataset: the URL's hash and the dataset id,
+ * so a dataset packed again at the same URL never meets the old shards. */
+static int open_cache(sf_dataset *ds, const sf_remote_opts *o)
+{
+    dataset_remote *x = ds->remote;
+    char root[4096], space[64];
+    int rc = cache_root(root, sizeof root, o);
+    if (rc)
+        return rc;
+    const char *url = remote_location_display(x->loc);
+    snprintf(space, sizeof space, "%016llx-%016llx", (unsigned long long)sf_hash(url, strlen(url)),
+             (unsigned long long)ds->manifest.dataset_id);
+    return remote_cache_open(&x->cache, root, x->cache_limit, space);
+}
+
+int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o)
+{
+    int rc = check_opts(o);
+    if (rc)
+        return rc;
+    dataset_remote *x = calloc(1, sizeof *x);
+    if (!x)
+        return sf_fail(-ENOMEM, "out of memory");
+    ds->remote = x;
+    pthread_mutex_init(&x->lock, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    x->last_hint = UINT64_MAX;
+    x->mode = o ? o->mode : SF_REMOTE_CACHE;
+    x->policy.retries = o && o->retries ? o->retries : SF_REMOTE_DEFAULT_RETRIES;
+    x->policy.timeout_ms = o && o->timeout_ms ? o->timeout_ms : SF_REMOTE_DEFAULT_TIMEOUT_MS;
+    x->cache_limit = o && o->cache_limit ? o->cache_limit : env_u64("SHARDFEED_CACHE_LIMIT");
+    if (!x->cache_limit)
+        x->cache_limit = SF_REMOTE_DEFAULT_CACHE_LIMIT;
+    if ((rc = remote_location_open(&x->loc, url)) ||
+        (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, url)))
+        return rc;
+    /* verify reads every shard whole through the cache, in either mode. */
+    return open_cache(ds, o);
+}
+
+static void prefetch_stop(dataset_remote *x)
+{
+    if (!x->running)
+        return;
+    pthread_mutex_lock(&x->lock);
+    x->stop = 1;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->lock);
+    pthread_join(x->tid, NULL);
+    x->running = 0;
+}
+
+void dataset_remote_close(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    if (!x)
+        return;
+    prefetch_stop(x);
+    remote_cache_free(x->cache);
+    remote_pool_free(x->pool);
+    remote_location_free(x->loc);
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->lock);
+    free(x);
+    ds->remote = NULL;
+}
+
+int dataset_remote_direct(const sf_dataset *ds)
+{
+    return ds->remote && ds->remote->mode == SF_REMOTE_DIRECT;
+}
+
+/* ---- shard metadata by ranges ---- */
+
+typedef struct meta_source {
+    remote_fetcher *f;
+    const char *name;
+    uint64_t size;
+    uint8_t *tail;          /* the last tail_len bytes, once fetched */
+    uint64_t tail_off, tail_len;
+} meta_source;
+
+static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
+{
+    meta_source *m = ctx;
+    if (off > m->size || len > m->size - off)
+        return sf_fail(SF_E_TRUNCATED, "bytes %llu..%llu are past the end of the %llu-byte shard",
+                       (unsigned long long)off, (unsigned long long)(off + len),
+                       (unsigned long long)m->size);
+    if (!m->tail && off >= SF_SHARD_HEADER_SIZE && off + len == m->size) {
+        /* The footer: fetch the tail, which holds a small index too. */
+        uint64_t from = m->size - SF_SHARD_HEADER_SIZE > META_TAIL ? m->size - META_TAIL
+                                                                  : SF_SHARD_HEADER_SIZE;
+        if (from > off)
+            from = off;
+        m->tail_off = from;
+        m->tail_len = m->size - from;
+        if (!(m->tail = malloc(m->tail_len)))
+            return sf_fail(-ENOMEM, "out of memory");
+        int rc = remote_fetch_range(m->f, m->name, m->tail_off, m->tail_len, m->tail);
+        if (rc) {
+            free(m->tail);
+            m->tail = NULL;
+            return rc;
+        }
+    }
+    if (m->tail && off >= m->tail_off && len <= m->tail_len - (off - m->tail_off)) {
+        memcpy(buf, m->tail + (off - m->tail_off), len);
+        return 0;
+    }
+    return remote_fetch_range(m->f, m->name, off, len, buf);
+}
+
+typedef struct meta_job {
+    uint64_t i;
+    const sf_shard_expect *exp;
+    uint64_t *bad;
+} meta_job;
+
+static int load_meta_once(sf_dataset *ds, void *arg)
+{
+    meta_job *j = arg;
+    uint64_t i = j->i;
+    const sf_shard_expect *exp = j->exp;
+    uint64_t *bad = j->bad;
+    sf_shard_meta_clear(&ds->shards[i].meta);
+    remote_fetcher *f;
+    int rc = remote_pool_take(&f, ds->remote->pool);
+    if (rc)
+        return rc;
+    meta_source m = {.f = f, .name = ds->shards[i].name,
+                     .size = ds->manifest.shards[i].file_size};
+    rc = sf_shard_load_meta_from(&ds->shards[i].meta, m.size, meta_read, &m, exp, bad);
+    free(m.tail);
+    remote_pool_give(ds->remote->pool, f);
+    return rc;
+}
+
+static int load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
+{
+    const sf_manifest *m = &ds->manifest;
+    sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
+    meta_job j = {i, &exp, bad};
+    return refetch_damaged(ds, load_meta_once, &j);
+}
+
+/* Shards whose metadata is fetched at once: one after another it is two
+ * round trips per shard (20,000 shards at 20 ms: 13 minutes). */
+#define META_THREADS 16u
+
+typedef struct metas_run {
+    sf_dataset *ds;
+    _Atomic uint64_t next;
+    pthread_mutex_t lock;
+    int rc;              /* the failure of shard `failed`, the lowest that failed */
+    uint64_t failed, bad;
+    char msg[1024];
+} metas_run;
+
+static void *metas_worker(void *arg)
+{
+    metas_run *run = arg;
+    uint64_t n = run->ds->manifest.shard_count;
+    for (uint64_t i; (i = atomic_fetch_add(&run->next, 1)) < n;) {
+        pthread_mutex_lock(&run->lock);
+        int past = run->rc && i > run->failed; /* a lower shard failed already */
+        pthread_mutex_unlock(&run->lock);
+        if (past)
+            break;
+        uint64_t bad = 0;
+        int rc = load_meta(run->ds, i, &bad);
+        if (!rc)
+            continue;
+        pthread_mutex_lock(&run->lock);
+        if (!run->rc || i < run->failed) {
+            run->rc = rc;
+            run->failed = i;
+            run->bad = bad;
+            snprintf(run->msg, sizeof run->msg, "%s", sf_last_error());
+        }
+        pthread_mutex_unlock(&run->lock);
+    }
+    return NULL;
+}
+
+int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad)
+{
+    metas_run run = {.ds = ds};
+    pthread_mutex_init(&run.lock, NULL);
+    uint64_t n = ds->manifest.shard_count;
+    unsigned want = n < META_THREADS ? (unsigned)n : META_THREADS, started = 0;
+    pthread_t tid[META_THREADS];
+    while (started + 1 < want && pthread_create(&tid[started], NULL, metas_worker, &run) == 0)
+        started++;
+    metas_worker(&run); /* this thread too */
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    pthread_mutex_destroy(&run.lock);
+    if (!run.rc)
+        return 0;
+    *failed = run.failed;
+    *bad = run.bad;
+    return sf_fail(run.rc, "%s", run.msg);
+}
+
+/* ---- the cache ---- */
+
+typedef struct fill_job {
+    sf_dataset *ds;
+    uint64_t shard;
+} fill_job;
+
+/* What a downloaded shard's check found: 0 (all of it checks), a negative
+ * code for damage in its structure, or the number of damaged records and
+ * padding (> 0) with the first one's offset. */
+static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, uint64_t *first_bad)
+{
+    const sf_manifest *mf = &ds->manifest;
+    const sf_shard_meta *want = &ds->shards[shard].meta;
+    sf_shard_expect exp = {&mf->schema, shard, mf->dataset_id, mf->align, &mf->shards[shard]};
+    sf_shard_meta got;
+    uint64_t bad = 0;
+    int rc = sf_shard_load_meta(&got, fd, &exp, &bad);
+    if (!rc && (got.header.checksum != want->header.checksum ||
+                got.footer.index_checksum != want->footer.index_checksum))
+        rc = sf_fail(SF_E_CORRUPT, "its header or footer differs from the ones open read (the "
+                                   "shard was replaced since): open the dataset again");
+    if (rc) {
+        sf_shard_meta_clear(&got);
+        *first_bad = bad;
+        return rc;
+    }
+    uint8_t *buf = malloc(SCAN_BUFFER);
+    int64_t problems = buf ? sf_shard_scan_data(&got, &mf->schema, fd, buf, SCAN_BUFFER, NULL, NULL)
+                           : sf_fail(-ENOMEM, "out of memory");
+    free(buf);
+    sf_shard_meta_clear(&got);
+    *first_bad = 0;
+    return problems;
+}
+
+/* remote_fill_fn: downloads the shard and checks all of it (its records'
+ * checksums too). A download that fails its checks is fetched again, up to
+ * 1 + retries times: damage on the way comes and goes. A shard whose every
+ * download shows the same damaged records (stored so) is kept: the reader's
+ * record checks then judge each record, as for a local shard (on_corrupt). */
+static int fill_shard(void *arg, int fd, uint64_t size)
+{
+    fill_job *j = arg;
+    dataset_remote *x = j->ds->remote;
+    const char *name = j->ds->shards[j->shard].name;
+    int64_t first = 0;
+    uint64_t first_bad = 0;
+    int alike = 1;
+    for (uint32_t attempt = 0;; attempt++) {
+        remote_fetcher *f;
+        int rc = remote_pool_take(&f, x->pool);
+        if (rc)
+            return rc;
+        rc = remote_fetch_to_fd(f, name, size, fd);
+        remote_pool_give(x->pool, f);
+        if (rc)
+            return rc;
+        uint64_t bad = 0;
+        int64_t found = check_download(j->ds, j->shard, fd, &bad);
+        if (found == 0)
+            return 0;
+        if (found < 0 && !sf_is_data_error((int)found))
+            return (int)found; /* the machine's trouble, not the bytes' */
+        if (attempt == 0) {
+            first = found;
+            first_bad = bad;
+        }
+        alike &= found == first && bad == first_bad;
+        if (attempt < x->policy.retries)
+            continue;
+        if (found > 0 && alike)
+            return 0; /* stored so */
+        if (found > 0)
+            return sf_fail(SF_E_CHECKSUM,
+                           "%s/%s: %u downloads of the shard failed their record checksums, "
+                           "not alike (bytes damaged on the way)",
+                           j->ds->dir, name, attempt + 1);
+        char where[4200];
+        snprintf(where, sizeof where, "%s/%s (downloaded %u times)", j->ds->dir, name,
+                 attempt + 1);
+        return sf_fail_prefix((int)found, where);
+    }
+}
+
+/* Downloads `shard` if the cache lacks it; `nowait`: give up at once when
+ * the cache has no room (the prefetcher does not wait for the reader). */
+static int ensure_shard(sf_dataset *ds, uint64_t shard, int nowait)
+{
+    fill_job j = {ds, shard};
+    return remote_cache_prefetch(ds->remote->cache, ds->shards[shard].name,
+                                 ds->manifest.shards[shard].file_size, nowait, fill_shard, &j);
+}
+
+int dataset_remote_ensure(sf_dataset *ds, uint64_t shard)
+{
+    return ensure_shard(ds, shard, 0);
+}
+
+int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    return remote_cache_acquire_cached(out, ds->remote->cache, ds->shards[shard].name,
+                                       direct ? O_DIRECT : 0);
+}
+
+void dataset_remote_unpin(int fd)
+{
+    remote_cache_unpin(fd);
+}
+
+int dataset_remote_repin(int fd)
+{
+    return remote_cache_repin(fd);
+}
+
+/* ---- the prefetcher ---- */
+
+/* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half
+ * the cache limit, PREFETCH_SHARDS shards) is full. */
+static uint64_t prefetch_next_locked(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    uint64_t n = ds->manifest.shard_count, ahead = 0, count = 0;
+    for (uint64_t p = (x->reading + 1) % n; p != x->next % n; p = (p + 1) % n) {
+        ahead += ds->manifest.shards[p].file_size;
+        if (++count >= n)
+            return UINT64_MAX;
+    }
+    uint64_t s = x->next % n;
+    if (s == x->reading || count >= PREFETCH_SHARDS ||
+        ahead + ds->manifest.shards[s].file_size > x->cache_limit / 2)
+        return UINT64_MAX;
+    return s;
+}
+
+static void *prefetch_main(void *arg)
+{
+    sf_dataset *ds = arg;
+    dataset_remote *x = ds->remote;
+    pthread_mutex_lock(&x->lock);
+    while (!x->stop) {
+        uint64_t s = prefetch_next_locked(ds);
+        if (s == UINT64_MAX) {
+            pthread_cond_wait(&x->cv, &x->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&x->lock);
+        /* A failure is the reader's to meet and report when it gets there. */
+        ensure_shard(ds, s, 1);
+        pthread_mutex_lock(&x->lock);
+        if (x->next % ds->manifest.shard_count == s)
+            x->next = s + 1;
+    }
+    pthread_mutex_unlock(&x->lock);
+    return NULL;
+}
+
+void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
+{
+    dataset_remote *x = ds->remote;
+    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE ||
+        atomic_exchange(&x->last_hint, shard) == shard)
+        return;
+    pthread_mutex_lock(&x->lock);
+    uint64_t n = ds->manifest.shard_count;
+    /* The distance from the shard read to the next to fill, in shard order:
+     * a reader that moved past it (or back, a new epoch) restarts it. */
+    uint64_t dist = (x->next % n + n - shard) % n;
+    if (dist == 0 || dist > PREFETCH_SHARDS + 1)
+        x->next = shard + 1;
+    x->reading = shard;
+    if (!x->running && !x->stop)
+        x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->lock);
+}
+
+/* ---- direct ranges ---- */
+
+int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len)
+{
+    remote_fetcher *f;
+    int rc = remote_pool_take(&f, ds->remote->pool);
+    if (rc)
+        return rc;
+    rc = remote_fetch_range(f, ds->shards[shard].name, off, len, dst);
+    remote_pool_give(ds->remote->pool, f);
+    return rc;
+}

@@ -1,0 +1,65 @@
+/* The node's cache of whole remote objects (shards), shared by processes
+ * through the file system only: no shared memory, no daemon, nothing a crash
+ * leaves locked (flock locks die with their holder).
+ *
+ * Layout: ROOT/.lock serialises the space accounting; ROOT/SPACE/NAME is an
+ * object that arrived whole and passed its check; ROOT/SPACE/.part-NAME-PID-N
+ * is a download in progress (its writer holds LOCK_EX on it: one whose lock
+ * can be taken belongs to a dead process and is removed);
+ * ROOT/SPACE/.fill-NAME (empty) makes one process download NAME while the
+ * others wait for it.
+ *
+ * Invariants:
+ *  - an object is under its final name only after it was written whole,
+ *    fsynced and checked (the download is renamed into place), so a process
+ *    killed mid-download leaves only a .part file;
+ *  - the bytes of ROOT's files (final and .part: a download reserves its
+ *    whole size with ftruncate before its first byte) stay at or under the
+ *    limit: room is made first, under ROOT/.lock, by evicting the least
+ *    recently used objects (mtime, set at every acquire);
+ *  - an object pinned (a descriptor holding LOCK_SH) is never evicted: the
+ *    evictor takes LOCK_EX without waiting and passes by what it cannot
+ *    lock. A download that cannot find room waits for pins to go, up to
+ *    REMOTE_CACHE_WAIT_S, then fails saying the limit is too small. */
+#ifndef SF_REMOTE_CACHE_H
+#define SF_REMOTE_CACHE_H
+
+#include <stdint.h>
+
+#define REMOTE_CACHE_WAIT_S 120
+
+typedef struct remote_cache remote_cache;
+
+/* Writes the object into fd (opened for writing, at size 0..size) and checks
+ * it: 0, or a negative code with sf_fail detail. */
+typedef int (*remote_fill_fn)(void *ctx, int fd, uint64_t size);
+
+/* The cache at `root` (made, with its parents, if missing) holding at most
+ * `limit` bytes; this user's objects go to the subfolder `space`. */
+int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, const char *space);
+void remote_cache_free(remote_cache *c); /* NULL ok */
+const char *remote_cache_dir(const remote_cache *c); /* ROOT/SPACE */
+/* How long a download waits for room (default REMOTE_CACHE_WAIT_S). */
+void remote_cache_set_wait(remote_cache *c, unsigned seconds);
+
+/* A descriptor of object `name` (`size` bytes) opened with O_RDONLY | oflags
+ * and pinned (LOCK_SH), fetched with fill first when the cache lacks it.
+ * Close it, or remote_cache_unpin it, when done. */
+int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t size, int oflags,
+                         remote_fill_fn fill, void *ctx);
+/* remote_cache_acquire without the fill: -ENOENT (no detail) when the
+ * cache lacks `name`, for a caller that must not wait for a download (it
+ * holds a lock others need to unpin). */
+int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags);
+/* Unpins an acquired descriptor kept open (it may be evicted from now on). */
+void remote_cache_unpin(int fd);
+/* Pins an unpinned descriptor again: 1 when its file is still the cache's,
+ * 0 when it was evicted meanwhile (close it and acquire again). */
+int remote_cache_repin(int fd);
+/* Fetches `name` into the cache if it is missing, without pinning it (the
+ * prefetcher; with `nowait`, no room now is SF_E_LIMIT at once). 0 or a
+ * negative code. */
+int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,
+                          remote_fill_fn fill, void *ctx);
+
+#endif

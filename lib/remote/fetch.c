@@ -1,0 +1,541 @@
+/* GET with retries into a buffer or a file (fetch.h). Without libcurl
+ * (SF_HAVE_REMOTE 0) only the decisions are built; the rest refuses with
+ * SF_E_UNSUPPORTED (remote_location_open refuses first). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error_internal.h"
+#include "fetch.h"
+#include "io.h"
+#include "shardfeed_config.h"
+
+uint32_t remote_backoff_ms(uint32_t attempt, uint64_t rnd)
+{
+    uint64_t d = REMOTE_BACKOFF_MAX_MS;
+    if (attempt >= 1 && attempt - 1 < 16)
+        d = (uint64_t)REMOTE_BACKOFF_BASE_MS << (attempt - 1);
+    if (d > REMOTE_BACKOFF_MAX_MS)
+        d = REMOTE_BACKOFF_MAX_MS;
+    return (uint32_t)(d / 2 + rnd % (d / 2 + 1));
+}
+
+/* Copies text into out, control characters as spaces, at most max chars. */
+static void copy_printable(char *out, size_t cap, const char *s, size_t len, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < max && n + 1 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[n++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    }
+    while (n > 0 && out[n - 1] == ' ')
+        n--;
+    out[n] = '\0';
+}
+
+/* memmem over a body that need not be NUL-terminated. */
+static const char *find(const char *hay, size_t len, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (size_t i = 0; n <= len && i <= len - n; i++)
+        if (memcmp(hay + i, needle, n) == 0)
+            return hay + i;
+    return NULL;
+}
+
+void remote_store_message(char *out, size_t cap, const char *body, size_t len)
+{
+    if (cap == 0)
+        return;
+    out[0] = '\0';
+    const char *m = find(body, len, "<Message>");
+    if (m) {
+        m += strlen("<Message>");
+        const char *end = find(m, len - (size_t)(m - body), "</Message>");
+        size_t n = end ? (size_t)(end - m) : len - (size_t)(m - body);
+        copy_printable(out, cap, m, n, REMOTE_MESSAGE_MAX);
+        return;
+    }
+    copy_printable(out, cap, body, len, REMOTE_MESSAGE_MAX);
+}
+
+#if SF_HAVE_REMOTE
+#include <curl/curl.h>
+
+struct remote_fetcher {
+    CURL *easy;
+    const remote_location *loc;
+    remote_policy policy;
+    uint64_t rnd;            /* xorshift state for the jitter */
+    char curl_err[CURL_ERROR_SIZE];
+    remote_fetcher *next;    /* on the pool's idle list */
+};
+
+/* Where one attempt's body goes. Exactly one of: a fixed buffer (buf, cap),
+ * a growing one (grow: *gbuf up to max), a file (fd >= 0 at fd_off + got). */
+typedef struct sink {
+    CURL *easy;
+    uint8_t *buf;
+    uint64_t cap;
+    int grow;
+    uint64_t max;
+    int fd;
+    uint64_t got;       /* body bytes accepted this request (into the destination) */
+    int too_long;       /* the body went past the destination: refused */
+    int write_err;      /* the file write failed: -errno */
+    long status;        /* the status the body belongs to (0: not known yet) */
+    int ranged_from_0;  /* a range request starting at byte 0: a 200 may answer it */
+    int ranged;         /* a range request */
+    int ignored_range;  /* a 200 to a range not at byte 0: the server ignores Range */
+    char err[REMOTE_ERROR_BODY_MAX + 1];
+    size_t err_len;
+} sink;
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static uint64_t seed_random(const void *p)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)p ^
+                 ((uint64_t)getpid() << 16);
+    return x ? x : 0x9e3779b97f4a7c15ull;
+}
+
+static uint64_t next_random(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
+                        const remote_policy *policy)
+{
+    *out = NULL;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return sf_fail(-EIO, "libcurl did not initialise: %s", curl_easy_strerror(curl_init_rc));
+    remote_fetcher *f = calloc(1, sizeof *f);
+    if (!f || !(f->easy = curl_easy_init())) {
+        free(f);
+        return sf_fail(-ENOMEM, "out of memory for a curl handle");
+    }
+    f->loc = loc;
+    f->policy = *policy;
+    f->rnd = seed_random(f);
+    *out = f;
+    return 0;
+}
+
+void remote_fetcher_free(remote_fetcher *f)
+{
+    if (!f)
+        return;
+    curl_easy_cleanup(f->easy);
+    free(f);
+}
+
+/* ---- decisions ---- */
+
+int remote_retryable(int curl_rc, long status)
+{
+    switch ((CURLcode)curl_rc) {
+    case CURLE_OK:
+        return status >= 500 || status == 429 || status == 408;
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ---- one attempt ---- */
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    sink *s = arg;
+    size_t n = size * nmemb;
+    if (!s->status)
+        curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
+    if (s->status < 200 || s->status > 299) {
+        /* An error's body: its start is the store's message. */
+        size_t room = REMOTE_ERROR_BODY_MAX - s->err_len;
+        size_t k = n < room ? n : room;
+        memcpy(s->err + s->err_len, data, k);
+        s->err_len += k;
+        return n;
+    }
+    if (s->ranged && s->status == 200 && !s->ranged_from_0) {
+        s->ignored_range = 1; /* the whole object, not the range: never copied */
+        return 0;
+    }
+    if (s->fd >= 0) {
+        if (n > s->cap - s->got) {
+            s->too_long = 1;
+            return 0;
+        }
+        int rc = sf_write_full(s->fd, data, n);
+        if (rc) {
+            s->write_err = rc;
+            return 0;
+        }
+        s->got += n;
+        return n;
+    }
+    if (s->grow) {
+        if (n > s->max - s->got) {
+            s->too_long = 1;
+            return 0;
+        }
+        if (s->got + n > s->cap) {
+            uint64_t cap = s->cap ? s->cap : 4096;
+            while (cap < s->got + n)
+                cap *= 2;
+            if (cap > s->max)
+                cap = s->max;
+            uint8_t *p = realloc(s->buf, (size_t)cap ? (size_t)cap : 1);
+            if (!p) {
+                s->write_err = -ENOMEM;
+                return 0;
+            }
+            s->buf = p;
+            s->cap = cap;
+        }
+    } else if (n > s->cap - s->got) {
+        /* More than the range asked for: never written past the buffer. */
+        s->too_long = 1;
+        return 0;
+    }
+    memcpy(s->buf + s->got, data, n);
+    s->got += n;
+    return n;
+}
+
+/* How an attempt ended. */
+typedef struct outcome {
+    CURLcode curl;
+    long status;
+    int short_body;   /* 2xx, but fewer bytes than asked for */
+    int ignored_range;/* 200 to a range that is not the whole object */
+} outcome;
+
+/* One GET of url (with Range bytes=from-to when ranged). */
+static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from, uint64_t to,
+                   sink *s, outcome *o)
+{
+    CURL *c = f->easy;
+    curl_easy_reset(c);
+    char range[64];
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)f->policy.timeout_ms);
+    /* No byte for timeout_ms: the connection is stalled. */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                     (long)(f->policy.timeout_ms + 999) / 1000 ? (long)(f->policy.timeout_ms + 999) / 1000 : 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, f->curl_err);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (ranged) {
+        snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)to);
+        curl_easy_setopt(c, CURLOPT_RANGE, range);
+    }
+    int rc = remote_curl_prepare(c, f->loc);
+    if (rc)
+        return rc;
+    f->curl_err[0] = '\0';
+    s->easy = c;
+    s->status = 0;
+    s->err_len = 0;
+    s->ranged = ranged;
+    s->ranged_from_0 = ranged && from == 0;
+    s->ignored_range = 0;
+    memset(o, 0, sizeof *o);
+    o->curl = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
+    o->ignored_range = s->ignored_range;
+    return 0;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The code of a final failure: -ENOENT for an object the store does not
+ * have (404), SF_E_REMOTE for the rest. */
+static int failure_code(const outcome *o)
+{
+    return o->curl == CURLE_OK && o->status == 404 ? -ENOENT : SF_E_REMOTE;
+}
+
+/* The final error, naming the object, the range and why. */
+static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_t from,
+                        uint64_t to, const outcome *o, const sink *s, uint32_t attempts)
+{
+    char what[384], msg[REMOTE_MESSAGE_MAX + 8] = "", range[80] = "";
+    if (ranged)
+        snprintf(range, sizeof range, " (bytes %llu-%llu)", (unsigned long long)from,
+                 (unsigned long long)to);
+    if (o->ignored_range)
+        snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
+                                    "Range, which remote datasets need");
+    else if (o->curl != CURLE_OK && o->curl != CURLE_WRITE_ERROR)
+        snprintf(what, sizeof what, "%s", f->curl_err[0] ? f->curl_err : curl_easy_strerror(o->curl));
+    else if (s->too_long)
+        snprintf(what, sizeof what, "HTTP %ld: the body is longer than the %llu bytes asked for",
+                 o->status, (unsigned long long)(ranged ? to - from + 1 : s->max));
+    else if (o->short_body)
+        snprintf(what, sizeof what, "HTTP %ld: the body ended after %llu of %llu bytes",
+                 o->status, (unsigned long long)s->got, (unsigned long long)(to - from + 1));
+    else {
+        remote_store_message(msg, sizeof msg, s->err, s->err_len);
+        snprintf(what, sizeof what, "HTTP %ld%s%s", o->status, msg[0] ? ": " : "", msg);
+    }
+    int code = failure_code(o);
+    if (s->grow && s->too_long)
+        code = SF_E_LIMIT;
+    return sf_fail(code, "%s/%s%s: %s (%u attempt%s)", remote_location_display(f->loc), name,
+                   range, what, attempts, attempts == 1 ? "" : "s");
+}
+
+/* GETs object `name` into s: the range [from, from + len) (ranged), or
+ * the whole object. A retried range resumes after the bytes already in. */
+static int request(remote_fetcher *f, const char *name, int ranged, uint64_t from, uint64_t len,
+                   sink *s)
+{
+    char *url = NULL;
+    int rc = remote_object_url(&url, f->loc, name);
+    if (rc)
+        return rc;
+    outcome o;
+    uint32_t tries = 0;
+    for (;;) {
+        tries++;
+        uint64_t start = from + s->got, last = from + len - 1;
+        if (s->grow) {
+            s->got = 0; /* a whole object starts again */
+            start = from;
+        }
+        if (s->fd >= 0 && lseek(s->fd, (off_t)s->got, SEEK_SET) < 0) {
+            rc = sf_fail(-errno, "seek in the download of %s: %s", name, strerror(errno));
+            break;
+        }
+        if ((rc = attempt(f, url, ranged, start, last, s, &o)))
+            break;
+        if (s->write_err) {
+            rc = s->write_err == -ENOMEM ? sf_fail(-ENOMEM, "out of memory") : s->write_err;
+            if (s->write_err != -ENOMEM)
+                sf_fail(rc, "writing the download of %s/%s: %s", remote_location_display(f->loc),
+                        name, strerror(-rc));
+            break;
+        }
+        if (o.ignored_range) {
+            rc = fail_request(f, name, ranged, from, last, &o, s, tries);
+            break;
+        }
+        int ok2xx = o.curl == CURLE_OK && o.status >= 200 && o.status <= 299;
+        if (ok2xx && ranged && s->got < len)
+            o.short_body = 1;
+        if (ok2xx && !o.short_body && !s->too_long)
+            break; /* done */
+        int again = o.short_body || remote_retryable(o.curl, o.status) ||
+                    (o.curl == CURLE_WRITE_ERROR && s->too_long && !s->grow);
+        if (!again || tries > f->policy.retries) {
+            rc = fail_request(f, name, ranged, from, last, &o, s, tries);
+            break;
+        }
+        if (s->too_long && !s->grow) {
+            s->got = 0; /* an overlong body is not trusted: that range again */
+            s->too_long = 0;
+        }
+        sleep_ms(remote_backoff_ms(tries, next_random(&f->rnd)));
+    }
+    free(url);
+    return rc;
+}
+
+int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf)
+{
+    if (len == 0)
+        return 0;
+    sink s = {.buf = buf, .cap = len, .fd = -1};
+    return request(f, name, 1, off, len, &s);
+}
+
+int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,
+                        uint64_t *len)
+{
+    sink s = {.grow = 1, .max = max, .fd = -1};
+    int rc = request(f, name, 0, 0, 0, &s);
+    if (rc) {
+        free(s.buf);
+        return rc;
+    }
+    *out = s.buf ? s.buf : malloc(1);
+    *len = s.got;
+    return *out ? 0 : sf_fail(-ENOMEM, "out of memory");
+}
+
+int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd)
+{
+    if (size == 0)
+        return 0;
+    sink s = {.cap = size, .fd = fd};
+    return request(f, name, 1, 0, size, &s);
+}
+
+/* ---- the pool ---- */
+
+struct remote_pool {
+    const remote_location *loc;
+    remote_policy policy;
+    pthread_mutex_t lock;
+    remote_fetcher *idle;
+};
+
+int remote_pool_open(remote_pool **out, const remote_location *loc, const remote_policy *policy)
+{
+    remote_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return sf_fail(-ENOMEM, "out of memory");
+    p->loc = loc;
+    p->policy = *policy;
+    pthread_mutex_init(&p->lock, NULL);
+    *out = p;
+    return 0;
+}
+
+void remote_pool_free(remote_pool *p)
+{
+    if (!p)
+        return;
+    while (p->idle) {
+        remote_fetcher *f = p->idle;
+        p->idle = f->next;
+        remote_fetcher_free(f);
+    }
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+int remote_pool_take(remote_fetcher **out, remote_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    remote_fetcher *f = p->idle;
+    if (f)
+        p->idle = f->next;
+    pthread_mutex_unlock(&p->lock);
+    if (f) {
+        *out = f;
+        return 0;
+    }
+    return remote_fetcher_open(out, p->loc, &p->policy);
+}
+
+void remote_pool_give(remote_pool *p, remote_fetcher *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&p->lock);
+    f->next = p->idle;
+    p->idle = f;
+    pthread_mutex_unlock(&p->lock);
+}
+
+#else /* !SF_HAVE_REMOTE */
+
+int remote_retryable(int curl_rc, long status)
+{
+    (void)curl_rc, (void)status;
+    return 0;
+}
+
+static int no_curl(void)
+{
+    return sf_fail(SF_E_UNSUPPORTED, "this shardfeed was built without libcurl: no remote datasets");
+}
+
+int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
+                        const remote_policy *policy)
+{
+    (void)loc, (void)policy;
+    *out = NULL;
+    return no_curl();
+}
+
+void remote_fetcher_free(remote_fetcher *f)
+{
+    (void)f;
+}
+
+int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf)
+{
+    (void)f, (void)name, (void)off, (void)len, (void)buf;
+    return no_curl();
+}
+
+int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,
+                        uint64_t *len)
+{
+    (void)f, (void)name, (void)max, (void)out, (void)len;
+    return no_curl();
+}
+
+int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd)
+{
+    (void)f, (void)name, (void)size, (void)fd;
+    return no_curl();
+}
+
+int remote_pool_open(remote_pool **out, const remote_location *loc, const remote_policy *policy)
+{
+    (void)loc, (void)policy;
+    *out = NULL;
+    return no_curl();
+}
+
+void remote_pool_free(remote_pool *p)
+{
+    (void)p;
+}
+
+int remote_pool_take(remote_fetcher **out, remote_pool *p)
+{
+    (void)p;
+    *out = NULL;
+    return no_curl();
+}
+
+void remote_pool_give(remote_pool *p, remote_fetcher *f)
+{
+    (void)p, (void)f;
+}
+
+#endif

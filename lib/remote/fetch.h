@@ -1,0 +1,81 @@
+/* The transport of remote reads: GET an object, or a byte range of it, of a
+ * remote_location with libcurl, retrying what passes, into a caller's buffer
+ * or file.
+ *
+ * A fetcher is one curl easy handle (its connection kept alive between
+ * requests) and is used by one thread at a time; remote_pool hands fetchers
+ * out to threads and keeps the idle ones. Response bodies are untrusted:
+ * nothing is written past the destination, a body longer than asked for is
+ * an error, and error bodies are kept only up to REMOTE_ERROR_BODY_MAX bytes.
+ *
+ * Retries. A request is retried, up to `retries` more times, when it fails
+ * for a reason that may pass: a connection refused, reset or dropped, no
+ * byte received for timeout_ms, HTTP 5xx, 429 or 408, or a body shorter than
+ * the range asked for (a 206 whose length is not the range's). The waits
+ * grow exponentially from REMOTE_BACKOFF_BASE_MS to REMOTE_BACKOFF_MAX_MS,
+ * each a random point in its upper half (jitter: processes that failed
+ * together do not retry together). A range resumes where the body stopped.
+ * Anything else (403, 404, a server that ignores Range) fails at once. The
+ * final error (sf_last_error) names the object's URL as given (no secrets),
+ * the byte range, the HTTP status or curl's reason, the store's message (S3's
+ * XML <Message>, else the body's start) and the attempts made. */
+#ifndef SF_REMOTE_FETCH_H
+#define SF_REMOTE_FETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remote_url.h"
+
+#define REMOTE_ERROR_BODY_MAX 1024u  /* bytes of an error body kept */
+#define REMOTE_MESSAGE_MAX 200u      /* characters of the store's message quoted */
+#define REMOTE_BACKOFF_BASE_MS 50u
+#define REMOTE_BACKOFF_MAX_MS 4000u
+
+typedef struct remote_policy {
+    uint32_t retries;    /* attempts after the first */
+    uint32_t timeout_ms; /* no byte for this long: the attempt fails */
+} remote_policy;
+
+typedef struct remote_fetcher remote_fetcher;
+
+/* A fetcher for objects under `loc` (which must outlive it). 0 or -ENOMEM. */
+int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
+                        const remote_policy *policy);
+void remote_fetcher_free(remote_fetcher *f); /* NULL ok */
+
+/* Bytes [off, off + len) of object `name` into buf (len > 0). 0, or a
+ * negative code: -ENOENT (404: the store has no such object), SF_E_REMOTE
+ * (every other failure, after the retries), with the detail in
+ * sf_last_error(). */
+int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf);
+/* The whole of object `name` into a malloc'd buffer (*out, *len; the caller
+ * frees it). A body over `max` bytes is SF_E_LIMIT, refused as it arrives. */
+int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,
+                        uint64_t *len);
+/* Bytes [0, size) of object `name` written to fd from its offset 0, with
+ * ranges (a retry resumes where it stopped). 0 or a negative code. */
+int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd);
+
+/* Fetchers shared by threads: take one (made when none is idle), give it
+ * back after the request. Thread-safe. */
+typedef struct remote_pool remote_pool;
+int remote_pool_open(remote_pool **out, const remote_location *loc, const remote_policy *policy);
+void remote_pool_free(remote_pool *p); /* NULL ok; every fetcher given back */
+int remote_pool_take(remote_fetcher **out, remote_pool *p);
+void remote_pool_give(remote_pool *p, remote_fetcher *f);
+
+/* ---- for the tests: the transport's decisions, without a server ---- */
+
+/* Whether an attempt that ended with curl code `curl_rc` (a CURLcode) and,
+ * for CURLE_OK, HTTP `status` may succeed if tried again. */
+int remote_retryable(int curl_rc, long status);
+/* The store's message in an error body: the text of S3's <Message> element,
+ * else the body's start; control characters replaced, at most
+ * REMOTE_MESSAGE_MAX characters, "" for none. */
+void remote_store_message(char *out, size_t cap, const char *body, size_t len);
+/* The wait before retry `attempt` (1, 2, ...), in milliseconds, for a random
+ * number `rnd`: in [d/2, d] for d = min(base << (attempt-1), max). */
+uint32_t remote_backoff_ms(uint32_t attempt, uint64_t rnd);
+
+#endif

@@ -1,0 +1,128 @@
+"""Helpers of the remote-read tests (test_remote_read.py, test_remote_faults.py): datasets packed
+and served, one epoch's bytes, a per-test deadline, the size of a cache folder, the exit status
+ctest reads (77: every test skipped because a server is not installed)."""
+
+import http.server
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import unittest
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+from clitest import run, write_samples  # noqa: E402
+
+import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
+
+# The servers' Python front ends (the fault proxy, the SigV4 check in front of s3rver) write a
+# response's headers and body separately: with Nagle's algorithm on, the body waits for the
+# client's delayed ACK, 40 ms per request. TCP_NODELAY on their sockets (a setting of the
+# standard library's handler class, which theirs derive from) makes the suite 5-15x faster.
+http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
+
+TMP = os.environ.get("SF_TEST_TMP") or tempfile.gettempdir()
+DEADLINE_S = 45  # per test: a hang fails it instead of the whole suite's timeout
+
+
+def scratch(name):
+    os.makedirs(TMP, exist_ok=True)
+    return tempfile.mkdtemp(prefix=name + "-", dir=TMP)
+
+
+class Deadline:
+    """SIGALRM after `seconds`: the test fails with a TimeoutError instead of hanging."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def _fire(self, *_):
+        raise TimeoutError(f"test still running after its {self.seconds} s deadline")
+
+    def __enter__(self):
+        self._old = signal.signal(signal.SIGALRM, self._fire)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self._old)
+
+
+def pack_dataset(root, n=240, shard_size="24KiB", seed=1):
+    """A dataset of n samples (img: 3x8x8 float32, label: int64) in several shards: root/ds."""
+    src = os.path.join(root, "src")
+    write_samples(src, n, seed=seed)
+    ds = os.path.join(root, "ds")
+    run("pack", src, "-o", ds, "--shard-size", shard_size, "--align", "64", "--quiet", check=0)
+    return ds
+
+
+def dataset_files(ds):
+    """The dataset's files, manifest last (what a reader must not see before the shards)."""
+    names = sorted(f for f in os.listdir(ds) if f.startswith("shard-"))
+    return names + ["manifest.sfm"]
+
+
+def epoch(path, **kw):
+    """One global-shuffle epoch: [(ids, img bytes, label bytes)] per batch."""
+    out = []
+    with shardfeed.Loader(path, batch_size=32, shuffle="global", seed=5, output="numpy",
+                          **kw) as loader:
+        for b in loader:
+            out.append((b.ids.tolist(), b["img"].tobytes(), b["label"].tobytes()))
+    return out
+
+
+def folder_bytes(root):
+    """Bytes of the files under root. A listing made while a download is renamed into place
+    may hold both its names (readdir is not atomic against rename): such a pair counts once."""
+    total = 0
+    for d, _, files in os.walk(root):
+        sizes = {}
+        for f in files:
+            try:
+                size = os.lstat(os.path.join(d, f)).st_size
+            except FileNotFoundError:
+                continue  # evicted or renamed while walking
+            # ".part-NAME-PID-N" is the download of NAME
+            name = f[len(".part-"):].rsplit("-", 2)[0] if f.startswith(".part-") else f
+            sizes[name] = max(sizes.get(name, 0), size)
+        total += sum(sizes.values())
+    return total
+
+
+class RemoteCase(unittest.TestCase):
+    def setUp(self):
+        self.root = scratch("remote-read")
+        self.deadline = Deadline(DEADLINE_S)
+        self.deadline.__enter__()
+
+    def tearDown(self):
+        self.deadline.__exit__()
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.root + ".nginx", ignore_errors=True)
+
+    def cache(self, name="cache"):
+        return os.path.join(self.root, name)
+
+    def served(self, n=240, shard_size="24KiB"):
+        """(local dataset, www root holding it as www/ds)."""
+        ds = pack_dataset(self.root, n, shard_size)
+        www = os.path.join(self.root, "www")
+        os.makedirs(www)
+        shutil.copytree(ds, os.path.join(www, "ds"))
+        return ds, www
+
+
+def epoch_plain(ds):
+    with shardfeed.Loader(ds, batch_size=32, shuffle="none", output="numpy") as loader:
+        return [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+
+
+def main():
+    result = unittest.main(exit=False).result
+    skipped_all = result.testsRun and len(result.skipped) == result.testsRun
+    sys.exit(77 if skipped_all else (0 if result.wasSuccessful() else 1))

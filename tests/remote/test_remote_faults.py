@@ -1,0 +1,94 @@
+"""Remote reads through the fault proxy (servers.FaultProxy on 127.0.0.1): each fault kind at
+15% of requests in both read modes, the epoch equal to the local one; a flipped byte always
+caught; a store that keeps failing named with its status and message. Every test has a
+deadline."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402
+from readtest import RemoteCase, epoch, main  # noqa: E402
+
+import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
+
+
+class Faults(RemoteCase):
+    """Each fault kind at 15% of requests (a test per kind, below): the epoch completes with
+    the local bytes in both modes (the transport retries; bytes damaged on the way fail their
+    checksums and are fetched again)."""
+
+    def check_fault(self, kind):
+        ds, www = self.served(n=64, shard_size="4KiB")
+        want = epoch(ds)
+        with servers.Nginx(www) as ng:
+            for mode in ("cache", "direct"):
+                with servers.FaultProxy(ng.url, faults={kind: 0.15}, seed=7,
+                                        delay_s=0.05) as proxy:
+                    got = epoch(proxy.url + "/ds", remote_mode=mode,
+                                cache_dir=self.cache(f"cache-{mode}"))
+                    self.assertGreater(proxy.counts[kind], 0, f"{kind} {mode}: no fault")
+                self.assertEqual(got, want, f"{kind} {mode}")
+
+    def test_drop(self):
+        self.check_fault("drop")
+
+    def test_reset(self):
+        self.check_fault("reset")
+
+    def test_delay(self):
+        self.check_fault("delay")
+
+    def test_500(self):
+        self.check_fault("500")
+
+    def test_503(self):
+        self.check_fault("503")
+
+    def test_429(self):
+        self.check_fault("429")
+
+    def test_truncate(self):
+        self.check_fault("truncate")
+
+    def test_corrupt(self):
+        self.check_fault("corrupt")
+
+    def test_flipped_bytes_are_always_caught(self):
+        """corrupt at 40%: whatever happens, no batch holds a byte the local dataset lacks."""
+        ds, www = self.served(n=64, shard_size="4KiB")
+        want = epoch(ds)
+        with servers.Nginx(www) as ng:
+            for mode in ("cache", "direct"):
+                for seed in (1, 2):
+                    with servers.FaultProxy(ng.url, faults={"corrupt": 0.4}, seed=seed) as proxy:
+                        got = []
+                        try:
+                            with shardfeed.Loader(proxy.url + "/ds", batch_size=32,
+                                                  shuffle="global", seed=5, output="numpy",
+                                                  remote_mode=mode,
+                                                  cache_dir=self.cache(f"c{mode}{seed}")) as L:
+                                for b in L:
+                                    got.append((b.ids.tolist(), b["img"].tobytes(),
+                                                b["label"].tobytes()))
+                        except shardfeed.Error as e:  # the documented failure, never wrong bytes
+                            self.assertRegex(str(e), "checksum|manifest|header|index")
+                        self.assertGreater(proxy.counts["corrupt"], 0)
+                    self.assertEqual(got, want[:len(got)], f"{mode} seed {seed}")
+
+    def test_a_store_that_keeps_failing_is_named_with_its_status_and_message(self):
+        _, www = self.served(n=64)
+        with servers.Nginx(www) as ng:
+            with servers.FaultProxy(ng.url, faults={"503": 1.0}) as proxy:
+                t0 = time.monotonic()
+                with self.assertRaises(shardfeed.Error) as e:
+                    shardfeed.open(proxy.url + "/ds", cache_dir=self.cache())
+                msg = str(e.exception)
+                self.assertIn(proxy.url + "/ds/manifest.sfm", msg)
+                self.assertIn("HTTP 503", msg)
+                self.assertIn("7 attempts", msg)
+                self.assertLess(time.monotonic() - t0, 30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Reading datasets from URLs (issue 18; README "Remote datasets"), end to end against the local
+servers of servers.py on 127.0.0.1: pack -> upload to s3rver (or serve with nginx) -> verify URL
+-> Loader(URL) epoch equal to the local epoch (same order, same bytes) in both read modes; a byte
+damaged at the store caught; the cache never above its limit, a process killed mid-download
+leaving nothing under a final name, two processes sharing a cache. Faults: test_remote_faults.py.
+Every test has a deadline; the servers bind 127.0.0.1 only."""
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402
+from readtest import (RemoteCase, dataset_files, epoch, epoch_plain, folder_bytes,  # noqa: E402
+                      main, pack_dataset, run)
+
+import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
+
+
+class S3RoundTrip(RemoteCase):
+    def test_pack_upload_verify_and_read_in_both_modes(self):
+        ds = pack_dataset(self.root, n=200, shard_size="16KiB")
+        with servers.S3Server(os.path.join(self.root, "s3")) as s3:
+            s3.create_bucket("bkt")
+            for name in dataset_files(ds):
+                with open(os.path.join(ds, name), "rb") as f:
+                    status, _, body = s3.request("PUT", f"/bkt/train/{name}", f.read())
+                self.assertEqual(status, 200, body[:300])
+            env = dict(os.environ, **s3.env(), SHARDFEED_CACHE_DIR=self.cache("cli-cache"))
+            r = run("verify", "s3://bkt/train", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+            self.assertIn("verified", r.stdout)
+            saved = {k: os.environ.get(k) for k in s3.env()}
+            os.environ.update(s3.env())
+            try:
+                want = epoch(ds)
+                self.assertEqual(epoch("s3://bkt/train", cache_dir=self.cache()), want)
+                self.assertEqual(epoch("s3://bkt/train", remote_mode="direct",
+                                       cache_dir=self.cache()), want)
+                with shardfeed.open("s3://bkt/train", cache_dir=self.cache()) as d:
+                    self.assertEqual(len(d), 200)
+                    local = shardfeed.open(ds)
+                    for i in (0, 117, 199):
+                        self.assertEqual(d[i]["img"].tobytes(), local[i]["img"].tobytes())
+                    local.close()
+                # Wrong credentials: the store's refusal, named, after no retry storm.
+                os.environ["AWS_SECRET_ACCESS_KEY"] = "wrong"
+                with self.assertRaises(shardfeed.Error) as e:
+                    shardfeed.open("s3://bkt/train", cache_dir=self.cache())
+                self.assertIn("s3://bkt/train/manifest.sfm", str(e.exception))
+                self.assertIn("HTTP 403", str(e.exception))
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+
+
+class NginxRoundTrip(RemoteCase):
+    def test_verify_inspect_and_read_in_both_modes(self):
+        ds, www = self.served()
+        with servers.Nginx(www) as ng:
+            url = ng.url + "/ds"
+            env = dict(os.environ, SHARDFEED_CACHE_DIR=self.cache("cli-cache"))
+            r = run("verify", url, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+            r = run("inspect", url, "--cache-dir", self.cache("cli-cache"), env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("240 in", r.stdout)
+            want = epoch(ds)
+            self.assertEqual(epoch(url, cache_dir=self.cache()), want)
+            self.assertEqual(epoch(url, remote_mode="direct", cache_dir=self.cache()), want)
+            # A second epoch in cache mode reads the cache: same bytes again.
+            self.assertEqual(epoch(url, cache_dir=self.cache()), want)
+
+    def test_a_missing_dataset_is_named(self):
+        www = os.path.join(self.root, "www")
+        os.makedirs(www)
+        with servers.Nginx(www) as ng:
+            with self.assertRaises(shardfeed.Error) as e:
+                shardfeed.Loader(ng.url + "/nothing", batch_size=4, output="numpy",
+                                 cache_dir=self.cache())
+            self.assertIn("/nothing/manifest.sfm: no manifest", str(e.exception))
+
+    def test_a_damaged_shard_header_is_named_though_metadata_loads_in_parallel(self):
+        _, www = self.served(n=240, shard_size="8KiB")
+        for k in (3, 7):  # two damaged: the first is the one named, whichever loads first
+            with open(os.path.join(www, "ds", f"shard-{k:06d}.sfs"), "r+b") as f:
+                f.seek(40)
+                b = f.read(1)
+                f.seek(40)
+                f.write(bytes([b[0] ^ 1]))
+        with servers.Nginx(www) as ng:
+            for _ in range(3):
+                with self.assertRaises(shardfeed.Error) as e:
+                    shardfeed.open(ng.url + "/ds", cache_dir=self.cache())
+                self.assertIn("/ds/shard-000003.sfs (byte 0)", str(e.exception))
+            r = run("verify", ng.url + "/ds", "--cache-dir", self.cache())
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("shard-000003.sfs", r.stdout)
+
+    def test_a_byte_damaged_at_the_store_is_caught_in_both_modes(self):
+        ds, www = self.served()
+        shard = os.path.join(www, "ds", "shard-000001.sfs")
+        with open(shard, "r+b") as f:  # inside the first record's payload (records from byte 128)
+            f.seek(200)
+            b = f.read(1)
+            f.seek(200)
+            f.write(bytes([b[0] ^ 0x10]))
+        with servers.Nginx(www) as ng:
+            url = ng.url + "/ds"
+            for mode in ("cache", "direct"):
+                with self.assertRaises(shardfeed.Error) as e:
+                    epoch(url, remote_mode=mode, cache_dir=self.cache())
+                self.assertIn("checksum", str(e.exception), mode)
+                # on_corrupt="skip": that sample substituted, every other byte the local one.
+                with shardfeed.Loader(url, batch_size=32, shuffle="none", output="numpy",
+                                      on_corrupt="skip", remote_mode=mode,
+                                      cache_dir=self.cache()) as loader:
+                    got = [(b.source_ids.tolist(), b["img"].tobytes()) for b in loader]
+                    self.assertEqual(loader.stats()["corrupt_substitutions"], 1, mode)
+                local = shardfeed.open(ds)
+                for ids, img in got:
+                    want = b"".join(local[i]["img"].tobytes() for i in ids)
+                    self.assertEqual(img, want, mode)
+                local.close()
+
+
+class Cache(RemoteCase):
+    def test_an_epoch_over_4x_the_limit_never_exceeds_it(self):
+        ds, www = self.served(n=600, shard_size="20KiB")
+        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        limit = size // 4
+        largest = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        self.assertGreater(limit, 3 * largest)
+        cache = self.cache()
+        seen = [0]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                seen[0] = max(seen[0], folder_bytes(cache))
+                time.sleep(0.002)
+
+        with servers.Nginx(www) as ng:
+            t = threading.Thread(target=watch)
+            t.start()
+            try:
+                with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="none",
+                                      output="numpy", cache_dir=cache,
+                                      cache_limit=limit) as loader:
+                    got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+            finally:
+                stop.set()
+                t.join()
+        self.assertGreater(seen[0], 0, "the watcher saw nothing")
+        self.assertLessEqual(seen[0], limit, f"cache held {seen[0]} bytes, limit {limit}")
+        local = epoch_plain(ds)
+        self.assertEqual(got, local)
+
+    def test_a_process_killed_mid_download_leaves_nothing_under_a_final_name(self):
+        ds, www = self.served(n=200, shard_size="200KiB")
+        cache = self.cache()
+        with servers.Nginx(www) as ng:
+            # Every response delayed: the download of the shard is under way for a while.
+            with servers.FaultProxy(ng.url, faults={"delay": 1.0}, delay_s=0.5) as proxy:
+                code = ("import shardfeed, sys\n"
+                        "L = shardfeed.Loader(sys.argv[1], batch_size=8, output='numpy',\n"
+                        "                     cache_dir=sys.argv[2])\n"
+                        "for b in L: pass\n")
+                p = subprocess.Popen([sys.executable, "-c", code, proxy.url + "/ds", cache])
+                try:
+                    part = None
+                    end = time.monotonic() + 20
+                    while part is None and time.monotonic() < end and p.poll() is None:
+                        for d, _, files in os.walk(cache):
+                            part = next((f for f in files if f.startswith(".part-")), part)
+                        time.sleep(0.01)
+                    self.assertIsNotNone(part, "no download seen")
+                    p.kill()
+                finally:
+                    p.kill()
+                    p.wait(10)
+        finals = [(d, f) for d, _, files in os.walk(cache) for f in files
+                  if f.startswith("shard-")]
+        for d, f in finals:  # anything under a final name is whole and the same as the source
+            with open(os.path.join(d, f), "rb") as a, open(os.path.join(ds, f), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+        # The next reader over the same cache gets the right bytes.
+        with servers.Nginx(www) as ng:
+            self.assertEqual(epoch(ng.url + "/ds", cache_dir=cache), epoch(ds))
+
+    def test_two_processes_sharing_a_cache_get_the_right_bytes(self):
+        ds, www = self.served(n=400, shard_size="20KiB")
+        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        code = ("import hashlib, shardfeed, sys\n"
+                "h = hashlib.sha256()\n"
+                "L = shardfeed.Loader(sys.argv[1], batch_size=16, shuffle='global', seed=3,\n"
+                "                     output='numpy', cache_dir=sys.argv[2],\n"
+                "                     cache_limit=int(sys.argv[3]))\n"
+                "for e in range(2):\n"
+                "    L.set_epoch(e)\n"
+                "    for b in L:\n"
+                "        h.update(b.ids.tobytes()); h.update(b['img'].tobytes())\n"
+                "print(h.hexdigest())\n")
+        want = hashlib.sha256()
+        with shardfeed.Loader(ds, batch_size=16, shuffle="global", seed=3,
+                              output="numpy") as L:
+            for e in range(2):
+                L.set_epoch(e)
+                for b in L:
+                    want.update(b.ids.tobytes())
+                    want.update(b["img"].tobytes())
+        with servers.Nginx(www) as ng:
+            env = dict(os.environ)
+            procs = [subprocess.Popen([sys.executable, "-c", code, ng.url + "/ds", self.cache(),
+                                       str(size // 2)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env)
+                     for _ in range(2)]
+            outs = [p.communicate(timeout=40) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, err)
+            self.assertEqual(out.strip(), want.hexdigest())
+
+
+if __name__ == "__main__":
+    main()

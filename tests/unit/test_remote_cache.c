@@ -1,0 +1,226 @@
+/* The node's cache of remote objects (lib/remote/cache.h), without a server:
+ * a fill callback stands in for the download. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "io.h"
+#include "unit_helpers.h"
+
+static char root[256];
+
+static void setup(void)
+{
+    snprintf(root, sizeof root, "/tmp/sf-cache-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+}
+
+static void teardown(void)
+{
+    unit_rm_tree(root);
+}
+
+/* Writes `size` bytes of (byte index + seed) and succeeds, or fails after
+ * writing half when `fail` is set. */
+typedef struct fill_spec {
+    uint8_t seed;
+    int fail;
+    int calls;
+} fill_spec;
+
+static int fill(void *ctx, int fd, uint64_t size)
+{
+    fill_spec *f = ctx;
+    f->calls++;
+    uint8_t buf[4096];
+    uint64_t n = f->fail ? size / 2 : size;
+    for (uint64_t off = 0; off < n; off += sizeof buf) {
+        uint64_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        for (uint64_t i = 0; i < k; i++)
+            buf[i] = (uint8_t)(off + i + f->seed);
+        cr_assert_eq(sf_write_full(fd, buf, k), 0);
+    }
+    return f->fail ? -EIO : 0;
+}
+
+/* Bytes of the regular files under root/SPACE (what the limit counts),
+ * and how many of them are named `prefix`*. */
+static uint64_t folder_bytes(const char *dir, const char *prefix, unsigned *count)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    uint64_t total = 0;
+    *count = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[600];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            total += (uint64_t)st.st_size;
+            *count += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+static int exists(const remote_cache *c, const char *name)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", remote_cache_dir(c), name);
+    return access(path, F_OK) == 0;
+}
+
+TestSuite(remote_cache, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(remote_cache, an_object_is_filled_once_and_read_back_whole)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    fill_spec f = {.seed = 7};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0);
+    uint8_t buf[10000];
+    cr_assert_eq(sf_pread_full(fd, buf, sizeof buf, 0), 0);
+    for (unsigned i = 0; i < sizeof buf; i++)
+        cr_assert_eq(buf[i], (uint8_t)(i + 7), "byte %u", i);
+    close(fd);
+    /* In the cache now: a second acquire does not fill again. */
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0);
+    close(fd);
+    cr_assert_eq(f.calls, 1);
+    unsigned parts;
+    folder_bytes(remote_cache_dir(c), ".part-", &parts);
+    cr_assert_eq(parts, 0, "no download left behind");
+    remote_cache_free(c);
+}
+
+Test(remote_cache, a_failed_fill_leaves_nothing_under_the_final_name)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    fill_spec f = {.fail = 1};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), -EIO);
+    cr_assert_eq(fd, -1);
+    cr_assert(!exists(c, "a.sfs"));
+    unsigned parts;
+    cr_assert_eq(folder_bytes(remote_cache_dir(c), ".part-", &parts), 0);
+    cr_assert_eq(parts, 0);
+    remote_cache_free(c);
+}
+
+Test(remote_cache, the_folder_stays_under_the_limit_evicting_the_least_recently_used)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 2500, "space"), 0);
+    fill_spec f = {0};
+    char name[32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "o%d", i);
+        int fd;
+        cr_assert_eq(remote_cache_acquire(&fd, c, name, 1000, 0, fill, &f), 0, "%s", sf_last_error());
+        /* o0 is used again each round: the evictor takes the others. */
+        if (i > 0) {
+            int fd0;
+            usleep(2000); /* mtimes of distinct ticks */
+            cr_assert_eq(remote_cache_acquire(&fd0, c, "o0", 1000, 0, fill, &f), 0);
+            close(fd0);
+        }
+        close(fd);
+        unsigned n;
+        cr_assert_leq(folder_bytes(remote_cache_dir(c), ".part-", &n), 2500);
+    }
+    cr_assert(exists(c, "o0"), "the most recently used object was evicted");
+    cr_assert(exists(c, "o9"));
+    cr_assert(!exists(c, "o1"));
+    remote_cache_free(c);
+}
+
+Test(remote_cache, a_pinned_object_is_never_evicted)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 2500, "space"), 0);
+    remote_cache_set_wait(c, 1);
+    fill_spec f = {0};
+    int a, b, d;
+    cr_assert_eq(remote_cache_acquire(&a, c, "a", 1000, 0, fill, &f), 0);
+    cr_assert_eq(remote_cache_acquire(&b, c, "b", 1000, 0, fill, &f), 0);
+    /* No room for a third while both are read: refused after the wait. */
+    cr_assert_eq(remote_cache_acquire(&d, c, "d", 1000, 0, fill, &f), SF_E_LIMIT);
+    cr_assert(strstr(sf_last_error(), "raise cache_limit"), "%s", sf_last_error());
+    cr_assert(exists(c, "a") && exists(c, "b"));
+    /* b unpinned (kept open, as the dataset keeps idle descriptors): evicted. */
+    remote_cache_unpin(b);
+    cr_assert_eq(remote_cache_acquire(&d, c, "d", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    cr_assert(exists(c, "a"));
+    cr_assert(!exists(c, "b"));
+    cr_assert_eq(remote_cache_repin(b), 0, "an evicted descriptor is not the cache's");
+    cr_assert_eq(remote_cache_repin(a), 1);
+    close(a);
+    close(b);
+    close(d);
+    remote_cache_free(c);
+}
+
+Test(remote_cache, a_dead_download_is_removed_when_room_is_needed)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 2500, "space"), 0);
+    /* What a process killed mid-download leaves: a .part file nobody locks. */
+    char part[600];
+    snprintf(part, sizeof part, "%s/.part-x-99999-0", remote_cache_dir(c));
+    int p = open(part, O_RDWR | O_CREAT, 0644);
+    cr_assert_geq(p, 0);
+    cr_assert_eq(ftruncate(p, 2000), 0);
+    close(p);
+    fill_spec f = {0};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    close(fd);
+    cr_assert_neq(access(part, F_OK), 0, "the dead download is still there");
+    /* One whose writer is alive (holds its lock) is left alone. */
+    p = open(part, O_RDWR | O_CREAT, 0644);
+    cr_assert_eq(ftruncate(p, 1000), 0);
+    cr_assert_eq(flock(p, LOCK_EX), 0);
+    cr_assert_eq(remote_cache_acquire(&fd, c, "b", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    close(fd);
+    cr_assert_eq(access(part, F_OK), 0);
+    unsigned n;
+    cr_assert_leq(folder_bytes(remote_cache_dir(c), ".part-", &n), 2500);
+    close(p);
+    remote_cache_free(c);
+}
+
+Test(remote_cache, an_object_larger_than_the_limit_is_refused_naming_it)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1000, "space"), 0);
+    fill_spec f = {0};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "big.sfs", 1001, 0, fill, &f), SF_E_LIMIT);
+    cr_assert(strstr(sf_last_error(), "big.sfs"), "%s", sf_last_error());
+    cr_assert_eq(f.calls, 0);
+    remote_cache_free(c);
+}
+
+Test(remote_cache, names_that_leave_the_folder_are_refused)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1000, "space"), 0);
+    fill_spec f = {0};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "../x", 10, 0, fill, &f), SF_E_INVALID);
+    cr_assert_eq(remote_cache_acquire(&fd, c, ".lock", 10, 0, fill, &f), SF_E_INVALID);
+    cr_assert_eq(f.calls, 0);
+    remote_cache_free(c);
+}
