@@ -27,7 +27,8 @@ extern "C" {
 /* The library's version at run time ("0.1.0"); compare with SF_VERSION_STRING. */
 SF_API const char *sf_version(void);
 /* 1 when this build has the feature: "cuda" (device delivery compiled in),
- * "uring" (always). Unknown names give 0. */
+ * "uring" (always), "remote" (libcurl: dataset URLs and sf_push). Unknown
+ * names give 0. */
 SF_API int sf_has_feature(const char *name);
 /* The newest on-disk format version this library reads and writes. */
 SF_API void sf_format_version(int *major, int *minor);

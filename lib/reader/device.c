@@ -10,6 +10,7 @@
 #include "error_internal.h"
 #include "reader_internal.h"
 #include "shardfeed/shardfeed.h"
+#include "shardfeed_config.h"
 
 int reader_device_select(const reader_device_ops **out, const sf_reader_opts *opts)
 {
@@ -115,5 +116,7 @@ int sf_has_feature(const char *name)
         return reader_device_cuda_compiled();
     if (strcmp(name, "uring") == 0)
         return 1;
+    if (strcmp(name, "remote") == 0)
+        return SF_HAVE_REMOTE; /* libcurl found at build time: dataset URLs, push */
     return 0;
 }

@@ -170,6 +170,7 @@ static int add_constants(PyObject *m)
         {"E_EXISTS", SF_E_EXISTS},
         {"E_INVALID", SF_E_INVALID},
         {"E_STATE", SF_E_STATE},
+        {"E_REMOTE", SF_E_REMOTE},
         {"DEFAULT_PREFETCH", SF_READER_DEFAULT_PREFETCH},
         {"DEVICE_CPU", SF_DEVICE_CPU},
         {"DEVICE_CUDA", SF_DEVICE_CUDA},

@@ -87,6 +87,7 @@ class Faults(RemoteCase):
                 self.assertIn(proxy.url + "/ds/manifest.sfm", msg)
                 self.assertIn("HTTP 503", msg)
                 self.assertIn("7 attempts", msg)
+                self.assertEqual(e.exception.code, shardfeed.E_REMOTE)
                 self.assertLess(time.monotonic() - t0, 30)
 
 

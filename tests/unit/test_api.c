@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "shardfeed/shardfeed.h"
+#include "shardfeed_config.h"
 
 Test(api, every_options_struct_takes_versions_1_to_newest_and_refuses_others)
 {
@@ -104,4 +105,12 @@ Test(api, vocabulary_names)
     cr_assert_null(sf_storage_name(SF_STORAGE_COUNT));
     cr_assert_str_eq(sf_codec_name(SF_CODEC_ZSTD), "zstd");
     cr_assert_null(sf_codec_name(SF_CODEC_COUNT));
+}
+
+Test(api, features_say_what_the_build_has)
+{
+    cr_expect_eq(sf_has_feature("uring"), 1);
+    cr_expect_eq(sf_has_feature("remote"), SF_HAVE_REMOTE, "\"remote\" is libcurl at build time");
+    cr_expect_eq(sf_has_feature("no-such-feature"), 0);
+    cr_expect_eq(sf_has_feature(NULL), 0);
 }
