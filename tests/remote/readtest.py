@@ -2,7 +2,6 @@
 and served, one epoch's bytes, a per-test deadline, the size of a cache folder, the exit status
 ctest reads (77: every test skipped because a server is not installed)."""
 
-import http.server
 import os
 import shutil
 import signal
@@ -18,11 +17,6 @@ from clitest import run, write_samples  # noqa: E402
 
 import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
 
-# The servers' Python front ends (the fault proxy, the SigV4 check in front of s3rver) write a
-# response's headers and body separately: with Nagle's algorithm on, the body waits for the
-# client's delayed ACK, 40 ms per request. TCP_NODELAY on their sockets (a setting of the
-# standard library's handler class, which theirs derive from) makes the suite 5-15x faster.
-http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
 
 TMP = os.environ.get("SF_TEST_TMP") or tempfile.gettempdir()
 DEADLINE_S = 45  # per test: a hang fails it instead of the whole suite's timeout
