@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds shardfeed with warnings as errors and runs every test (unit, CLI,
-# reliability) through ctest. Usage: tools/run-tests.sh [BUILD_DIR]
+# reliability, Python, the remote-dataset tests against local servers)
+# through ctest. Usage: tools/run-tests.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh build python demo test
+tools/install-deps.sh build python demo test remote
 build=${1:-build}
 cmake -S . -B "$build" -DSHARDFEED_WERROR=ON >/dev/null
 cmake --build "$build" -j "$(nproc)"
