@@ -221,7 +221,19 @@ typedef struct meta_source {
     uint64_t size;
     uint8_t *tail;          /* the last tail_len bytes, once fetched */
     uint64_t tail_off, tail_len;
+    char failed[1024];      /* a request's error (URL, range, why), kept whole */
 } meta_source;
+
+/* A range of the shard, refused when the store's object is not m->size
+ * bytes. A failure's detail is kept: the format layer names a failed read
+ * only by its code ("reading the header: remote error"). */
+static int meta_fetch(meta_source *m, void *buf, uint64_t off, uint64_t len)
+{
+    int rc = remote_fetch_range_sized(m->f, m->name, m->size, off, len, buf);
+    if (rc == SF_E_REMOTE)
+        snprintf(m->failed, sizeof m->failed, "%s", sf_last_error());
+    return rc;
+}
 
 static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
 {
@@ -240,7 +252,7 @@ static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
         m->tail_len = m->size - from;
         if (!(m->tail = malloc(m->tail_len)))
             return sf_fail(-ENOMEM, "out of memory");
-        int rc = remote_fetch_range(m->f, m->name, m->tail_off, m->tail_len, m->tail);
+        int rc = meta_fetch(m, m->tail, m->tail_off, m->tail_len);
         if (rc) {
             free(m->tail);
             m->tail = NULL;
@@ -251,7 +263,7 @@ static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
         memcpy(buf, m->tail + (off - m->tail_off), len);
         return 0;
     }
-    return remote_fetch_range(m->f, m->name, off, len, buf);
+    return meta_fetch(m, buf, off, len);
 }
 
 typedef struct meta_job {
@@ -274,6 +286,8 @@ static int load_meta_once(sf_dataset *ds, void *arg)
     meta_source m = {.f = f, .name = ds->shards[i].name,
                      .size = ds->manifest.shards[i].file_size};
     rc = sf_shard_load_meta_from(&ds->shards[i].meta, m.size, meta_read, &m, exp, bad);
+    if (rc == SF_E_REMOTE && m.failed[0])
+        rc = sf_fail(rc, "%s", m.failed);
     free(m.tail);
     remote_pool_give(ds->remote->pool, f);
     return rc;
@@ -531,7 +545,8 @@ int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off,
     int rc = remote_pool_take(&f, ds->remote->pool);
     if (rc)
         return rc;
-    rc = remote_fetch_range(f, ds->shards[shard].name, off, len, dst);
+    rc = remote_fetch_range_sized(f, ds->shards[shard].name, ds->manifest.shards[shard].file_size,
+                                  off, len, dst);
     remote_pool_give(ds->remote->pool, f);
     return rc;
 }
