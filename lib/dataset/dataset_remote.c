@@ -1,6 +1,7 @@
 /* A dataset at a URL (dataset_internal.h, "Datasets at a URL"): its
  * manifest and shard metadata by range requests, its shards through the
  * node's cache (lib/remote/cache.h) or its records by range requests. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,6 +24,8 @@
 /* The prefetcher keeps at most this many shards, and half the cache limit,
  * downloaded ahead of the one being read. */
 #define PREFETCH_SHARDS 8u
+/* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
+#define PLAN_CAP 64u
 
 struct dataset_remote {
     remote_location *loc;
@@ -39,6 +42,13 @@ struct dataset_remote {
     int running, stop;
     uint64_t reading, next;
     _Atomic uint64_t last_hint;
+    /* the reader's plan: the shards in the order its schedule first touches
+     * them (a ring, oldest at plan_head); plan_done[i]: already prefetched.
+     * Once a reader planned, the prefetcher follows the plan only. */
+    uint64_t plan[PLAN_CAP];
+    uint8_t plan_done[PLAN_CAP];
+    uint32_t plan_head, plan_len;
+    int planned; /* a reader plans: its plan run dry is no cue for shard order */
 };
 
 int sf_is_url(const char *path)
@@ -477,9 +487,11 @@ int dataset_remote_repin(int fd)
 
 /* ---- the prefetcher ---- */
 
+static void *prefetch_main(void *arg);
+
 /* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half
  * the cache limit, PREFETCH_SHARDS shards) is full. */
-static uint64_t prefetch_next_locked(sf_dataset *ds)
+static uint64_t shard_order_next_locked(sf_dataset *ds)
 {
     dataset_remote *x = ds->remote;
     uint64_t n = ds->manifest.shard_count, ahead = 0, count = 0;
@@ -493,6 +505,76 @@ static uint64_t prefetch_next_locked(sf_dataset *ds)
         ahead + ds->manifest.shards[s].file_size > x->cache_limit / 2)
         return UINT64_MAX;
     return s;
+}
+
+/* Under x->lock: the first shard of the plan not yet prefetched, or
+ * UINT64_MAX when there is none or the reach (PREFETCH_SHARDS, half the
+ * cache limit of prefetched shards not yet read) is full. */
+static uint64_t plan_next_locked(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    uint64_t ahead = 0, count = 0;
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        uint32_t i = (x->plan_head + k) % PLAN_CAP;
+        uint64_t size = ds->manifest.shards[x->plan[i]].file_size;
+        if (!x->plan_done[i])
+            return count < PREFETCH_SHARDS && ahead + size <= x->cache_limit / 2 ? x->plan[i]
+                                                                                : UINT64_MAX;
+        ahead += size;
+        count++;
+    }
+    return UINT64_MAX;
+}
+
+static uint64_t prefetch_next_locked(sf_dataset *ds)
+{
+    return ds->remote->planned ? plan_next_locked(ds) : shard_order_next_locked(ds);
+}
+
+/* Under x->lock: marks the plan's `shard` prefetched (tried: a failure is
+ * the reader's to meet). */
+static void plan_mark_done_locked(dataset_remote *x, uint64_t shard)
+{
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        uint32_t i = (x->plan_head + k) % PLAN_CAP;
+        if (x->plan[i] == shard)
+            x->plan_done[i] = 1;
+    }
+}
+
+/* Under x->lock: the reader reached `shard`: it and the plan's shards
+ * before it leave the plan (passed; nothing evicts for their sake now). */
+static void plan_pass_locked(dataset_remote *x, uint64_t shard)
+{
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        if (x->plan[(x->plan_head + k) % PLAN_CAP] != shard)
+            continue;
+        x->plan_head = (x->plan_head + k + 1) % PLAN_CAP;
+        x->plan_len -= k + 1;
+        return;
+    }
+}
+
+void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
+{
+    dataset_remote *x = ds->remote;
+    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
+        return;
+    assert(shard < ds->manifest.shard_count);
+    pthread_mutex_lock(&x->lock);
+    x->planned = 1;
+    int known = 0;
+    for (uint32_t k = 0; k < x->plan_len && !known; k++)
+        known = x->plan[(x->plan_head + k) % PLAN_CAP] == shard;
+    if (!known && x->plan_len < PLAN_CAP) {
+        uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
+        x->plan[i] = shard;
+        x->plan_done[i] = 0;
+        if (!x->running && !x->stop)
+            x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
+        pthread_cond_signal(&x->cv);
+    }
+    pthread_mutex_unlock(&x->lock);
 }
 
 static void *prefetch_main(void *arg)
@@ -510,6 +592,7 @@ static void *prefetch_main(void *arg)
         /* A failure is the reader's to meet and report when it gets there. */
         ensure_shard(ds, s, 1);
         pthread_mutex_lock(&x->lock);
+        plan_mark_done_locked(x, s);
         if (x->next % ds->manifest.shard_count == s)
             x->next = s + 1;
     }
@@ -531,6 +614,7 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
     if (dist == 0 || dist > PREFETCH_SHARDS + 1)
         x->next = shard + 1;
     x->reading = shard;
+    plan_pass_locked(x, shard);
     if (!x->running && !x->stop)
         x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
     pthread_cond_signal(&x->cv);
