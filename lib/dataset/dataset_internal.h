@@ -97,10 +97,16 @@ int dataset_remote_repin(int fd);
 int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len);
 /* Whether records are read by range requests (mode direct). */
 int dataset_remote_direct(const sf_dataset *ds);
-/* Tells the prefetcher that `shard` is being read: it fills the cache with
- * the shards after it (in shard order, wrapping), up to half the cache
- * limit ahead. */
+/* Tells the prefetcher that `shard` is being read: without a plan it fills
+ * the cache with the shards after it (in shard order, wrapping), up to half
+ * the cache limit ahead; with one, `shard` and those before it leave it. */
 void dataset_remote_reading(sf_dataset *ds, uint64_t shard);
+/* Tells the prefetcher the reader's plan: `shard` is the next one its
+ * schedule will touch first (called in that order, ahead of the reads):
+ * from then on the prefetcher fills the cache in the plan's order only, at
+ * most PREFETCH_SHARDS and half the limit ahead, never in shard order.
+ * A no-op unless the dataset is at a URL in mode cache. */
+void dataset_remote_plan(sf_dataset *ds, uint64_t shard);
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);

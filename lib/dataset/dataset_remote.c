@@ -1,6 +1,7 @@
 /* A dataset at a URL (dataset_internal.h, "Datasets at a URL"): its
  * manifest and shard metadata by range requests, its shards through the
  * node's cache (lib/remote/cache.h) or its records by range requests. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,6 +24,8 @@
 /* The prefetcher keeps at most this many shards, and half the cache limit,
  * downloaded ahead of the one being read. */
 #define PREFETCH_SHARDS 8u
+/* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
+#define PLAN_CAP 64u
 
 struct dataset_remote {
     remote_location *loc;
@@ -39,6 +42,13 @@ struct dataset_remote {
     int running, stop;
     uint64_t reading, next;
     _Atomic uint64_t last_hint;
+    /* the reader's plan: the shards in the order its schedule first touches
+     * them (a ring, oldest at plan_head); plan_done[i]: already prefetched.
+     * Once a reader planned, the prefetcher follows the plan only. */
+    uint64_t plan[PLAN_CAP];
+    uint8_t plan_done[PLAN_CAP];
+    uint32_t plan_head, plan_len;
+    int planned; /* a reader plans: its plan run dry is no cue for shard order */
 };
 
 int sf_is_url(const char *path)
@@ -221,7 +231,19 @@ typedef struct meta_source {
     uint64_t size;
     uint8_t *tail;          /* the last tail_len bytes, once fetched */
     uint64_t tail_off, tail_len;
+    char failed[1024];      /* a request's error (URL, range, why), kept whole */
 } meta_source;
+
+/* A range of the shard, refused when the store's object is not m->size
+ * bytes. A failure's detail is kept: the format layer names a failed read
+ * only by its code ("reading the header: remote error"). */
+static int meta_fetch(meta_source *m, void *buf, uint64_t off, uint64_t len)
+{
+    int rc = remote_fetch_range_sized(m->f, m->name, m->size, off, len, buf);
+    if (rc == SF_E_REMOTE)
+        snprintf(m->failed, sizeof m->failed, "%s", sf_last_error());
+    return rc;
+}
 
 static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
 {
@@ -240,7 +262,7 @@ static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
         m->tail_len = m->size - from;
         if (!(m->tail = malloc(m->tail_len)))
             return sf_fail(-ENOMEM, "out of memory");
-        int rc = remote_fetch_range(m->f, m->name, m->tail_off, m->tail_len, m->tail);
+        int rc = meta_fetch(m, m->tail, m->tail_off, m->tail_len);
         if (rc) {
             free(m->tail);
             m->tail = NULL;
@@ -251,7 +273,7 @@ static int meta_read(void *ctx, void *buf, uint64_t len, uint64_t off)
         memcpy(buf, m->tail + (off - m->tail_off), len);
         return 0;
     }
-    return remote_fetch_range(m->f, m->name, off, len, buf);
+    return meta_fetch(m, buf, off, len);
 }
 
 typedef struct meta_job {
@@ -274,6 +296,8 @@ static int load_meta_once(sf_dataset *ds, void *arg)
     meta_source m = {.f = f, .name = ds->shards[i].name,
                      .size = ds->manifest.shards[i].file_size};
     rc = sf_shard_load_meta_from(&ds->shards[i].meta, m.size, meta_read, &m, exp, bad);
+    if (rc == SF_E_REMOTE && m.failed[0])
+        rc = sf_fail(rc, "%s", m.failed);
     free(m.tail);
     remote_pool_give(ds->remote->pool, f);
     return rc;
@@ -463,9 +487,11 @@ int dataset_remote_repin(int fd)
 
 /* ---- the prefetcher ---- */
 
+static void *prefetch_main(void *arg);
+
 /* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half
  * the cache limit, PREFETCH_SHARDS shards) is full. */
-static uint64_t prefetch_next_locked(sf_dataset *ds)
+static uint64_t shard_order_next_locked(sf_dataset *ds)
 {
     dataset_remote *x = ds->remote;
     uint64_t n = ds->manifest.shard_count, ahead = 0, count = 0;
@@ -479,6 +505,76 @@ static uint64_t prefetch_next_locked(sf_dataset *ds)
         ahead + ds->manifest.shards[s].file_size > x->cache_limit / 2)
         return UINT64_MAX;
     return s;
+}
+
+/* Under x->lock: the first shard of the plan not yet prefetched, or
+ * UINT64_MAX when there is none or the reach (PREFETCH_SHARDS, half the
+ * cache limit of prefetched shards not yet read) is full. */
+static uint64_t plan_next_locked(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    uint64_t ahead = 0, count = 0;
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        uint32_t i = (x->plan_head + k) % PLAN_CAP;
+        uint64_t size = ds->manifest.shards[x->plan[i]].file_size;
+        if (!x->plan_done[i])
+            return count < PREFETCH_SHARDS && ahead + size <= x->cache_limit / 2 ? x->plan[i]
+                                                                                : UINT64_MAX;
+        ahead += size;
+        count++;
+    }
+    return UINT64_MAX;
+}
+
+static uint64_t prefetch_next_locked(sf_dataset *ds)
+{
+    return ds->remote->planned ? plan_next_locked(ds) : shard_order_next_locked(ds);
+}
+
+/* Under x->lock: marks the plan's `shard` prefetched (tried: a failure is
+ * the reader's to meet). */
+static void plan_mark_done_locked(dataset_remote *x, uint64_t shard)
+{
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        uint32_t i = (x->plan_head + k) % PLAN_CAP;
+        if (x->plan[i] == shard)
+            x->plan_done[i] = 1;
+    }
+}
+
+/* Under x->lock: the reader reached `shard`: it and the plan's shards
+ * before it leave the plan (passed; nothing evicts for their sake now). */
+static void plan_pass_locked(dataset_remote *x, uint64_t shard)
+{
+    for (uint32_t k = 0; k < x->plan_len; k++) {
+        if (x->plan[(x->plan_head + k) % PLAN_CAP] != shard)
+            continue;
+        x->plan_head = (x->plan_head + k + 1) % PLAN_CAP;
+        x->plan_len -= k + 1;
+        return;
+    }
+}
+
+void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
+{
+    dataset_remote *x = ds->remote;
+    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
+        return;
+    assert(shard < ds->manifest.shard_count);
+    pthread_mutex_lock(&x->lock);
+    x->planned = 1;
+    int known = 0;
+    for (uint32_t k = 0; k < x->plan_len && !known; k++)
+        known = x->plan[(x->plan_head + k) % PLAN_CAP] == shard;
+    if (!known && x->plan_len < PLAN_CAP) {
+        uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
+        x->plan[i] = shard;
+        x->plan_done[i] = 0;
+        if (!x->running && !x->stop)
+            x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
+        pthread_cond_signal(&x->cv);
+    }
+    pthread_mutex_unlock(&x->lock);
 }
 
 static void *prefetch_main(void *arg)
@@ -496,6 +592,7 @@ static void *prefetch_main(void *arg)
         /* A failure is the reader's to meet and report when it gets there. */
         ensure_shard(ds, s, 1);
         pthread_mutex_lock(&x->lock);
+        plan_mark_done_locked(x, s);
         if (x->next % ds->manifest.shard_count == s)
             x->next = s + 1;
     }
@@ -517,6 +614,7 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
     if (dist == 0 || dist > PREFETCH_SHARDS + 1)
         x->next = shard + 1;
     x->reading = shard;
+    plan_pass_locked(x, shard);
     if (!x->running && !x->stop)
         x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
     pthread_cond_signal(&x->cv);
@@ -531,7 +629,8 @@ int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off,
     int rc = remote_pool_take(&f, ds->remote->pool);
     if (rc)
         return rc;
-    rc = remote_fetch_range(f, ds->shards[shard].name, off, len, dst);
+    rc = remote_fetch_range_sized(f, ds->shards[shard].name, ds->manifest.shards[shard].file_size,
+                                  off, len, dst);
     remote_pool_give(ds->remote->pool, f);
     return rc;
 }

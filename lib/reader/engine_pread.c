@@ -5,6 +5,7 @@
  * instead of re-reading the slot from DRAM is most of the checksum cost). */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -422,7 +423,10 @@ static void ranges_task(reader_io_thread *t, reader_task *task)
             task->hashed = 1;
             task->digest = ~task->checksum;
         } else {
-            reader_task_fail(r, task, rc, "range request failed");
+            /* The transport's detail (URL, range, why) is this thread's. */
+            char what[1280];
+            snprintf(what, sizeof what, "range request failed (%s)", sf_last_error());
+            reader_task_fail(r, task, rc, what);
         }
     }
     reader_task_done(t, task);

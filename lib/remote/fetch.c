@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,6 +92,8 @@ typedef struct sink {
     int ranged_from_0;  /* a range request starting at byte 0: a 200 may answer it */
     int ranged;         /* a range request */
     int ignored_range;  /* a 200 to a range not at byte 0: the server ignores Range */
+    uint64_t total;     /* the object's size in a 206's Content-Range (0: none seen) */
+    uint64_t expect;    /* the object's size as the caller knows it (0: unknown) */
     char err[REMOTE_ERROR_BODY_MAX + 1];
     size_t err_len;
 } sink;
@@ -232,12 +235,33 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* Content-Range: bytes A-B/TOTAL of a 206 gives the object's size, which
+ * the caller checks against the manifest's (remote_fetch_range_sized). */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
+{
+    sink *s = arg;
+    size_t n = size * nmemb;
+    static const char key[] = "content-range:";
+    if (n <= sizeof key - 1 || strncasecmp(data, key, sizeof key - 1) != 0)
+        return n;
+    const char *slash = memchr(data, '/', n);
+    if (!slash)
+        return n;
+    uint64_t total = 0;
+    int digits = 0;
+    for (const char *p = slash + 1; p < data + n && *p >= '0' && *p <= '9' && digits < 19; p++)
+        total = total * 10 + (uint64_t)(*p - '0'), digits++;
+    s->total = digits ? total : 0; /* a "*" total (size unknown): none */
+    return n;
+}
+
 /* How an attempt ended. */
 typedef struct outcome {
     CURLcode curl;
     long status;
     int short_body;   /* 2xx, but fewer bytes than asked for */
     int ignored_range;/* 200 to a range that is not the whole object */
+    int wrong_size;   /* the store's object is not the size the caller expects */
 } outcome;
 
 /* One GET of url (with Range bytes=from-to when ranged). */
@@ -259,6 +283,8 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, f->curl_err);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     if (ranged) {
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)to);
@@ -274,10 +300,21 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     s->ranged = ranged;
     s->ranged_from_0 = ranged && from == 0;
     s->ignored_range = 0;
+    s->total = 0;
     memset(o, 0, sizeof *o);
     o->curl = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
     o->ignored_range = s->ignored_range;
+    if (s->expect && o->curl == CURLE_OK && o->status >= 200 && o->status <= 299) {
+        curl_off_t whole = -1;
+        if (o->status == 206)
+            o->wrong_size = s->total && s->total != s->expect;
+        else if (curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &whole) == CURLE_OK &&
+                 whole >= 0)
+            o->wrong_size = (uint64_t)whole != s->expect; /* a 200: the whole object */
+        if (o->wrong_size && !s->total)
+            s->total = (uint64_t)whole;
+    }
     return 0;
 }
 
@@ -303,6 +340,12 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
     if (ranged)
         snprintf(range, sizeof range, " (bytes %llu-%llu)", (unsigned long long)from,
                  (unsigned long long)to);
+    if (o->wrong_size)
+        return sf_fail(SF_E_REMOTE, "%s/%s: the store's object is %llu bytes, the manifest "
+                                     "says %llu (replaced since it was packed, or not this "
+                                     "dataset's): upload the dataset again",
+                       remote_location_display(f->loc), name, (unsigned long long)s->total,
+                       (unsigned long long)s->expect);
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
@@ -356,7 +399,7 @@ static int request(remote_fetcher *f, const char *name, int ranged, uint64_t fro
                         name, strerror(-rc));
             break;
         }
-        if (o.ignored_range) {
+        if (o.ignored_range || o.wrong_size) {
             rc = fail_request(f, name, ranged, from, last, &o, s, tries);
             break;
         }
@@ -383,9 +426,15 @@ static int request(remote_fetcher *f, const char *name, int ranged, uint64_t fro
 
 int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf)
 {
+    return remote_fetch_range_sized(f, name, 0, off, len, buf);
+}
+
+int remote_fetch_range_sized(remote_fetcher *f, const char *name, uint64_t size, uint64_t off,
+                             uint64_t len, void *buf)
+{
     if (len == 0)
         return 0;
-    sink s = {.buf = buf, .cap = len, .fd = -1};
+    sink s = {.buf = buf, .cap = len, .fd = -1, .expect = size};
     return request(f, name, 1, off, len, &s);
 }
 
@@ -407,7 +456,7 @@ int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int f
 {
     if (size == 0)
         return 0;
-    sink s = {.cap = size, .fd = fd};
+    sink s = {.cap = size, .fd = fd, .expect = size};
     return request(f, name, 1, 0, size, &s);
 }
 
@@ -499,6 +548,13 @@ int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64
 {
     (void)f, (void)name, (void)off, (void)len, (void)buf;
     return no_curl();
+}
+
+int remote_fetch_range_sized(remote_fetcher *f, const char *name, uint64_t size, uint64_t off,
+                             uint64_t len, void *buf)
+{
+    (void)size;
+    return remote_fetch_range(f, name, off, len, buf);
 }
 
 int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,

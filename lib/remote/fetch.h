@@ -49,12 +49,19 @@ void remote_fetcher_free(remote_fetcher *f); /* NULL ok */
  * (every other failure, after the retries), with the detail in
  * sf_last_error(). */
 int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf);
+/* remote_fetch_range of an object the caller knows to be `size` bytes (the
+ * manifest's): a reply giving another size (a 206's Content-Range total, a
+ * 200's length) is SF_E_REMOTE naming the URL and both sizes, never
+ * retried (the store holds another object than the manifest's). */
+int remote_fetch_range_sized(remote_fetcher *f, const char *name, uint64_t size, uint64_t off,
+                             uint64_t len, void *buf);
 /* The whole of object `name` into a malloc'd buffer (*out, *len; the caller
  * frees it). A body over `max` bytes is SF_E_LIMIT, refused as it arrives. */
 int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,
                         uint64_t *len);
 /* Bytes [0, size) of object `name` written to fd from its offset 0, with
- * ranges (a retry resumes where it stopped). 0 or a negative code. */
+ * ranges (a retry resumes where it stopped). 0 or a negative code; an
+ * object of another size than `size` is SF_E_REMOTE (as _sized). */
 int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd);
 
 /* Fetchers shared by threads: take one (made when none is idle), give it

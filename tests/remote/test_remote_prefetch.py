@@ -1,0 +1,62 @@
+"""The cache's prefetcher downloads shards in the order the reader's epoch first touches them
+(issue 18; README "Remote datasets"): over a dataset 4x the cache limit with a block shuffle whose runs are
+whole shards,
+the downloads during an epoch (GETs through the FaultProxy, no faults) are about the shards'
+first touches (runs of the epoch's order in one shard), not shard order's prefetches evicting
+what the epoch needs; the epoch equals the local one. Every test has a deadline; the servers
+bind 127.0.0.1 only."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402
+from readtest import RemoteCase, main  # noqa: E402
+
+import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
+
+
+def first_touches(ds, order):
+    """How many times the sample order `order` enters a shard (runs in one shard)."""
+    with shardfeed.open(ds) as d:
+        starts = [s.first_sample for s in d.shards]
+    shard_of = []
+    for i, first in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(order)
+        shard_of += [i] * (end - first)
+    runs, last = 0, None
+    for sid in order:
+        runs += shard_of[sid] != last
+        last = shard_of[sid]
+    return runs, len(starts)
+
+
+class Prefetch(RemoteCase):
+    def test_downloads_follow_the_epochs_order_within_the_limit(self):
+        ds, www = self.served(n=600, shard_size="20KiB")
+        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        limit = size // 4
+        with servers.Nginx(www) as ng, servers.FaultProxy(ng.url) as proxy:
+            loader = shardfeed.Loader(proxy.url + "/ds", batch_size=16, shuffle="block",
+                                      block_size=25, window=25, seed=3, output="numpy",
+                                      cache_dir=self.cache(), cache_limit=limit)
+            try:
+                at_open = proxy.requests
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+            finally:
+                loader.close()
+            downloads = sum(1 for m, p, _ in proxy.log[at_open:] if m == "GET"
+                            and "shard-" in p)
+        with shardfeed.Loader(ds, batch_size=16, shuffle="block", block_size=25, window=25,
+                              seed=3, output="numpy") as local:
+            want = [(b.ids.tolist(), b["img"].tobytes()) for b in local]
+        self.assertEqual(got, want)
+        runs, shards = first_touches(ds, [i for ids, _ in got for i in ids])
+        self.assertGreaterEqual(runs, shards)
+        # Each run needs at most one download; a prefetch in the wrong order costs extra ones.
+        self.assertGreater(downloads, 0)
+        self.assertLessEqual(downloads, runs + runs // 10 + 2,
+                             f"{downloads} downloads for {runs} first touches of {shards} shards")
+
+
+if __name__ == "__main__":
+    main()
