@@ -32,19 +32,12 @@ typedef struct pool {
     pthread_cond_t finished;
     _Atomic uint64_t samples_done, bytes_done;
     pthread_mutex_t lock;
-    int error;             /* first failure, under lock */
-    char message[1024];
+    pack_failure failed;   /* the first failure, under lock */
 } pool;
 
 static void fail(pool *p, int rc)
 {
-    pthread_mutex_lock(&p->lock);
-    if (!p->error) {
-        p->error = rc;
-        snprintf(p->message, sizeof p->message, "%s", sf_last_error());
-    }
-    pthread_mutex_unlock(&p->lock);
-    atomic_store(&p->abort, 1);
+    pack_note_failure(&p->failed, &p->lock, &p->abort, rc);
 }
 
 static void *worker(void *arg)
@@ -197,9 +190,8 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
     for (unsigned t = 0; t < started; t++)
         pthread_join(threads[t], NULL);
     free(threads);
-    if (p->error)
-        return sf_fail(p->error, "%s", p->message);
-    return rc;
+    int failed = pack_failure_raise(&p->failed);
+    return failed ? failed : rc;
 }
 
 /* Keeps part K of N of the plan: shards [K*S/N, (K+1)*S/N), so the parts

@@ -78,19 +78,12 @@ typedef struct prepass {
     _Atomic uint64_t reencoded;
     atomic_int abort;
     pthread_mutex_t lock;
-    int error; /* first failure, under lock */
-    char message[1024];
+    pack_failure failed; /* the first failure, under lock */
 } prepass;
 
 static void prepass_fail(prepass *p, int rc)
 {
-    pthread_mutex_lock(&p->lock);
-    if (!p->error) {
-        p->error = rc;
-        snprintf(p->message, sizeof p->message, "%s", sf_last_error());
-    }
-    pthread_mutex_unlock(&p->lock);
-    atomic_store(&p->abort, 1);
+    pack_note_failure(&p->failed, &p->lock, &p->abort, rc);
 }
 
 /* A pre-pass thread's buffers, grown on demand. */
@@ -210,9 +203,8 @@ static int run_prepass(prepass *p, unsigned jobs)
     for (unsigned t = 0; t < started; t++)
         pthread_join(threads[t], NULL);
     free(threads);
-    if (p->error)
-        return sf_fail(p->error, "%s", p->message);
-    return rc;
+    int failed = pack_failure_raise(&p->failed);
+    return failed ? failed : rc;
 }
 
 int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint32_t quality, unsigned jobs,

@@ -4,6 +4,7 @@
 #ifndef SF_PACKER_INTERNAL_H
 #define SF_PACKER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -17,6 +18,19 @@
  * somewhere without saying so (an error passed up from format/ or
  * libarchive): adds which limit to raise to sf_last_error(). Returns rc. */
 int pack_explain_fd_limit(int rc);
+
+/* The first failure among a pool of worker threads (pack's writers, the
+ * image pre-pass): its code and message, copied because sf_last_error is per
+ * thread. pack_note_failure keeps only the first under `lock` and sets
+ * `abort`, which every worker checks between values. */
+typedef struct pack_failure {
+    int error;
+    char message[1024];
+} pack_failure;
+void pack_note_failure(pack_failure *f, pthread_mutex_t *lock, atomic_int *abort, int rc);
+/* After the workers are joined: 0 when none failed, else the first failure
+ * again as this thread's error. */
+int pack_failure_raise(const pack_failure *f);
 
 /* Images re-encoded at pack time (lib/packer/pack_images.c: why a
  * pre-pass, and what it costs). */
