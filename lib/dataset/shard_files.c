@@ -259,8 +259,12 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
     int rc = 0;
     for (int round = 0; round < 8; round++) {
         if ((round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) &&
-            (rc = dataset_remote_ensure(ds, shard)))
-            break;
+            (rc = dataset_remote_ensure(ds, shard))) {
+            /* The download's own error (an object gone at the store is -ENOENT too,
+             * which below means "evicted again": not a reason to retry). */
+            *out = -1;
+            return rc;
+        }
         pthread_mutex_lock(&f->lock);
         int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
         if (fd >= 0 && x->pins == 0 && !dataset_remote_repin(fd)) {

@@ -82,6 +82,36 @@ class ObjectSize(RemoteCase):
                 self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
                 self.assert_named(r.stdout, ng.url + "/ds", name, want + 4096, want)
 
+    def test_a_shard_gone_from_the_store_after_open_is_named_with_its_404(self):
+        # It was reported as "evicted from the cache as soon as it arrived, 8 times: raise the
+        # cache limit" (SF_E_LIMIT): the store's 404 (-ENOENT) was taken for a cache eviction.
+        _, www = self.served(n=200, shard_size="16KiB")
+        name, path = self.shard(www)
+        code = ("import os, sys, shardfeed\n"
+                "L = shardfeed.Loader(sys.argv[1], batch_size=8, shuffle='none', output='numpy',\n"
+                "                     remote_mode=sys.argv[2], cache_dir=sys.argv[3])\n"
+                "os.rename(sys.argv[4], sys.argv[4] + '.away')\n"
+                "try:\n"
+                "    for _ in L:\n"
+                "        pass\n"
+                "except shardfeed.Error as e:\n"
+                "    print(e.code, e)\n"
+                "    os._exit(3)\n"
+                "os._exit(0)\n")
+        for mode in ("cache", "direct"):
+            with self.subTest(mode=mode), servers.Nginx(www) as ng:
+                try:
+                    r = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", mode,
+                                        self.cache(mode + "-gone"), path], capture_output=True,
+                                       text=True, timeout=30)
+                finally:
+                    if os.path.exists(path + ".away"):
+                        os.rename(path + ".away", path)
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
+                self.assertIn("404", r.stdout)
+                self.assertNotIn("cache limit", r.stdout)
+
 
 if __name__ == "__main__":
     main()
