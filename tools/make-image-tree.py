@@ -35,30 +35,24 @@ PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png", "motorcycle_left.png", "
           "rocket.jpg", "hubble_deep_field.jpg", "retina.jpg", "ihc.png", "color.png", "immunohistochemistry.png"]
 
 
-def load_photos():
+def skimage_images(names, mode):
+    """The images of python3-skimage's data folder among `names`, converted to `mode`."""
     d = os.path.dirname(skimage.data.__file__)
-    out = []
-    for name in PHOTOS:
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            img = Image.open(path)
-            img.load()
-            out.append(img.convert("RGB"))
+    paths = [os.path.join(d, n) for n in names]
+    return [Image.open(p).convert(mode) for p in paths if os.path.exists(p)]
+
+
+def load_photos():
+    out = skimage_images(PHOTOS, "RGB")
     if not out:
-        sys.exit(f"no photographs found in {d}")
+        sys.exit(f"no photographs found in {os.path.dirname(skimage.data.__file__)}")
     return out
 
 
 def load_textures():
     """The texture photographs as zero-mean gray float arrays (none: no texture)."""
-    d = os.path.dirname(skimage.data.__file__)
-    out = []
-    for name in TEXTURES:
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            t = np.asarray(Image.open(path).convert("L"), np.float32)
-            out.append(t - t.mean())
-    return out
+    out = [np.asarray(t, np.float32) for t in skimage_images(TEXTURES, "L")]
+    return [t - t.mean() for t in out]
 
 
 def make_image(photos, textures, rng):
