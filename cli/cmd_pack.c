@@ -8,7 +8,7 @@
 #include "cli.h"
 
 typedef struct progress {
-    double start;
+    double start; /* of the stage drawn */
 } progress;
 
 static double now_s(void)
@@ -18,10 +18,10 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A progress bar with rate and ETA, redrawn in place on a terminal. */
-static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
+/* A progress bar with rate and ETA, redrawn in place on a terminal; `what`
+ * names the counted samples. */
+static void draw(progress *p, uint64_t done, uint64_t total, uint64_t bytes, const char *what)
 {
-    progress *p = ctx;
     double el = now_s() - p->start, frac = total ? (double)done / (double)total : 1.0;
     char bar[31], b[32], eta[32] = "--:--";
     int fill = (int)(frac * 30);
@@ -34,12 +34,26 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes
     } else if (done == total) {
         snprintf(eta, sizeof eta, "0:00");
     }
-    fprintf(stderr, "\r[%s] %3.0f%%  %llu/%llu samples  %s/s  ETA %s   ", bar, 100.0 * frac,
-            (unsigned long long)done, (unsigned long long)total,
+    fprintf(stderr, "\r[%s] %3.0f%%  %llu/%llu %s  %s/s  ETA %s   ", bar, 100.0 * frac,
+            (unsigned long long)done, (unsigned long long)total, what,
             cli_bytes(b, sizeof b, el > 0 ? (double)bytes / el : 0), eta);
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
+{
+    draw(ctx, done, total, bytes, "samples");
+}
+
+/* The pre-pass of --image-max-side: every image decoded before the plan. */
+static void on_image_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
+{
+    progress *p = ctx;
+    draw(p, done, total, bytes, "samples' images checked (--image-max-side)");
+    if (done == total) /* the writing follows: its own rate and ETA */
+        p->start = now_s();
 }
 
 static int parse_part(const char *s, uint32_t *k, uint32_t *n)
@@ -206,6 +220,7 @@ int cmd_pack(int argc, char **argv)
     progress prog = {now_s()};
     if (!quiet && isatty(STDERR_FILENO)) {
         opts.progress = on_progress;
+        opts.image_progress = on_image_progress;
         opts.progress_ctx = &prog;
     }
     sf_pack_result r;

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define SF_PACK_OPTS_VERSION 2
+#define SF_PACK_OPTS_VERSION 3
 #define SF_PACK_DEFAULT_SHARD_SIZE (256ull << 20)
 #define SF_PACK_DEFAULT_ALIGN 4096u
 
@@ -47,9 +47,16 @@ typedef struct sf_pack_opts {
      * naming its file. 0: values stored unchanged, nothing decoded. */
     uint32_t image_max_side;
     uint32_t image_quality;
+    /* Version 3. With image_max_side, every image is decoded (and the larger
+     * ones re-encoded) in a pre-pass before any shard is planned: this is
+     * called for it as `progress` is for the writing (same context, about five
+     * times a second, once at the end with samples_done == samples_total),
+     * counting samples whose images are done and the image bytes read. NULL:
+     * none. */
+    sf_pack_progress_fn image_progress;
 } sf_pack_opts;
 
-#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0, 0, 0}
+#define SF_PACK_OPTS_INIT {SF_PACK_OPTS_VERSION, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL}
 
 typedef struct sf_pack_result {
     uint64_t samples;

@@ -9,6 +9,7 @@
  * flip and the CHW layout all fuse into the two passes, and it must agree
  * with torchvision's coefficients exactly (libswscale and pixman use other
  * filters; README "Images"). */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -145,55 +146,149 @@ static inline uint8_t to_u8(float v)
 }
 
 /* Four floats in one SSE register (GCC and clang vector extensions): an RGB
- * pixel and a pad lane, so each filter tap is one multiply-add. */
+ * pixel and a lane that is ignored, so each filter tap is one multiply-add. */
 typedef float v4f __attribute__((vector_size(16)));
 
-/* One region row through the horizontal weights into the C planes of tmp
- * (row r of each plane, OW floats; planes `plane` floats apart). rowf: room
- * for the row as float pixels. */
-static void resample_row(float *restrict tmp, size_t plane, const uint8_t *restrict row,
-                         uint32_t x0, uint32_t x1, const coef_span *sx, const float *restrict wx,
-                         uint32_t OW, uint32_t C, int flip, v4f *restrict rowf)
+/* Four floats from p (any float alignment). In the horizontal pass: an RGB
+ * pixel of a row of 3-float pixels, and the next pixel's red in the lane
+ * that is ignored. */
+static inline v4f load4(const float *p)
 {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The horizontal weights in a fixed number of taps per output pixel (the
+ * widest span's; the rest zero), so four output pixels are summed side by
+ * side: four independent chains of multiply-adds, not one whose adds wait
+ * on each other (the add's latency was most of the horizontal pass). A zero
+ * weight adds +0.0: each sum, and so each pixel, is the same as over the
+ * span alone. For RGB each weight is kept in all four lanes (no broadcast
+ * per tap). */
+typedef struct row_taps {
+    uint32_t n;         /* taps per output pixel */
+    const uint32_t *lo; /* first source pixel of output pixel i (region coordinates) */
+    const float *w;     /* n weights per output pixel (gray) */
+    const v4f *w4;      /* the same, each in four lanes (RGB) */
+} row_taps;
+
+/* Output pixels i..i+3 of an RGB row, n taps each, to the three planes.
+ * Inlined with n a constant for the usual tap counts (see resample_row),
+ * so the tap loop unrolls whole. */
+static inline __attribute__((always_inline)) void rgb_block4(float *restrict dst, size_t plane,
+                                                             const float *restrict rowf,
+                                                             const row_taps *t, uint32_t i,
+                                                             uint32_t OW, int flip, uint32_t n)
+{
+    const v4f *w0 = t->w4 + (size_t)i * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    const float *p0 = rowf + 3 * (size_t)t->lo[i], *p1 = rowf + 3 * (size_t)t->lo[i + 1],
+                *p2 = rowf + 3 * (size_t)t->lo[i + 2], *p3 = rowf + 3 * (size_t)t->lo[i + 3];
+    v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    for (uint32_t k = 0; k < n; k++) {
+        a0 += w0[k] * load4(p0 + 3 * k);
+        a1 += w1[k] * load4(p1 + 3 * k);
+        a2 += w2[k] * load4(p2 + 3 * k);
+        a3 += w3[k] * load4(p3 + 3 * k);
+    }
+    const v4f a[4] = {a0, a1, a2, a3};
+    for (uint32_t q = 0; q < 4; q++) {
+        uint32_t o = flip ? OW - 1 - (i + q) : i + q; /* the flip happens here, once */
+        dst[o] = a[q][0];
+        dst[plane + o] = a[q][1];
+        dst[2 * plane + o] = a[q][2];
+    }
+}
+
+/* One region row (converted to float in rowf: C floats a pixel, followed by
+ * zeros where a padded tap reads past the last used column) through the
+ * horizontal weights into row r of the C planes at `dst` (OW floats each,
+ * `plane` floats apart), flipped if asked. */
+static void resample_row(float *restrict dst, size_t plane, const float *restrict rowf,
+                         const row_taps *t, uint32_t OW, uint32_t C, int flip)
+{
+    const uint32_t n = t->n;
+    uint32_t i = 0;
     if (C == 3) {
-        for (uint32_t x = x0; x < x1; x++) /* only the columns some tap reads */
-            rowf[x] = (v4f){(float)row[3 * x], (float)row[3 * x + 1], (float)row[3 * x + 2], 0.0f};
-        for (uint32_t i = 0; i < OW; i++) {
-            const float *wk = wx + sx[i].w_at;
-            const v4f *p = rowf + sx[i].lo;
-            v4f acc = {0, 0, 0, 0};
-            for (uint32_t k = 0; k < sx[i].n; k++)
-                acc += wk[k] * p[k];
-            uint32_t o = flip ? OW - 1 - i : i; /* the flip happens here, once */
-            tmp[o] = acc[0];
-            tmp[plane + o] = acc[1];
-            tmp[2 * plane + o] = acc[2];
+        /* A downscale by s takes about 2s + 1 taps: 2 to 4 from the DCT-scaled
+         * crops of RandomResizedCrop, more for larger reductions. */
+        switch (n) {
+#define RGB_TAPS(N)                                                                                \
+    case N:                                                                                        \
+        for (; i + 4 <= OW; i += 4)                                                                \
+            rgb_block4(dst, plane, rowf, t, i, OW, flip, N);                                       \
+        break;
+            RGB_TAPS(2)
+            RGB_TAPS(3)
+            RGB_TAPS(4)
+            RGB_TAPS(5)
+            RGB_TAPS(6)
+#undef RGB_TAPS
+        default:
+            for (; i + 4 <= OW; i += 4)
+                rgb_block4(dst, plane, rowf, t, i, OW, flip, n);
+        }
+        for (; i < OW; i++) {
+            const v4f *wk = t->w4 + (size_t)i * n;
+            const float *p = rowf + 3 * (size_t)t->lo[i];
+            v4f a = {0, 0, 0, 0};
+            for (uint32_t k = 0; k < n; k++)
+                a += wk[k] * load4(p + 3 * k);
+            uint32_t o = flip ? OW - 1 - i : i;
+            dst[o] = a[0];
+            dst[plane + o] = a[1];
+            dst[2 * plane + o] = a[2];
         }
         return;
     }
-    for (uint32_t i = 0; i < OW; i++) {
-        const float *wk = wx + sx[i].w_at;
-        const uint8_t *p = row + sx[i].lo;
+    for (; i < OW; i++) {
+        const float *wk = t->w + (size_t)i * n, *p = rowf + t->lo[i];
         float a = 0;
-        for (uint32_t k = 0; k < sx[i].n; k++)
-            a += wk[k] * (float)p[k];
-        tmp[flip ? OW - 1 - i : i] = a;
+        for (uint32_t k = 0; k < n; k++)
+            a += wk[k] * p[k];
+        dst[flip ? OW - 1 - i : i] = a;
     }
 }
 
 /* Output row j of one plane from its horizontally resampled rows: acc = sum
- * of w[k] * row (lo + k), whole rows at once (contiguous: vectorised). */
-static void resample_column(float *restrict acc, const float *restrict rows, const coef_span *sp,
-                            const float *restrict wy, uint32_t OW)
+ * of w[k] * row (lo + k). Eight output pixels at a time are summed over
+ * every tap in registers (two vectors: independent chains), so acc is
+ * written once, not read and written again per tap. Rows live in a ring of
+ * `ring` rows: row r at slot r % ring, `stride` floats apart. */
+static void resample_column(float *restrict acc, const float *restrict rows, size_t stride,
+                            uint32_t ring, const coef_span *sp, const float *restrict wy, uint32_t OW)
 {
+    enum { MAX_TAPS = 64 };
     const float *w = wy + sp->w_at;
-    for (uint32_t i = 0; i < OW; i++)
-        acc[i] = 0;
-    for (uint32_t k = 0; k < sp->n; k++) {
-        const float *restrict t = rows + (size_t)(sp->lo + k) * OW;
-        const float wk = w[k];
+    const float *t[MAX_TAPS];
+    uint32_t n = sp->n;
+    if (n > MAX_TAPS) { /* a reduction over 32x: rare, the plain loop */
         for (uint32_t i = 0; i < OW; i++)
-            acc[i] += wk * t[i];
+            acc[i] = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            const float *restrict r = rows + (size_t)((sp->lo + k) % ring) * stride;
+            for (uint32_t i = 0; i < OW; i++)
+                acc[i] += w[k] * r[i];
+        }
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++)
+        t[k] = rows + (size_t)((sp->lo + k) % ring) * stride;
+    uint32_t i = 0;
+    for (; i + 8 <= OW; i += 8) {
+        v4f a0 = {0, 0, 0, 0}, a1 = a0;
+        for (uint32_t k = 0; k < n; k++) {
+            a0 += w[k] * load4(t[k] + i);
+            a1 += w[k] * load4(t[k] + i + 4);
+        }
+        memcpy(acc + i, &a0, sizeof a0);
+        memcpy(acc + i + 4, &a1, sizeof a1);
+    }
+    for (; i < OW; i++) {
+        float a = 0;
+        for (uint32_t k = 0; k < n; k++)
+            a += w[k] * t[k][i];
+        acc[i] = a;
     }
 }
 
@@ -238,55 +333,100 @@ void image_scratch_free(image_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The widest span of an axis: the most taps one output pixel takes. */
+static uint32_t axis_taps(const coef_span *sp, uint32_t out)
+{
+    uint32_t n = 1;
+    for (uint32_t i = 0; i < out; i++)
+        n = sp[i].n > n ? sp[i].n : n;
+    return n;
+}
+
 int image_resample(uint8_t *out, const image_plan *plan, const image_region *src, uint32_t channels,
                    int chw, image_scratch *s)
 {
     const uint32_t C = channels, OW = plan->x.out, OH = plan->y.out;
+    if (!OW || !OH)
+        return 0;
     size_t wx_cap = axis_weight_cap(&plan->x), wy_cap = axis_weight_cap(&plan->y);
-    size_t coef_bytes = (OW + OH) * sizeof(coef_span) + (wx_cap + wy_cap) * sizeof(float);
-    /* The planes and an output row (rounded up to 4 floats: rowf is 16-byte
-     * aligned after them), and a region row of 4-float pixels. */
-    size_t tmp_bytes = (((size_t)src->h * OW * C + OW + 3u) & ~(size_t)3u) * sizeof(float) +
-                       (size_t)src->w * sizeof(v4f);
+    /* Spans and weights of both axes, then the horizontal weights again in
+     * fixed taps (at most 2 * ceil(support) + 2 each, as axis_weight_cap). */
+    size_t taps_cap = wx_cap / OW;
+    size_t coef_bytes = (size_t)OW * taps_cap * sizeof(v4f) + (OW + OH) * sizeof(coef_span) +
+                        (wx_cap + wy_cap) * sizeof(float) + (size_t)OW * taps_cap * sizeof(float) +
+                        (size_t)OW * sizeof(uint32_t);
     int rc;
-    if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)) ||
-        (rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes ? tmp_bytes : 1)))
+    if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)))
         return rc;
-    coef_span *sx = s->coef, *sy = sx + OW;
-    float *wx = (float *)(sy + OH), *wy = wx + wx_cap;
+    /* The four-lane weights first: realloc's block is 16-byte aligned. */
+    v4f *wfix4 = s->coef;
+    coef_span *sx = (coef_span *)(wfix4 + (size_t)OW * taps_cap), *sy = sx + OW;
+    float *wx = (float *)(sy + OH), *wy = wx + wx_cap, *wfix = wy + wy_cap;
+    uint32_t *lofix = (uint32_t *)(wfix + (size_t)OW * taps_cap);
     /* The region holds image pixels [x0, x0 + w): coefficients are relative to it. */
     axis_coefs(&plan->x, src->x0 + src->w, src->x0, sx, wx);
     axis_coefs(&plan->y, src->y0 + src->h, src->y0, sy, wy);
-    /* Rows: every region row to OW float pixels, one plane per channel;
-     * then columns, rounded, flipped and laid out. tmp holds the planes,
-     * one output row (acc) and one region row as float pixels (rowf). */
-    size_t plane = (size_t)src->h * OW;
-    float *tmp = s->tmp, *acc = tmp + plane * C;
-    /* 16-byte aligned: realloc's block is, and the offset is a multiple of 4 floats. */
-    v4f *rowf = (v4f *)(tmp + ((plane * C + OW + 3u) & ~(size_t)3u));
-    /* Only the rows and columns some tap reads (the region may hold a
-     * decoder's margin around them). */
-    uint32_t r0 = src->h, r1 = 0, c0 = src->w, c1 = 0;
-    for (uint32_t j = 0; j < OH; j++)
-        if (sy[j].n) {
-            r0 = sy[j].lo < r0 ? sy[j].lo : r0;
-            r1 = sy[j].lo + sy[j].n > r1 ? sy[j].lo + sy[j].n : r1;
-        }
+    /* Only the columns some tap reads (the region may hold a decoder's
+     * margin around them). */
+    uint32_t c0 = src->w, c1 = 0;
     for (uint32_t i = 0; i < OW; i++)
         if (sx[i].n) {
             c0 = sx[i].lo < c0 ? sx[i].lo : c0;
             c1 = sx[i].lo + sx[i].n > c1 ? sx[i].lo + sx[i].n : c1;
         }
-    for (uint32_t r = r0; r < r1; r++)
-        resample_row(tmp + (size_t)r * OW, plane, src->pix + (size_t)r * src->stride, c0, c1, sx, wx,
-                     OW, C, plan->flip, rowf);
+    if (c1 <= c0)
+        c0 = c1 = 0;
+    const uint32_t NX = axis_taps(sx, OW), NY = axis_taps(sy, OH);
+    assert(NX <= taps_cap);
+    for (uint32_t i = 0; i < OW; i++) {
+        /* A pixel outside the resized image reads column c0 with weight 0. */
+        lofix[i] = sx[i].n ? sx[i].lo : c0;
+        for (uint32_t k = 0; k < NX; k++) {
+            float w = k < sx[i].n ? wx[sx[i].w_at + k] : 0.0f;
+            wfix[(size_t)i * NX + k] = w;
+            wfix4[(size_t)i * NX + k] = (v4f){w, w, w, w};
+        }
+    }
+    const row_taps taps = {NX, lofix, wfix, wfix4};
+    /* tmp: a ring of NY horizontally resampled rows (C planes of OW floats
+     * each; the vertical pass reads at most NY consecutive rows, and rows
+     * are needed in increasing order: span starts grow with j), one output
+     * row (acc), and the current region row as floats (rowf: C floats a
+     * pixel up to column c1 + NX, plus one for load4's ignored lane).
+     * Small enough to stay in cache, where whole planes of the region did
+     * not (about 0.8 MB for a 300-row crop). */
+    const size_t stride = (size_t)C * OW, rowf_len = (size_t)C * (c1 + NX) + 1;
+    size_t tmp_bytes = ((size_t)NY * stride + OW + rowf_len) * sizeof(float);
+    if ((rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes)))
+        return rc;
+    float *ring = s->tmp, *acc = ring + (size_t)NY * stride, *rowf = acc + OW;
+    /* Padded taps past c1 read zeros (finite: 0 * 0 adds nothing). */
+    for (size_t q = (size_t)C * c1; q < rowf_len; q++)
+        rowf[q] = 0.0f;
     /* Whether some output pixel lies outside the resized image (zero padding). */
     int padded = plan->x.off < 0 || plan->x.off + plan->x.out > plan->x.dst || plan->y.off < 0 ||
                  plan->y.off + plan->y.out > plan->y.dst;
-    for (uint32_t c = 0; c < C; c++)
-        for (uint32_t j = 0; j < OH; j++) {
-            resample_column(acc, tmp + c * plane, &sy[j], wy, OW);
-            store_row(out, acc, sx, j, c, OW, OH, C, plan->flip, chw, sy[j].n != 0, padded);
+    uint32_t have_lo = 0, have_hi = 0; /* region rows [have_lo, have_hi) are in the ring */
+    for (uint32_t j = 0; j < OH; j++) {
+        const coef_span *sp = &sy[j];
+        if (sp->n) {
+            uint32_t need_hi = sp->lo + sp->n;
+            if (sp->lo < have_lo || sp->lo > have_hi) /* not contiguous with what is held */
+                have_lo = have_hi = sp->lo;
+            for (uint32_t r = have_hi; r < need_hi; r++) {
+                const uint8_t *row = src->pix + (size_t)r * src->stride;
+                for (size_t q = (size_t)C * c0; q < (size_t)C * c1; q++) /* vectorised */
+                    rowf[q] = (float)row[q];
+                resample_row(ring + (size_t)(r % NY) * stride, OW, rowf, &taps, OW, C, plan->flip);
+            }
+            have_hi = need_hi > have_hi ? need_hi : have_hi;
+            if (have_hi - have_lo > NY)
+                have_lo = have_hi - NY;
         }
+        for (uint32_t c = 0; c < C; c++) {
+            resample_column(acc, ring + (size_t)c * OW, stride, NY, sp, wy, OW);
+            store_row(out, acc, sx, j, c, OW, OH, C, plan->flip, chw, sp->n != 0, padded);
+        }
+    }
     return 0;
 }

@@ -149,6 +149,19 @@ static int finish_manifest(const char *out, const input_set *in, const pack_plan
     return rc;
 }
 
+typedef struct progress_tick {
+    pool *p;
+    const sf_pack_opts *opts;
+    uint64_t total;
+} progress_tick;
+
+static void report_progress(void *arg)
+{
+    const progress_tick *t = arg;
+    t->opts->progress(t->opts->progress_ctx, atomic_load(&t->p->samples_done), t->total,
+                      atomic_load(&t->p->bytes_done));
+}
+
 static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_t total)
 {
     pthread_t *threads = calloc(jobs, sizeof *threads);
@@ -169,24 +182,8 @@ static int run_workers(pool *p, unsigned jobs, const sf_pack_opts *opts, uint64_
     }
     /* The calling thread reports progress while the workers write, and
      * returns the moment the last one finishes. */
-    pthread_mutex_lock(&p->lock);
-    while (p->running > 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 200 * 1000 * 1000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        if (pthread_cond_timedwait(&p->finished, &p->lock, &until) == ETIMEDOUT && opts->progress &&
-            p->running > 0) {
-            pthread_mutex_unlock(&p->lock);
-            opts->progress(opts->progress_ctx, atomic_load(&p->samples_done), total,
-                           atomic_load(&p->bytes_done));
-            pthread_mutex_lock(&p->lock);
-        }
-    }
-    pthread_mutex_unlock(&p->lock);
+    progress_tick tick = {p, opts, total};
+    pack_wait_workers(&p->lock, &p->finished, &p->running, opts->progress ? report_progress : NULL, &tick);
     for (unsigned t = 0; t < started; t++)
         pthread_join(threads[t], NULL);
     free(threads);
@@ -257,9 +254,13 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     int vrc = given ? sf_check_opts_version("sf_pack_opts", given->version, SF_PACK_OPTS_VERSION) : 0;
     if (vrc)
         return vrc;
-    /* A version-1 struct ends before the image options: read only what it has. */
+    /* An older struct ends before the later options: read only what it has
+     * (version 1: before the image options; 2: before image_progress). */
     if (given)
-        memcpy(&o, given, given->version >= 2 ? sizeof o : offsetof(sf_pack_opts, image_max_side));
+        memcpy(&o, given,
+               given->version >= 3   ? sizeof o
+               : given->version == 2 ? offsetof(sf_pack_opts, image_progress)
+                                     : offsetof(sf_pack_opts, image_max_side));
     vrc = check_image_opts(opts);
     if (!vrc && opts->jobs)
         vrc = sf_check_param(SF_PARAM_PACK_JOBS, opts->jobs);
@@ -306,7 +307,7 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc)
         rc = pack_images_prepare(&images, &in, opts->image_max_side,
                                  opts->image_quality ? opts->image_quality : SF_PACK_DEFAULT_IMAGE_QUALITY, jobs,
-                                 output_dir);
+                                 output_dir, opts->image_progress, opts->progress_ctx);
     if (!rc)
         rc = pack_make_plan(&plan, &in, align, shard_size, levels, &images);
     if (!rc && opts->part_count)

@@ -76,9 +76,12 @@ typedef struct prepass {
     _Atomic uint64_t next_sample;
     _Atomic uint64_t spool_end;
     _Atomic uint64_t reencoded;
+    _Atomic uint64_t samples_done, bytes_read; /* for progress */
     atomic_int abort;
     pthread_mutex_t lock;
-    pack_failure failed; /* the first failure, under lock */
+    pthread_cond_t finished; /* a worker ended (under lock) */
+    int running;             /* workers still running, under lock */
+    pack_failure failed;     /* the first failure, under lock */
 } prepass;
 
 static void prepass_fail(prepass *p, int rc)
@@ -173,7 +176,11 @@ static void *prepass_worker(void *arg)
                     rc = sf_fail(-ENOMEM, "out of memory for a %llu-byte value", (unsigned long long)len);
                 else if (!(rc = in->ops->read(cursor, in, s, f, b.value)))
                     rc = check_image(p, &b, s, f, len);
+                if (!rc)
+                    atomic_fetch_add(&p->bytes_read, len);
             }
+            if (!rc)
+                atomic_fetch_add(&p->samples_done, 1);
         }
     }
     if (rc)
@@ -183,32 +190,59 @@ static void *prepass_worker(void *arg)
     free(b.value);
     free(b.pix);
     image_scratch_free(&b.scratch);
+    pthread_mutex_lock(&p->lock);
+    p->running--;
+    pthread_cond_signal(&p->finished);
+    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
-static int run_prepass(prepass *p, unsigned jobs)
+typedef struct progress_tick {
+    prepass *p;
+    sf_pack_progress_fn progress;
+    void *ctx;
+} progress_tick;
+
+static void report_progress(void *arg)
+{
+    const progress_tick *t = arg;
+    t->progress(t->ctx, atomic_load(&t->p->samples_done), t->p->in->sample_count,
+                atomic_load(&t->p->bytes_read));
+}
+
+static int run_prepass(prepass *p, unsigned jobs, sf_pack_progress_fn progress, void *ctx)
 {
     pthread_t *threads = calloc(jobs, sizeof *threads);
     if (!threads)
         return sf_fail(-ENOMEM, "out of memory");
     unsigned started = 0;
     int rc = 0;
+    p->running = (int)jobs;
     for (; started < jobs; started++) {
         if (pthread_create(&threads[started], NULL, prepass_worker, p) != 0) {
             atomic_store(&p->abort, 1);
+            pthread_mutex_lock(&p->lock);
+            p->running -= (int)(jobs - started);
+            pthread_mutex_unlock(&p->lock);
             rc = sf_fail(-EAGAIN, "cannot start worker threads");
             break;
         }
     }
+    /* The pre-pass of a large tree takes minutes (a full decode of every
+     * image): progress is reported as for the writing. */
+    progress_tick tick = {p, progress, ctx};
+    pack_wait_workers(&p->lock, &p->finished, &p->running, progress ? report_progress : NULL, &tick);
     for (unsigned t = 0; t < started; t++)
         pthread_join(threads[t], NULL);
     free(threads);
     int failed = pack_failure_raise(&p->failed);
+    if (!rc && !failed && progress)
+        progress(ctx, p->in->sample_count, p->in->sample_count, atomic_load(&p->bytes_read));
     return failed ? failed : rc;
 }
 
 int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint32_t quality, unsigned jobs,
-                        const char *spool_dir)
+                        const char *spool_dir, sf_pack_progress_fn progress, void *progress_ctx)
 {
     memset(im, 0, sizeof *im);
     im->spool_fd = -1;
@@ -236,9 +270,11 @@ int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint3
     }
     if (!rc) {
         pthread_mutex_init(&p.lock, NULL);
+        pthread_cond_init(&p.finished, NULL);
         if (jobs > in->sample_count)
             jobs = (unsigned)in->sample_count;
-        rc = run_prepass(&p, jobs ? jobs : 1);
+        rc = run_prepass(&p, jobs ? jobs : 1, progress, progress_ctx);
+        pthread_cond_destroy(&p.finished);
         pthread_mutex_destroy(&p.lock);
     }
     /* From here on the plan and the writer see the stored sizes. */

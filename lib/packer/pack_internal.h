@@ -13,6 +13,7 @@
 #include "input.h"
 #include "metadata.h"
 #include "io.h"
+#include "shardfeed/pack.h"
 
 /* For a failure `rc` of pack or merge that ran out of file descriptors
  * somewhere without saying so (an error passed up from format/ or
@@ -31,6 +32,11 @@ void pack_note_failure(pack_failure *f, pthread_mutex_t *lock, atomic_int *abort
 /* After the workers are joined: 0 when none failed, else the first failure
  * again as this thread's error. */
 int pack_failure_raise(const pack_failure *f);
+/* Waits under `lock` until *running is 0 (each worker decrements it under
+ * `lock` and signals `finished` as it ends), calling tick(arg) (may be
+ * NULL) about five times a second meanwhile, without the lock held. */
+void pack_wait_workers(pthread_mutex_t *lock, pthread_cond_t *finished, const int *running,
+                       void (*tick)(void *), void *arg);
 
 /* Images re-encoded at pack time (lib/packer/pack_images.c: why a
  * pre-pass, and what it costs). */
@@ -46,10 +52,11 @@ typedef struct pack_images {
 /* With max_side 0, only initialises *im (off). Else decodes every image of
  * the input's image fields on `jobs` threads, re-encodes those larger than
  * max_side into a spool in spool_dir, and sets in->sizes to the sizes
- * stored. A value that does not decode fails, naming its file. Needs
+ * stored. A value that does not decode fails, naming its file. `progress`
+ * (may be NULL) is called from this thread while the others decode. Needs
  * pack_images_free, also after a failure. */
 int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint32_t quality, unsigned jobs,
-                        const char *spool_dir);
+                        const char *spool_dir, sf_pack_progress_fn progress, void *progress_ctx);
 void pack_images_free(pack_images *im);
 /* The value pack stores for (sample, field), in->sizes[...] bytes into dst:
  * the re-encoded image, or the input's value (in->ops->read through the

@@ -125,6 +125,36 @@ class PackImagesTest(ScratchTest):
         self.assertIsNone(json.loads(run("inspect", os.path.join(self.tmp, "plain"), "--json", check=0).stdout)
                           ["image_reencode"])
 
+    def test_progress_on_a_terminal_shows_the_pre_pass(self):
+        # The pre-pass decodes every image before anything is written (minutes for a large
+        # tree): on a terminal it has its own progress line, then the writing has its own.
+        import pty
+        from clitest import SHARDFEED
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.Popen([SHARDFEED, "pack", self.tree, "-o", os.path.join(self.tmp, "tty"),
+                                  "--image-max-side", str(N)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=slave)
+            os.close(slave)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the pack closed the terminal's last writer
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            self.assertEqual(p.wait(timeout=60), 0)
+        finally:
+            os.close(master)
+        lines = [l.strip() for l in out.decode().replace("\r", "\n").splitlines() if l.strip()]
+        n = len(self.records("tty"))
+        pre = [i for i, l in enumerate(lines)
+               if f"100%  {n}/{n} samples' images checked (--image-max-side)" in l]
+        write = [i for i, l in enumerate(lines) if f"100%  {n}/{n} samples " in l]
+        self.assertTrue(pre and write and pre[-1] < write[0], lines)
+
     def test_reproducible_for_any_jobs(self):
         outs = []
         for name, jobs in (("j1", 1), ("j2", 2), ("j2again", 2)):

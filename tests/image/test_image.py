@@ -11,7 +11,8 @@ Documented results (README "Images") checked here:
   from the reduced decode);
 - RandomResizedCrop draws boxes with torchvision's distribution (area and
   aspect: two-sample Kolmogorov-Smirnov over 10,000 draws each), and its
-  pixels for a drawn box are within 1 of torchvision's resized_crop;
+  pixels for a drawn box are within 1 of torchvision's resized_crop, also
+  for a JPEG (4:4:4, 4:2:2, 4:2:0) decoded only where the crop reads;
 - hostile images: truncated JPEG and PNG, wrong magic, a PNG header claiming
   65535x65535 (refused before allocating), a corrupt IDAT.
 """
@@ -204,6 +205,28 @@ class ImageTest(unittest.TestCase):
             got = np.frombuffer(px, np.uint8).reshape(3, 224, 224).astype(int)
             want = TF.resized_crop(t, top, left, bh, bw, [224, 224], antialias=True).numpy().astype(int)
             self.assertLessEqual(np.abs(got - want).max(), 1, f"key {key}: box {line}")
+
+    def test_rrc_of_a_jpeg_decodes_only_its_region_yet_matches_a_whole_decode(self):
+        # The JPEG path decodes only the rows and iMCU columns a crop reads
+        # (jpeg_skip_scanlines, jpeg_crop_scanline) plus a small margin: next to
+        # skipped rows and columns, smooth chroma upsampling lacks neighbours.
+        # Without DCT scaling the crop's pixels must be those of a whole decode,
+        # for every chroma subsampling PIL writes.
+        if torch is None:
+            self.skipTest("torchvision")
+        from PIL import Image
+        w, h = self.photo.size
+        out = subprocess.run([TOOL, "boxes", str(w), str(h), "16"], capture_output=True, check=True)
+        boxes = [tuple(map(int, line.split())) for line in out.stdout.decode().splitlines()]
+        for sub, name in [(0, "4:4:4"), (1, "4:2:2"), (2, "4:2:0")]:
+            path = self.save(f"region-{sub}.jpg", self.photo, format="JPEG", quality=90, subsampling=sub)
+            t = torch.from_numpy(np.asarray(Image.open(path).convert("RGB")).copy()).permute(2, 0, 1)
+            for key, (left, top, bw, bh) in enumerate(boxes):
+                rc, px, err = run_tool(path, "--mode", "rrc", "--size", 224, 224, "--key", key, "--no-dct")
+                self.assertEqual(rc, 0, err)
+                got = np.frombuffer(px, np.uint8).reshape(3, 224, 224).astype(int)
+                want = TF.resized_crop(t, top, left, bh, bw, [224, 224], antialias=True).numpy().astype(int)
+                self.assertLessEqual(np.abs(got - want).max(), 1, f"{name} key {key}: box {left} {top} {bw} {bh}")
 
     # ---- hostile and damaged images ------------------------------------------
     def assert_refused(self, path, code, words, *args):
