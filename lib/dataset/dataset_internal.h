@@ -61,6 +61,9 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct);
  * once opened, and a descriptor acquired stays valid until the dataset
  * closes (io_uring may register them). */
 int dataset_fd_all_kept(const sf_dataset *ds);
+/* A dataset at a URL: unpins in the cache the shards this process keeps
+ * pinned though nobody reads them now (shard_files.c, IDLE_PINNED). */
+void dataset_files_unpin_idle(sf_dataset *ds);
 uint64_t dataset_fd_cap(const sf_dataset *ds);
 /* The read-only map of the whole of `shard`, made on first use (the fault
  * guard is installed first: touch it only under the guard). */

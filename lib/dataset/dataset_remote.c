@@ -603,7 +603,10 @@ static void *prefetch_main(void *arg)
 void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
 {
     dataset_remote *x = ds->remote;
+    /* Read before written: the I/O threads call this for every record, and
+     * a write would move the line between their cores each time. */
     if (!x || !x->cache || x->mode != SF_REMOTE_CACHE ||
+        atomic_load_explicit(&x->last_hint, memory_order_relaxed) == shard ||
         atomic_exchange(&x->last_hint, shard) == shard)
         return;
     pthread_mutex_lock(&x->lock);
