@@ -420,12 +420,7 @@ static int fill_shard(void *arg, int fd, uint64_t size)
     uint64_t first_bad = 0;
     int alike = 1;
     for (uint32_t attempt = 0;; attempt++) {
-        remote_fetcher *f;
-        int rc = remote_pool_take(&f, x->pool);
-        if (rc)
-            return rc;
-        rc = remote_fetch_to_fd(f, name, size, fd);
-        remote_pool_give(x->pool, f);
+        int rc = remote_pool_fetch_to_fd(x->pool, name, size, fd);
         if (rc)
             return rc;
         uint64_t bad = 0;

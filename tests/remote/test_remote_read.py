@@ -6,6 +6,7 @@ leaving nothing under a final name, two processes sharing a cache. Faults: test_
 Every test has a deadline; the servers bind 127.0.0.1 only."""
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,6 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
 from readtest import (RemoteCase, dataset_files, epoch, epoch_plain, folder_bytes,  # noqa: E402
                       main, pack_dataset, run)
+
+from clitest import write_samples  # noqa: E402  (readtest put tests/cli on the path)
 
 import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
 
@@ -160,6 +163,32 @@ class Cache(RemoteCase):
         self.assertLessEqual(seen[0], limit, f"cache held {seen[0]} bytes, limit {limit}")
         local = epoch_plain(ds)
         self.assertEqual(got, local)
+
+    def test_a_large_shard_is_downloaded_in_parts_at_once_whole(self):
+        src, ds = os.path.join(self.root, "src"), os.path.join(self.root, "ds")
+        write_samples(src, 300, shape=(64, 64, 4))  # 64 KiB a sample: one shard of 19 MiB
+        run("pack", src, "-o", ds, "--shard-size", "64MiB", "--quiet", check=0)
+        shards = [f for f in os.listdir(ds) if f.startswith("shard-")]
+        self.assertEqual(len(shards), 1)
+        self.assertGreater(os.path.getsize(os.path.join(ds, shards[0])), 16 << 20)
+        www = os.path.join(self.root, "www")
+        shutil.copytree(ds, os.path.join(www, "ds"))
+        cache = self.cache()
+        # Every shard request waits 0.2 s at the proxy, so parts fetched at once overlap there.
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
+                                                          delay_s=0.2, match=shard_gets) as proxy:
+            with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
+                                  output="numpy", cache_dir=cache) as loader:
+                proxy.max_in_flight = 0  # from here: the shard's download
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        self.assertGreaterEqual(proxy.max_in_flight, 2, "the shard came in one request")
+        self.assertEqual(got, epoch_plain(ds))
+        cached = [os.path.join(d, f) for d, _, files in os.walk(cache) for f in files
+                  if f == shards[0]]
+        self.assertEqual(len(cached), 1)
+        with open(cached[0], "rb") as a, open(os.path.join(ds, shards[0]), "rb") as b:
+            self.assertEqual(a.read(), b.read())
 
     def test_a_process_killed_mid_download_leaves_nothing_under_a_final_name(self):
         ds, www = self.served(n=200, shard_size="200KiB")
