@@ -24,6 +24,10 @@
 /* The prefetcher keeps at most this many shards, and half the cache limit,
  * downloaded ahead of the one being read. */
 #define PREFETCH_SHARDS 8u
+/* Shards the prefetcher downloads at once, each on its own thread and
+ * connections: one at a time, a shard's download waited for the one before
+ * it, each paying its round trips and its fsync. */
+#define PREFETCH_THREADS 4u
 /* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
 #define PLAN_CAP 64u
 
@@ -34,16 +38,20 @@ struct dataset_remote {
     int mode;               /* enum sf_remote_mode */
     remote_cache *cache;    /* mode cache */
     uint64_t cache_limit;
-    /* the prefetcher: fills the cache from `next` while it is within reach
-     * of `reading` (positions in shard order, wrapping) */
+    /* the prefetcher: PREFETCH_THREADS threads fill the cache from `next`
+     * while it is within reach of `reading` (positions in shard order,
+     * wrapping); a shard is taken (next moves past it) when a thread starts
+     * its download, so no two threads take the same one */
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    pthread_t tid;
-    int running, stop;
+    pthread_t tid[PREFETCH_THREADS];
+    unsigned running; /* threads started */
+    int stop;
     uint64_t reading, next;
     _Atomic uint64_t last_hint;
     /* the reader's plan: the shards in the order its schedule first touches
-     * them (a ring, oldest at plan_head); plan_done[i]: already prefetched.
+     * them (a ring, oldest at plan_head); plan_done[i]: taken by a prefetch
+     * thread (downloading or done).
      * Once a reader planned, the prefetcher follows the plan only. */
     uint64_t plan[PLAN_CAP];
     uint8_t plan_done[PLAN_CAP];
@@ -193,13 +201,13 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
 
 static void prefetch_stop(dataset_remote *x)
 {
-    if (!x->running)
-        return;
     pthread_mutex_lock(&x->lock);
     x->stop = 1;
-    pthread_cond_signal(&x->cv);
+    pthread_cond_broadcast(&x->cv);
+    unsigned running = x->running;
     pthread_mutex_unlock(&x->lock);
-    pthread_join(x->tid, NULL);
+    for (unsigned t = 0; t < running; t++)
+        pthread_join(x->tid[t], NULL);
     x->running = 0;
 }
 
@@ -482,8 +490,6 @@ int dataset_remote_repin(int fd)
 
 /* ---- the prefetcher ---- */
 
-static void *prefetch_main(void *arg);
-
 /* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half
  * the cache limit, PREFETCH_SHARDS shards) is full. */
 static uint64_t shard_order_next_locked(sf_dataset *ds)
@@ -502,9 +508,9 @@ static uint64_t shard_order_next_locked(sf_dataset *ds)
     return s;
 }
 
-/* Under x->lock: the first shard of the plan not yet prefetched, or
- * UINT64_MAX when there is none or the reach (PREFETCH_SHARDS, half the
- * cache limit of prefetched shards not yet read) is full. */
+/* Under x->lock: the first shard of the plan not yet taken, or UINT64_MAX
+ * when there is none or the reach (PREFETCH_SHARDS, half the cache limit of
+ * shards taken and not yet read) is full. */
 static uint64_t plan_next_locked(sf_dataset *ds)
 {
     dataset_remote *x = ds->remote;
@@ -526,15 +532,36 @@ static uint64_t prefetch_next_locked(sf_dataset *ds)
     return ds->remote->planned ? plan_next_locked(ds) : shard_order_next_locked(ds);
 }
 
-/* Under x->lock: marks the plan's `shard` prefetched (tried: a failure is
- * the reader's to meet). */
-static void plan_mark_done_locked(dataset_remote *x, uint64_t shard)
+/* Under x->lock: the next shard to prefetch, taken (no other thread takes
+ * it), or UINT64_MAX when the reach is full. A failed download is the
+ * reader's to meet. */
+static uint64_t prefetch_take_locked(sf_dataset *ds)
 {
+    dataset_remote *x = ds->remote;
+    uint64_t s = prefetch_next_locked(ds);
+    if (s == UINT64_MAX)
+        return s;
+    if (!x->planned) {
+        x->next = s + 1;
+        return s;
+    }
     for (uint32_t k = 0; k < x->plan_len; k++) {
         uint32_t i = (x->plan_head + k) % PLAN_CAP;
-        if (x->plan[i] == shard)
+        if (x->plan[i] == s)
             x->plan_done[i] = 1;
     }
+    return s;
+}
+
+static void *prefetch_main(void *arg);
+
+/* Under x->lock: starts the prefetch threads not yet running. */
+static void prefetch_start_locked(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    while (!x->stop && x->running < PREFETCH_THREADS &&
+           pthread_create(&x->tid[x->running], NULL, prefetch_main, ds) == 0)
+        x->running++;
 }
 
 /* Under x->lock: the reader reached `shard`: it and the plan's shards
@@ -565,9 +592,8 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
         uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
         x->plan[i] = shard;
         x->plan_done[i] = 0;
-        if (!x->running && !x->stop)
-            x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
-        pthread_cond_signal(&x->cv);
+        prefetch_start_locked(ds);
+        pthread_cond_broadcast(&x->cv);
     }
     pthread_mutex_unlock(&x->lock);
 }
@@ -578,7 +604,7 @@ static void *prefetch_main(void *arg)
     dataset_remote *x = ds->remote;
     pthread_mutex_lock(&x->lock);
     while (!x->stop) {
-        uint64_t s = prefetch_next_locked(ds);
+        uint64_t s = prefetch_take_locked(ds);
         if (s == UINT64_MAX) {
             pthread_cond_wait(&x->cv, &x->lock);
             continue;
@@ -587,9 +613,6 @@ static void *prefetch_main(void *arg)
         /* A failure is the reader's to meet and report when it gets there. */
         ensure_shard(ds, s, 1);
         pthread_mutex_lock(&x->lock);
-        plan_mark_done_locked(x, s);
-        if (x->next % ds->manifest.shard_count == s)
-            x->next = s + 1;
     }
     pthread_mutex_unlock(&x->lock);
     return NULL;
@@ -613,9 +636,8 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
         x->next = shard + 1;
     x->reading = shard;
     plan_pass_locked(x, shard);
-    if (!x->running && !x->stop)
-        x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
-    pthread_cond_signal(&x->cv);
+    prefetch_start_locked(ds);
+    pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->lock);
 }
 
