@@ -580,6 +580,11 @@ static void *parts_worker(void *arg)
 {
     parts_run *run = arg;
     for (uint64_t k; (k = atomic_fetch_add(&run->next, 1)) * run->part < run->size;) {
+        pthread_mutex_lock(&run->lock);
+        int failed = run->rc != 0; /* the download failed: no more parts */
+        pthread_mutex_unlock(&run->lock);
+        if (failed)
+            break;
         uint64_t off = k * run->part;
         uint64_t len = run->size - off < run->part ? run->size - off : run->part;
         remote_fetcher *f;
@@ -597,7 +602,7 @@ static void *parts_worker(void *arg)
             snprintf(run->msg, sizeof run->msg, "%s", sf_last_error());
         }
         pthread_mutex_unlock(&run->lock);
-        break; /* the others finish their parts; the download failed */
+        break; /* the others finish the parts they fetch */
     }
     return NULL;
 }
