@@ -15,6 +15,7 @@
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "fetch.h"
+#include "jobs.h"
 #include "remote_url.h"
 
 /* Open reads a shard's header with one request and its tail (footer, and
@@ -323,13 +324,12 @@ static int load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
  * round trips per shard (20,000 shards at 20 ms: 13 minutes). */
 #define META_THREADS 16u
 
+_Static_assert(META_THREADS <= REMOTE_JOBS_THREADS_MAX, "more threads than remote_jobs_run runs");
+
 typedef struct metas_run {
     sf_dataset *ds;
     _Atomic uint64_t next;
-    pthread_mutex_t lock;
-    int rc;              /* the failure of shard `failed`, the lowest that failed */
-    uint64_t failed, bad;
-    char msg[1024];
+    remote_jobs jobs; /* a job: a shard; its detail: the shard's bad-byte offset */
 } metas_run;
 
 static void *metas_worker(void *arg)
@@ -337,23 +337,12 @@ static void *metas_worker(void *arg)
     metas_run *run = arg;
     uint64_t n = run->ds->manifest.shard_count;
     for (uint64_t i; (i = atomic_fetch_add(&run->next, 1)) < n;) {
-        pthread_mutex_lock(&run->lock);
-        int past = run->rc && i > run->failed; /* a lower shard failed already */
-        pthread_mutex_unlock(&run->lock);
-        if (past)
+        if (remote_jobs_failed_before(&run->jobs, i))
             break;
         uint64_t bad = 0;
         int rc = load_meta(run->ds, i, &bad);
-        if (!rc)
-            continue;
-        pthread_mutex_lock(&run->lock);
-        if (!run->rc || i < run->failed) {
-            run->rc = rc;
-            run->failed = i;
-            run->bad = bad;
-            snprintf(run->msg, sizeof run->msg, "%s", sf_last_error());
-        }
-        pthread_mutex_unlock(&run->lock);
+        if (rc)
+            remote_jobs_note_failure(&run->jobs, i, rc, bad);
     }
     return NULL;
 }
@@ -361,21 +350,12 @@ static void *metas_worker(void *arg)
 int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad)
 {
     metas_run run = {.ds = ds};
-    pthread_mutex_init(&run.lock, NULL);
+    remote_jobs_init(&run.jobs);
     uint64_t n = ds->manifest.shard_count;
-    unsigned want = n < META_THREADS ? (unsigned)n : META_THREADS, started = 0;
-    pthread_t tid[META_THREADS];
-    while (started + 1 < want && pthread_create(&tid[started], NULL, metas_worker, &run) == 0)
-        started++;
-    metas_worker(&run); /* this thread too */
-    for (unsigned t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    pthread_mutex_destroy(&run.lock);
-    if (!run.rc)
-        return 0;
-    *failed = run.failed;
-    *bad = run.bad;
-    return sf_fail(run.rc, "%s", run.msg);
+    remote_jobs_run(n < 1 ? 1 : n < META_THREADS ? (unsigned)n : META_THREADS, metas_worker, &run);
+    *failed = run.jobs.failed;
+    *bad = run.jobs.detail;
+    return remote_jobs_finish(&run.jobs);
 }
 
 /* ---- the cache ---- */

@@ -14,6 +14,7 @@
 
 #include "error_internal.h"
 #include "fetch.h"
+#include "jobs.h"
 #include "io.h"
 #include "shardfeed_config.h"
 
@@ -564,27 +565,23 @@ void remote_pool_give(remote_pool *p, remote_fetcher *f)
 
 /* ---- one object in parts at once ---- */
 
+_Static_assert(REMOTE_PARTS <= REMOTE_JOBS_THREADS_MAX, "more threads than remote_jobs_run runs");
+
 typedef struct parts_run {
     remote_pool *pool;
     const char *name;
     uint64_t size, part;
     int fd;
     _Atomic uint64_t next;  /* the next part to take */
-    pthread_mutex_t lock;
-    int rc;                 /* the failure of the lowest part that failed */
-    uint64_t failed;
-    char msg[1024];
+    remote_jobs jobs;       /* a job: a part */
 } parts_run;
 
 static void *parts_worker(void *arg)
 {
     parts_run *run = arg;
     for (uint64_t k; (k = atomic_fetch_add(&run->next, 1)) * run->part < run->size;) {
-        pthread_mutex_lock(&run->lock);
-        int failed = run->rc != 0; /* the download failed: no more parts */
-        pthread_mutex_unlock(&run->lock);
-        if (failed)
-            break;
+        if (remote_jobs_failed_before(&run->jobs, UINT64_MAX))
+            break; /* the download failed: no more parts */
         uint64_t off = k * run->part;
         uint64_t len = run->size - off < run->part ? run->size - off : run->part;
         remote_fetcher *f;
@@ -595,13 +592,7 @@ static void *parts_worker(void *arg)
         }
         if (!rc)
             continue;
-        pthread_mutex_lock(&run->lock);
-        if (!run->rc || k < run->failed) {
-            run->rc = rc;
-            run->failed = k;
-            snprintf(run->msg, sizeof run->msg, "%s", sf_last_error());
-        }
-        pthread_mutex_unlock(&run->lock);
+        remote_jobs_note_failure(&run->jobs, k, rc, 0);
         break; /* the others finish the parts they fetch */
     }
     return NULL;
@@ -613,25 +604,9 @@ int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int
     parts = parts < 1 ? 1 : parts > REMOTE_PARTS ? REMOTE_PARTS : parts;
     parts_run run = {.pool = p, .name = name, .size = size, .fd = fd,
                      .part = (size + parts - 1) / parts};
-    if (parts == 1) {
-        remote_fetcher *f;
-        int rc = remote_pool_take(&f, p);
-        if (rc)
-            return rc;
-        rc = remote_fetch_to_fd(f, name, size, fd);
-        remote_pool_give(p, f);
-        return rc;
-    }
-    pthread_mutex_init(&run.lock, NULL);
-    pthread_t tid[REMOTE_PARTS];
-    unsigned started = 0;
-    while (started + 1 < parts && pthread_create(&tid[started], NULL, parts_worker, &run) == 0)
-        started++;
-    parts_worker(&run); /* this thread too (alone, should no thread start) */
-    for (unsigned t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    pthread_mutex_destroy(&run.lock);
-    return run.rc ? sf_fail(run.rc, "%s", run.msg) : 0;
+    remote_jobs_init(&run.jobs);
+    remote_jobs_run((unsigned)parts, parts_worker, &run);
+    return remote_jobs_finish(&run.jobs);
 }
 
 #else /* !SF_HAVE_REMOTE */
