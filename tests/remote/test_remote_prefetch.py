@@ -7,12 +7,10 @@ what the epoch needs; the epoch equals the local one. Every test has a deadline;
 bind 127.0.0.1 only."""
 import os
 import sys
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
-from readtest import RemoteCase, epoch_plain, folder_bytes, main  # noqa: E402
+from readtest import FolderPeak, RemoteCase, epoch_plain, main  # noqa: E402
 
 import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
 
@@ -64,38 +62,23 @@ class Prefetch(RemoteCase):
         size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
         limit = size // 2  # the prefetcher's reach, half the limit, holds several shards
         cache = self.cache()
-        seen = [0]
-        stop = threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                seen[0] = max(seen[0], folder_bytes(cache))
-                time.sleep(0.002)
-
         # Every shard request waits 0.2 s at the proxy: downloads one after another would
         # never be in flight together.
         shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
         with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
                                                           delay_s=0.2, match=shard_gets) as proxy:
-            loader = shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
-                                      output="numpy", cache_dir=cache, cache_limit=limit)
-            t = threading.Thread(target=watch)
-            try:
+            with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
+                                  output="numpy", cache_dir=cache, cache_limit=limit) as loader:
                 proxy.max_in_flight = 0  # from here: open fetches metadata 16 at a time
-                t.start()
-                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
-            finally:
-                stop.set()
-                if t.is_alive():
-                    t.join()
-                loader.close()
+                with FolderPeak(cache) as peak:
+                    got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
         self.assertEqual(got, epoch_plain(ds))
         # The reader's own downloads and one prefetch overlap at most 3 ways without several
         # prefetch threads.
         self.assertGreaterEqual(proxy.max_in_flight, 4,
                                 "the shards' downloads did not overlap 4 at a time")
-        self.assertGreater(seen[0], 0, "the watcher saw nothing")
-        self.assertLessEqual(seen[0], limit, f"cache held {seen[0]} bytes, limit {limit}")
+        self.assertGreater(peak.bytes, 0, "the watcher saw nothing")
+        self.assertLessEqual(peak.bytes, limit, f"cache held {peak.bytes} bytes, limit {limit}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
-from readtest import (RemoteCase, dataset_files, epoch, epoch_plain, folder_bytes,  # noqa: E402
-                      main, pack_dataset, run)
-
-from clitest import write_samples  # noqa: E402  (readtest put tests/cli on the path)
+from readtest import (FolderPeak, RemoteCase, dataset_files, epoch, epoch_plain,  # noqa: E402
+                      main, pack_dataset, run, write_samples)
 
 import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
 
@@ -140,27 +137,12 @@ class Cache(RemoteCase):
         largest = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
         self.assertGreater(limit, 3 * largest)
         cache = self.cache()
-        seen = [0]
-        stop = threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                seen[0] = max(seen[0], folder_bytes(cache))
-                time.sleep(0.002)
-
-        with servers.Nginx(www) as ng:
-            t = threading.Thread(target=watch)
-            t.start()
-            try:
-                with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="none",
-                                      output="numpy", cache_dir=cache,
-                                      cache_limit=limit) as loader:
-                    got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
-            finally:
-                stop.set()
-                t.join()
-        self.assertGreater(seen[0], 0, "the watcher saw nothing")
-        self.assertLessEqual(seen[0], limit, f"cache held {seen[0]} bytes, limit {limit}")
+        with servers.Nginx(www) as ng, FolderPeak(cache) as peak:
+            with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="none",
+                                  output="numpy", cache_dir=cache, cache_limit=limit) as loader:
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        self.assertGreater(peak.bytes, 0, "the watcher saw nothing")
+        self.assertLessEqual(peak.bytes, limit, f"cache held {peak.bytes} bytes, limit {limit}")
         local = epoch_plain(ds)
         self.assertEqual(got, local)
 
