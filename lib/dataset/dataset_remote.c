@@ -227,6 +227,11 @@ void dataset_remote_close(sf_dataset *ds)
     ds->remote = NULL;
 }
 
+uint64_t dataset_remote_cache_limit(const sf_dataset *ds)
+{
+    return ds->remote ? ds->remote->cache_limit : 0;
+}
+
 int dataset_remote_direct(const sf_dataset *ds)
 {
     return ds->remote && ds->remote->mode == SF_REMOTE_DIRECT;

@@ -46,7 +46,11 @@ typedef struct shard_fd {
 } shard_fd;
 
 /* A dataset at a URL: entries whose last user released them keep their
- * cache pin (LOCK_SH), at most this many, the most recently released. The
+ * cache pin (LOCK_SH), at most this many, the most recently released, and
+ * at most IDLE_PINNED_SHARE of the cache limit in bytes (other readers of
+ * the cache, another dataset of this process or another process, may need
+ * that room: a download waits for it, and a reader that has stopped does
+ * not give its idle pins back). The
  * reader pins a shard for each record it reads, and two I/O threads seldom
  * overlap, so unpinning at every release cost an unpin, a repin and an
  * fstat per record: 0.40 s of a 60,000-record epoch from one cached shard,
@@ -54,6 +58,7 @@ typedef struct shard_fd {
  * it reads again or closes; it unpins them before it downloads (room for
  * the download may need them evicted). */
 #define IDLE_PINNED 4u
+#define IDLE_PINNED_SHARE 8u /* at most 1/8 of the cache limit */
 
 /* The file a shard's name named when the dataset first opened it. */
 typedef struct shard_identity {
@@ -143,13 +148,21 @@ static void idle_unpin_oldest_locked(dataset_files *f)
 }
 
 /* Under f->lock: the last user released remote entry e: kept pinned, the
- * oldest of IDLE_PINNED unpinned to make room. */
-static void idle_pinned_push_locked(dataset_files *f, uint64_t e)
+ * oldest unpinned while more than IDLE_PINNED entries or more than the
+ * byte budget (a shard larger than it is unpinned at once, as before). */
+static void idle_pinned_push_locked(const sf_dataset *ds, dataset_files *f, uint64_t e)
 {
     assert(f->fds[e].cache_pinned);
     if (f->idle_pinned_n == IDLE_PINNED)
         idle_unpin_oldest_locked(f);
     f->idle_pinned[f->idle_pinned_n++] = e;
+    uint64_t budget = dataset_remote_cache_limit(ds) / IDLE_PINNED_SHARE, bytes = 0;
+    for (unsigned i = 0; i < f->idle_pinned_n; i++)
+        bytes += ds->manifest.shards[f->idle_pinned[i] / 2].file_size; /* entry_of: shard * 2 + direct */
+    while (f->idle_pinned_n && bytes > budget) {
+        bytes -= ds->manifest.shards[f->idle_pinned[0] / 2].file_size;
+        idle_unpin_oldest_locked(f);
+    }
 }
 
 void dataset_files_unpin_idle(sf_dataset *ds)
@@ -435,7 +448,7 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
     assert(x->pins > 0 && "released a shard descriptor that was not acquired");
     if (--x->pins == 0) {
         if (ds->remote)
-            idle_pinned_push_locked(f, e);
+            idle_pinned_push_locked(ds, f, e);
         lru_push(f, e);
         make_room_locked(f); /* pinned ones may have pushed it over the cap */
     }

@@ -236,6 +236,37 @@ class Cache(RemoteCase):
             self.assertEqual(p.returncode, 0, err)
             self.assertEqual(out.strip(), want.hexdigest())
 
+    def test_an_idle_reader_does_not_hold_the_room_another_needs(self):
+        # A reader keeps its last shards pinned between reads (no unpin and repin per record),
+        # but at most an eighth of the cache limit: with a limit of about 4 shards, one that has
+        # read an epoch and stopped must not keep the room a second reader of the cache needs
+        # (its downloads would wait for room, 120 s, and fail).
+        ds, www = self.served(n=400, shard_size="20KiB")
+        shard = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds) if f.endswith(".sfs"))
+        limit = 4 * shard + shard // 2
+        code = ("import hashlib, shardfeed, sys\n"
+                "h = hashlib.sha256()\n"
+                "L = shardfeed.Loader(sys.argv[1], batch_size=16, shuffle='global', seed=3,\n"
+                "                     output='numpy', cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))\n"
+                "for b in L:\n"
+                "    h.update(b.ids.tobytes()); h.update(b['img'].tobytes())\n"
+                "print(h.hexdigest())\n")
+        want = hashlib.sha256()
+        with shardfeed.Loader(ds, batch_size=16, shuffle="global", seed=3, output="numpy") as L:
+            for b in L:
+                want.update(b.ids.tobytes())
+                want.update(b["img"].tobytes())
+        cache = self.cache()
+        with servers.Nginx(www) as ng:
+            with shardfeed.Loader(ng.url + "/ds", batch_size=16, shuffle="global", seed=3, output="numpy",
+                                  cache_dir=cache, cache_limit=limit) as idle:
+                for b in idle:  # one epoch read, then idle while the other reads
+                    pass
+                p = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", cache, str(limit)],
+                                   capture_output=True, text=True, timeout=40)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), want.hexdigest())
+
 
 if __name__ == "__main__":
     main()
