@@ -61,6 +61,9 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct);
  * once opened, and a descriptor acquired stays valid until the dataset
  * closes (io_uring may register them). */
 int dataset_fd_all_kept(const sf_dataset *ds);
+/* A dataset at a URL: unpins in the cache the shards this process keeps
+ * pinned though nobody reads them now (shard_files.c, IDLE_PINNED). */
+void dataset_files_unpin_idle(sf_dataset *ds);
 uint64_t dataset_fd_cap(const sf_dataset *ds);
 /* The read-only map of the whole of `shard`, made on first use (the fault
  * guard is installed first: touch it only under the guard). */
@@ -97,6 +100,8 @@ int dataset_remote_repin(int fd);
 int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len);
 /* Whether records are read by range requests (mode direct). */
 int dataset_remote_direct(const sf_dataset *ds);
+/* The cache folder's size limit in bytes (0: not at a URL). */
+uint64_t dataset_remote_cache_limit(const sf_dataset *ds);
 /* Tells the prefetcher that `shard` is being read: without a plan it fills
  * the cache with the shards after it (in shard order, wrapping), up to half
  * the cache limit ahead; with one, `shard` and those before it leave it. */

@@ -15,6 +15,7 @@
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "fetch.h"
+#include "jobs.h"
 #include "remote_url.h"
 
 /* Open reads a shard's header with one request and its tail (footer, and
@@ -24,6 +25,10 @@
 /* The prefetcher keeps at most this many shards, and half the cache limit,
  * downloaded ahead of the one being read. */
 #define PREFETCH_SHARDS 8u
+/* Shards the prefetcher downloads at once, each on its own thread and
+ * connections: one at a time, a shard's download waited for the one before
+ * it, each paying its round trips and its fsync. */
+#define PREFETCH_THREADS 4u
 /* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
 #define PLAN_CAP 64u
 
@@ -34,16 +39,20 @@ struct dataset_remote {
     int mode;               /* enum sf_remote_mode */
     remote_cache *cache;    /* mode cache */
     uint64_t cache_limit;
-    /* the prefetcher: fills the cache from `next` while it is within reach
-     * of `reading` (positions in shard order, wrapping) */
+    /* the prefetcher: PREFETCH_THREADS threads fill the cache from `next`
+     * while it is within reach of `reading` (positions in shard order,
+     * wrapping); a shard is taken (next moves past it) when a thread starts
+     * its download, so no two threads take the same one */
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    pthread_t tid;
-    int running, stop;
+    pthread_t tid[PREFETCH_THREADS];
+    unsigned running; /* threads started */
+    int stop;
     uint64_t reading, next;
     _Atomic uint64_t last_hint;
     /* the reader's plan: the shards in the order its schedule first touches
-     * them (a ring, oldest at plan_head); plan_done[i]: already prefetched.
+     * them (a ring, oldest at plan_head); plan_done[i]: taken by a prefetch
+     * thread (downloading or done).
      * Once a reader planned, the prefetcher follows the plan only. */
     uint64_t plan[PLAN_CAP];
     uint8_t plan_done[PLAN_CAP];
@@ -193,13 +202,13 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
 
 static void prefetch_stop(dataset_remote *x)
 {
-    if (!x->running)
-        return;
     pthread_mutex_lock(&x->lock);
     x->stop = 1;
-    pthread_cond_signal(&x->cv);
+    pthread_cond_broadcast(&x->cv);
+    unsigned running = x->running;
     pthread_mutex_unlock(&x->lock);
-    pthread_join(x->tid, NULL);
+    for (unsigned t = 0; t < running; t++)
+        pthread_join(x->tid[t], NULL);
     x->running = 0;
 }
 
@@ -216,6 +225,11 @@ void dataset_remote_close(sf_dataset *ds)
     pthread_mutex_destroy(&x->lock);
     free(x);
     ds->remote = NULL;
+}
+
+uint64_t dataset_remote_cache_limit(const sf_dataset *ds)
+{
+    return ds->remote ? ds->remote->cache_limit : 0;
 }
 
 int dataset_remote_direct(const sf_dataset *ds)
@@ -315,13 +329,12 @@ static int load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
  * round trips per shard (20,000 shards at 20 ms: 13 minutes). */
 #define META_THREADS 16u
 
+_Static_assert(META_THREADS <= REMOTE_JOBS_THREADS_MAX, "more threads than remote_jobs_run runs");
+
 typedef struct metas_run {
     sf_dataset *ds;
     _Atomic uint64_t next;
-    pthread_mutex_t lock;
-    int rc;              /* the failure of shard `failed`, the lowest that failed */
-    uint64_t failed, bad;
-    char msg[1024];
+    remote_jobs jobs; /* a job: a shard; its detail: the shard's bad-byte offset */
 } metas_run;
 
 static void *metas_worker(void *arg)
@@ -329,23 +342,12 @@ static void *metas_worker(void *arg)
     metas_run *run = arg;
     uint64_t n = run->ds->manifest.shard_count;
     for (uint64_t i; (i = atomic_fetch_add(&run->next, 1)) < n;) {
-        pthread_mutex_lock(&run->lock);
-        int past = run->rc && i > run->failed; /* a lower shard failed already */
-        pthread_mutex_unlock(&run->lock);
-        if (past)
+        if (remote_jobs_failed_before(&run->jobs, i))
             break;
         uint64_t bad = 0;
         int rc = load_meta(run->ds, i, &bad);
-        if (!rc)
-            continue;
-        pthread_mutex_lock(&run->lock);
-        if (!run->rc || i < run->failed) {
-            run->rc = rc;
-            run->failed = i;
-            run->bad = bad;
-            snprintf(run->msg, sizeof run->msg, "%s", sf_last_error());
-        }
-        pthread_mutex_unlock(&run->lock);
+        if (rc)
+            remote_jobs_note_failure(&run->jobs, i, rc, bad);
     }
     return NULL;
 }
@@ -353,21 +355,12 @@ static void *metas_worker(void *arg)
 int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad)
 {
     metas_run run = {.ds = ds};
-    pthread_mutex_init(&run.lock, NULL);
+    remote_jobs_init(&run.jobs);
     uint64_t n = ds->manifest.shard_count;
-    unsigned want = n < META_THREADS ? (unsigned)n : META_THREADS, started = 0;
-    pthread_t tid[META_THREADS];
-    while (started + 1 < want && pthread_create(&tid[started], NULL, metas_worker, &run) == 0)
-        started++;
-    metas_worker(&run); /* this thread too */
-    for (unsigned t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    pthread_mutex_destroy(&run.lock);
-    if (!run.rc)
-        return 0;
-    *failed = run.failed;
-    *bad = run.bad;
-    return sf_fail(run.rc, "%s", run.msg);
+    remote_jobs_run(n < 1 ? 1 : n < META_THREADS ? (unsigned)n : META_THREADS, metas_worker, &run);
+    *failed = run.jobs.failed;
+    *bad = run.jobs.detail;
+    return remote_jobs_finish(&run.jobs);
 }
 
 /* ---- the cache ---- */
@@ -420,12 +413,7 @@ static int fill_shard(void *arg, int fd, uint64_t size)
     uint64_t first_bad = 0;
     int alike = 1;
     for (uint32_t attempt = 0;; attempt++) {
-        remote_fetcher *f;
-        int rc = remote_pool_take(&f, x->pool);
-        if (rc)
-            return rc;
-        rc = remote_fetch_to_fd(f, name, size, fd);
-        remote_pool_give(x->pool, f);
+        int rc = remote_pool_fetch_to_fd(x->pool, name, size, fd);
         if (rc)
             return rc;
         uint64_t bad = 0;
@@ -487,8 +475,6 @@ int dataset_remote_repin(int fd)
 
 /* ---- the prefetcher ---- */
 
-static void *prefetch_main(void *arg);
-
 /* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half
  * the cache limit, PREFETCH_SHARDS shards) is full. */
 static uint64_t shard_order_next_locked(sf_dataset *ds)
@@ -507,9 +493,9 @@ static uint64_t shard_order_next_locked(sf_dataset *ds)
     return s;
 }
 
-/* Under x->lock: the first shard of the plan not yet prefetched, or
- * UINT64_MAX when there is none or the reach (PREFETCH_SHARDS, half the
- * cache limit of prefetched shards not yet read) is full. */
+/* Under x->lock: the first shard of the plan not yet taken, or UINT64_MAX
+ * when there is none or the reach (PREFETCH_SHARDS, half the cache limit of
+ * shards taken and not yet read) is full. */
 static uint64_t plan_next_locked(sf_dataset *ds)
 {
     dataset_remote *x = ds->remote;
@@ -531,15 +517,36 @@ static uint64_t prefetch_next_locked(sf_dataset *ds)
     return ds->remote->planned ? plan_next_locked(ds) : shard_order_next_locked(ds);
 }
 
-/* Under x->lock: marks the plan's `shard` prefetched (tried: a failure is
- * the reader's to meet). */
-static void plan_mark_done_locked(dataset_remote *x, uint64_t shard)
+/* Under x->lock: the next shard to prefetch, taken (no other thread takes
+ * it), or UINT64_MAX when the reach is full. A failed download is the
+ * reader's to meet. */
+static uint64_t prefetch_take_locked(sf_dataset *ds)
 {
+    dataset_remote *x = ds->remote;
+    uint64_t s = prefetch_next_locked(ds);
+    if (s == UINT64_MAX)
+        return s;
+    if (!x->planned) {
+        x->next = s + 1;
+        return s;
+    }
     for (uint32_t k = 0; k < x->plan_len; k++) {
         uint32_t i = (x->plan_head + k) % PLAN_CAP;
-        if (x->plan[i] == shard)
+        if (x->plan[i] == s)
             x->plan_done[i] = 1;
     }
+    return s;
+}
+
+static void *prefetch_main(void *arg);
+
+/* Under x->lock: starts the prefetch threads not yet running. */
+static void prefetch_start_locked(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    while (!x->stop && x->running < PREFETCH_THREADS &&
+           pthread_create(&x->tid[x->running], NULL, prefetch_main, ds) == 0)
+        x->running++;
 }
 
 /* Under x->lock: the reader reached `shard`: it and the plan's shards
@@ -570,9 +577,8 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
         uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
         x->plan[i] = shard;
         x->plan_done[i] = 0;
-        if (!x->running && !x->stop)
-            x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
-        pthread_cond_signal(&x->cv);
+        prefetch_start_locked(ds);
+        pthread_cond_broadcast(&x->cv);
     }
     pthread_mutex_unlock(&x->lock);
 }
@@ -583,7 +589,7 @@ static void *prefetch_main(void *arg)
     dataset_remote *x = ds->remote;
     pthread_mutex_lock(&x->lock);
     while (!x->stop) {
-        uint64_t s = prefetch_next_locked(ds);
+        uint64_t s = prefetch_take_locked(ds);
         if (s == UINT64_MAX) {
             pthread_cond_wait(&x->cv, &x->lock);
             continue;
@@ -592,9 +598,6 @@ static void *prefetch_main(void *arg)
         /* A failure is the reader's to meet and report when it gets there. */
         ensure_shard(ds, s, 1);
         pthread_mutex_lock(&x->lock);
-        plan_mark_done_locked(x, s);
-        if (x->next % ds->manifest.shard_count == s)
-            x->next = s + 1;
     }
     pthread_mutex_unlock(&x->lock);
     return NULL;
@@ -603,7 +606,10 @@ static void *prefetch_main(void *arg)
 void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
 {
     dataset_remote *x = ds->remote;
+    /* Read before written: the I/O threads call this for every record, and
+     * a write would move the line between their cores each time. */
     if (!x || !x->cache || x->mode != SF_REMOTE_CACHE ||
+        atomic_load_explicit(&x->last_hint, memory_order_relaxed) == shard ||
         atomic_exchange(&x->last_hint, shard) == shard)
         return;
     pthread_mutex_lock(&x->lock);
@@ -615,9 +621,8 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
         x->next = shard + 1;
     x->reading = shard;
     plan_pass_locked(x, shard);
-    if (!x->running && !x->stop)
-        x->running = pthread_create(&x->tid, NULL, prefetch_main, ds) == 0;
-    pthread_cond_signal(&x->cv);
+    prefetch_start_locked(ds);
+    pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->lock);
 }
 

@@ -31,6 +31,13 @@
 #define REMOTE_MESSAGE_MAX 200u      /* characters of the store's message quoted */
 #define REMOTE_BACKOFF_BASE_MS 50u
 #define REMOTE_BACKOFF_MAX_MS 4000u
+#define REMOTE_RECV_BUFFER (256u << 10) /* curl's receive buffer, per fetcher */
+#define REMOTE_WRITEBACK_STEP (4u << 20) /* a download's write-back starts per step */
+/* remote_pool_fetch_to_fd: an object of at least 2 x REMOTE_PART_MIN bytes
+ * is fetched as up to REMOTE_PARTS ranges at once, each on its own
+ * connection (one connection's copy was the limit on loopback). */
+#define REMOTE_PART_MIN (8u << 20)
+#define REMOTE_PARTS 4u
 
 typedef struct remote_policy {
     uint32_t retries;    /* attempts after the first */
@@ -71,6 +78,12 @@ int remote_pool_open(remote_pool **out, const remote_location *loc, const remote
 void remote_pool_free(remote_pool *p); /* NULL ok; every fetcher given back */
 int remote_pool_take(remote_fetcher **out, remote_pool *p);
 void remote_pool_give(remote_pool *p, remote_fetcher *f);
+/* remote_fetch_to_fd in up to REMOTE_PARTS ranges fetched at once by as
+ * many threads, each with a fetcher of the pool, each written at its offset
+ * (each retried as remote_fetch_range is, a retry resuming where its range
+ * stopped). 0, or the failure of the lowest failing range, the others
+ * finished first. */
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd);
 
 /* ---- for the tests: the transport's decisions, without a server ---- */
 

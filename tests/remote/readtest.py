@@ -8,6 +8,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 
@@ -94,6 +96,30 @@ def folder_bytes(root):
             sizes[name] = max(sizes.get(name, 0), size)
         total += sum(sizes.values())
     return total
+
+
+class FolderPeak:
+    """`with FolderPeak(root) as peak:` samples folder_bytes(root) every 2 ms on a thread;
+    peak.bytes is the most it saw."""
+
+    def __init__(self, root):
+        self.root = root
+        self.bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch)
+
+    def _watch(self):
+        while not self._stop.is_set():
+            self.bytes = max(self.bytes, folder_bytes(self.root))
+            time.sleep(0.002)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 class RemoteCase(unittest.TestCase):

@@ -234,14 +234,16 @@ class _Forwarder:
     """A threaded HTTP/1.1 server on 127.0.0.1 that reads each request whole,
     asks `decide(method, raw_path, headers, body)` what to do, and forwards it
     to `upstream` unless told otherwise. decide returns None (forward as is),
-    ("respond", status, code, message) or ("fault", kind)."""
+    ("respond", status, code, message) or ("fault", kind). `done()`, when
+    given, is called when a request that decide saw is answered."""
 
-    def __init__(self, upstream, decide, delay_s=0.0):
+    def __init__(self, upstream, decide, delay_s=0.0, done=None):
         u = urllib.parse.urlsplit(upstream)
         if u.hostname != LOOPBACK and u.hostname != "localhost":
             raise ValueError(f"{upstream}: the test servers reach loopback only")
         self.upstream_host, self.upstream_port = LOOPBACK, u.port or 80
         self.decide = decide
+        self.done = done
         self.delay_s = delay_s
         forwarder = self
 
@@ -304,6 +306,14 @@ class _Forwarder:
         return h.rfile.read(n) if n else b""
 
     def _serve(self, h):
+        decided = []
+        try:
+            self._serve_one(h, decided)
+        finally:
+            if self.done and decided:
+                self.done()
+
+    def _serve_one(self, h, decided):
         if h.headers.get("expect", "").lower() == "100-continue":
             h.send_response_only(100)
             h.end_headers()
@@ -314,6 +324,7 @@ class _Forwarder:
             raw_path = (u.path or "/") + ("?" + u.query if u.query else "")
         headers = {k.lower(): v for k, v in h.headers.items()}
         action = self.decide(h.command, raw_path, headers, body)
+        decided.append(True)
         kind = action[1] if action and action[0] == "fault" else None
         if action and action[0] == "respond":
             return self._respond(h, action[1], {"content-type": "application/xml"},
@@ -397,7 +408,9 @@ class FaultProxy:
     from Random(seed); the kinds' probabilities add up to at most 1), to
     the requests `match(method, path)` accepts (default: every request).
     `.counts[kind]` is how many requests got each; `.requests` how many came;
-    `.log` lists (method, path, fault kind or None) in arrival order.
+    `.log` lists (method, path, fault kind or None) in arrival order;
+    `.in_flight` counts the requests being answered now and `.max_in_flight`
+    the most at once (set it to 0 to measure from then on).
 
       drop      the connection closed without a response (not forwarded)
       reset     forwarded; headers and half the body, then a TCP RST
@@ -421,6 +434,8 @@ class FaultProxy:
         self.delay_s = delay_s
         self.counts = {k: 0 for k in FAULT_KINDS}
         self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._fwd = None
@@ -429,12 +444,18 @@ class FaultProxy:
     def _decide(self, method, raw_path, headers, body):
         with self._lock:
             self.requests += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             kind = self._draw(method, raw_path)
             self.log.append((method, raw_path, kind))
             if kind:
                 self.counts[kind] += 1
                 return ("fault", kind)
         return None
+
+    def _done(self):
+        with self._lock:
+            self.in_flight -= 1
 
     def _draw(self, method, raw_path):
         if self.match and not self.match(method, raw_path):
@@ -450,7 +471,8 @@ class FaultProxy:
         return None
 
     def __enter__(self):
-        self._fwd = _Forwarder(self.upstream_url, self._decide, delay_s=self.delay_s)
+        self._fwd = _Forwarder(self.upstream_url, self._decide, delay_s=self.delay_s,
+                               done=self._done)
         self.url = self._fwd.url
         return self
 

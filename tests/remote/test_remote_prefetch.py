@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
-from readtest import RemoteCase, main  # noqa: E402
+from readtest import FolderPeak, RemoteCase, epoch_plain, main  # noqa: E402
 
 import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
 
@@ -56,6 +56,29 @@ class Prefetch(RemoteCase):
         self.assertGreater(downloads, 0)
         self.assertLessEqual(downloads, runs + runs // 10 + 2,
                              f"{downloads} downloads for {runs} first touches of {shards} shards")
+
+    def test_several_downloads_overlap_and_the_folder_stays_within_the_limit(self):
+        ds, www = self.served(n=600, shard_size="20KiB")
+        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        limit = size // 2  # the prefetcher's reach, half the limit, holds several shards
+        cache = self.cache()
+        # Every shard request waits 0.2 s at the proxy: downloads one after another would
+        # never be in flight together.
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
+                                                          delay_s=0.2, match=shard_gets) as proxy:
+            with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
+                                  output="numpy", cache_dir=cache, cache_limit=limit) as loader:
+                proxy.max_in_flight = 0  # from here: open fetches metadata 16 at a time
+                with FolderPeak(cache) as peak:
+                    got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        self.assertEqual(got, epoch_plain(ds))
+        # The reader's own downloads and one prefetch overlap at most 3 ways without several
+        # prefetch threads.
+        self.assertGreaterEqual(proxy.max_in_flight, 4,
+                                "the shards' downloads did not overlap 4 at a time")
+        self.assertGreater(peak.bytes, 0, "the watcher saw nothing")
+        self.assertLessEqual(peak.bytes, limit, f"cache held {peak.bytes} bytes, limit {limit}")
 
 
 if __name__ == "__main__":
