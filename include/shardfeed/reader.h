@@ -93,7 +93,11 @@ enum sf_reader_engine {
                             README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
-    SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards */
+    SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards; each shard read
+                            stays mapped until the dataset closes, so a dataset of more shards
+                            than the map budget (half of vm.max_map_count, or
+                            $SHARDFEED_MAP_LIMIT) is refused at open (SF_E_UNSUPPORTED) and AUTO
+                            picks pread for it instead */
 };
 /* A dataset with compressed fields is read by the pread engine when URING, or
  * AUTO on cold shards, is asked for (records are staged and decompressed

@@ -479,7 +479,10 @@ int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
         /* The map keeps the file; its descriptor goes back at once. */
         void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED)
-            rc = sf_fail(-errno, "%s/%s: mmap failed: %s", ds->dir, s->name, strerror(errno));
+            rc = sf_fail(-errno, "%s/%s: mmap failed: %s%s", ds->dir, s->name, strerror(errno),
+                         errno == ENOMEM ? " (a process may have vm.max_map_count maps; the mmap engine "
+                                           "keeps one per shard it read: use pread or uring)"
+                                         : "");
         else
             atomic_store_explicit(&s->map, map = p, memory_order_release);
         dataset_fd_release(ds, shard, 0);

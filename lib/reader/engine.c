@@ -201,6 +201,37 @@ static int shards_resident(const sf_reader *r)
     return seen > 0 && in * 10 >= seen * 9; /* 90% resident: warm */
 }
 
+/* The mmap engine maps each shard it reads once and keeps the map until the
+ * dataset closes, so a dataset of more shards than the process may have
+ * maps (vm.max_map_count, 65,530 by default, shared with everything else the
+ * process maps) failed with ENOMEM part-way through an epoch. The budget:
+ * $SHARDFEED_MAP_LIMIT, else half of vm.max_map_count. */
+static uint64_t map_budget(void)
+{
+    const char *env = getenv("SHARDFEED_MAP_LIMIT");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (!*end)
+            return v;
+    }
+    unsigned long long v = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 65530;
+        fclose(f);
+    }
+    return v / 2;
+}
+
+/* Whether every shard's map fits the budget (map_budget). */
+static int maps_fit(const sf_reader *r, uint64_t *budget)
+{
+    *budget = map_budget();
+    return r->ds->manifest.shard_count <= *budget;
+}
+
 int reader_engine_start(sf_reader *r)
 {
     /* Auto, for shards already in the page cache (reader.h says the rule):
@@ -225,8 +256,17 @@ int reader_engine_start(sf_reader *r)
         return start_engine(r, &reader_engine_ranges);
     if (r->ds->remote && r->opts.engine == SF_ENGINE_AUTO)
         return start_engine(r, &reader_engine_pread);
+    uint64_t budget;
+    int fit = maps_fit(r, &budget);
     if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
-        return start_engine(r, small_stored_records(r) ? &reader_engine_mmap : &reader_engine_pread);
+        return start_engine(r, small_stored_records(r) && fit ? &reader_engine_mmap : &reader_engine_pread);
+    if (r->opts.engine == SF_ENGINE_MMAP && !fit)
+        return sf_fail(SF_E_UNSUPPORTED,
+                       "%s: %llu shards, and the mmap engine keeps a map of each it reads until the "
+                       "dataset closes: more than the %llu maps allowed (half of vm.max_map_count, or "
+                       "$SHARDFEED_MAP_LIMIT); use the pread or uring engine",
+                       r->ds->dir, (unsigned long long)r->ds->manifest.shard_count,
+                       (unsigned long long)budget);
     /* A record with compressed fields is read whole into a staging buffer
      * and decompressed by the thread that read it (staged.c): synchronous
      * work per record, which the copy engines do; io_uring's asynchronous

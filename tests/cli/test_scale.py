@@ -1,5 +1,6 @@
 """Datasets of many shards: a dataset of 20,000 one-record shards opens, reads and verifies
-under `ulimit -n 256` (shards are opened on first use, at most half the limit stay open).
+under `ulimit -n 256` (shards are opened on first use, at most half the limit stay open), and
+the mmap engine is not used past its map budget.
 
 The dataset is written by sfwrite.write_tiny_dataset (tests/python), not packed: pack syncs
 every shard, which takes a minute for 20,000 of them on a disk and six under ASan. About 15 s."""
@@ -38,6 +39,27 @@ class ManyShards(unittest.TestCase):
                 self.assertEqual(j["samples"], SHARDS)
                 self.assertEqual(j["options"]["engine"], engine)
                 self.assertEqual(j.get("substituted", 0), 0)
+
+    def test_mmap_is_not_chosen_past_the_map_budget(self):
+        # The mmap engine keeps a map of every shard it reads until the dataset closes, and a
+        # process may have vm.max_map_count maps (65,530 by default): past half of that (or
+        # $SHARDFEED_MAP_LIMIT), auto reads warm small records with pread instead, and an
+        # explicit mmap is refused at open, not with ENOMEM part-way through an epoch.
+        def bench(limit, *args):
+            env = dict(os.environ, SHARDFEED_MAP_LIMIT=str(limit))
+            return run("bench", self.ds, "--batch-size", "256", "--json", "--epochs", "1", *args,
+                       nofile=NOFILE, env=env)
+        roomy = bench(SHARDS)
+        self.assertEqual(roomy.returncode, 0, roomy.stderr)
+        self.assertEqual(json.loads(roomy.stdout)["options"]["engine"], "mmap")  # warm, small records
+        tight = bench(SHARDS - 1)
+        self.assertEqual(tight.returncode, 0, tight.stderr)
+        j = json.loads(tight.stdout)
+        self.assertEqual((j["options"]["engine"], j["samples"]), ("pread", SHARDS))
+        refused = bench(SHARDS - 1, "--engine", "mmap")
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn(f"{SHARDS} shards", refused.stderr)
+        self.assertIn("vm.max_map_count", refused.stderr)
 
     def test_inspect_and_verify_under_the_limit(self):
         p = run("inspect", self.ds, nofile=NOFILE)
