@@ -15,7 +15,7 @@ typedef struct cli_command_help {
 } cli_command_help;
 
 static const cli_command_help HELP[] = {
-    {"pack", "shardfeed pack INPUT -o OUT_DIR [options]",
+    {"pack", "shardfeed pack INPUT -o OUT_DIR|URL [options]",
      "pack .npy files, an ImageFolder tree, a list or tar files into checksummed shards",
      "INPUT is one of (picked from what it is; --input-format overrides):\n"
      "  npy          a directory of {field}_{key}.npy files (img_0.npy, label_0.npy, ...):\n"
@@ -25,7 +25,16 @@ static const cli_command_help HELP[] = {
      "  list         a .csv/.tsv/.txt list: path, label[, more columns]\n"
      "  tar          a WebDataset .tar (or .tar.gz, ...), or a directory of them\n"
      "\n"
-     "  -o, --output DIR           output dataset folder (created if missing); required\n"
+     "  -o, --output DIR           output dataset folder (created if missing); required.\n"
+     "                             A URL (s3://BUCKET/PREFIX, or http(s):// of a server\n"
+     "                             taking PUT): packs into a temporary folder, uploads it\n"
+     "                             as 'shardfeed push' does (the manifest last; --force:\n"
+     "                             replace a dataset there), then removes the folder, also\n"
+     "                             after a failure or SIGINT/SIGTERM/SIGHUP\n"
+     "      --tmp-dir DIR          -o URL: where that temporary folder goes (default\n"
+     "                             $TMPDIR, else /tmp); it needs room for the whole packed\n"
+     "                             dataset\n"
+     "      --retries N            -o URL: attempts after the first, per request (default 8)\n"
      "  -j, --jobs N               worker threads (default: one per CPU)\n"
      "      --input-format F       auto (default), npy, imagefolder, list or tar\n"
      "      --compress F=zstd[:L]  store field F as zstd frames (level L, default 3);\n"
@@ -44,7 +53,7 @@ static const cli_command_help HELP[] = {
      "                             K/N come from SLURM_PROCID/SLURM_NTASKS,\n"
      "                             OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE; '%k' in\n"
      "                             OUT_DIR is replaced by K\n"
-     "      --force                replace a shardfeed dataset already in OUT_DIR\n"
+     "      --force                replace a shardfeed dataset already in OUT_DIR (or URL)\n"
      "  -q, --quiet                no progress bar and no summary\n"
      "  -h, --help                 this help\n"
      "\n"
