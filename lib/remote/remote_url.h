@@ -61,6 +61,14 @@ int remote_location_signed(const remote_location *loc);
  * 0, SF_E_INVALID (a bad name) or -ENOMEM. */
 int remote_object_url(char **out, const remote_location *loc, const char *name);
 
+/* s3: the URL of the bucket itself with `query` ("BUCKET_URL/?QUERY"), for
+ * requests about the bucket (ListObjectsV2). Malloc'd. 0, SF_E_UNSUPPORTED
+ * (an http location: no bucket) or -ENOMEM. */
+int remote_bucket_url(char **out, const remote_location *loc, const char *query);
+/* s3: the key prefix, percent-encoded as in object URLs ('/' kept), without
+ * a trailing '/'; "" for the bucket's root or an http location. */
+const char *remote_location_key_prefix(const remote_location *loc);
+
 /* Sets on a curl easy handle (CURL *) what every request to this location
  * needs: for s3 with credentials, SigV4 signing (CURLOPT_AWS_SIGV4
  * "aws:amz:REGION:s3", the key pair as user and password) and its headers
