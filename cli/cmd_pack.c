@@ -200,7 +200,7 @@ static int pack_and_push(const char *input, const char *tmp, const char *url, sf
     sf_push_opts push = SF_PUSH_OPTS_INIT;
     push.overwrite = opts->force;
     push.retries = retries;
-    return cli_push(tmp, url, &push, quiet);
+    return cli_push("pack", tmp, url, &push, quiet);
 }
 
 /* Runs pack_and_push in a child process so that the temporary folder is

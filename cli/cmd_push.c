@@ -30,7 +30,7 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int cli_push(const char *dir, const char *url, sf_push_opts *opts, int quiet)
+int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet)
 {
     push_progress progress = {quiet, 0};
     opts->progress = print_progress;
@@ -38,7 +38,7 @@ int cli_push(const char *dir, const char *url, sf_push_opts *opts, int quiet)
     double t0 = now_s();
     int rc = sf_push(dir, url, opts);
     if (rc)
-        return cli_fail("push", rc);
+        return cli_fail(cmd, rc);
     if (!quiet) {
         char b[32];
         printf("pushed %s to %s (%s in %.1f s)\n", dir, url, cli_bytes(b, sizeof b, (double)progress.bytes),
@@ -81,5 +81,5 @@ int cmd_push(int argc, char **argv)
     if (argc - optind != 2)
         return cli_usage_error("push", "needs DATASET_DIR and a URL (s3://BUCKET/PREFIX or http(s)://...), got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
-    return cli_push(argv[optind], argv[optind + 1], &opts, quiet);
+    return cli_push("push", argv[optind], argv[optind + 1], &opts, quiet);
 }
