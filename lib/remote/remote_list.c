@@ -158,24 +158,6 @@ int remote_list_parse(remote_list_page *page, const char *xml, size_t len, const
 
 /* ---- The requests ---------------------------------------------------------------- */
 
-/* Percent-encodes every byte but the unreserved ones (a query value as
- * SigV4 canonicalises it: '/' too). The caller sized out for 3 per byte. */
-static void encode_value(char *out, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' ||
-            *c == '.' || *c == '_' || *c == '~') {
-            *out++ = (char)*c;
-        } else {
-            *out++ = '%';
-            *out++ = hex[*c >> 4];
-            *out++ = hex[*c & 15];
-        }
-    }
-    *out = '\0';
-}
-
 static int hex_digit(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -207,18 +189,18 @@ static char *raw_prefix(const remote_location *loc)
 /* ListObjectsV2's query, its names sorted as SigV4's canonical query wants. */
 static char *list_query(const char *prefix, const char *token)
 {
-    char *q = malloc(64 + 3 * strlen(prefix) + 3 * strlen(token));
+    size_t cap = 64 + 3 * strlen(prefix) + 3 * strlen(token);
+    char *q = malloc(cap), *o = q;
     if (!q)
         return NULL;
-    char *o = q;
     if (*token) {
         o += sprintf(o, "continuation-token=");
-        encode_value(o, token);
+        remote_query_encode(o, cap - (size_t)(o - q), token);
         o += strlen(o);
         *o++ = '&';
     }
     o += sprintf(o, "delimiter=%%2F&list-type=2&prefix=");
-    encode_value(o, prefix);
+    remote_query_encode(o, cap - (size_t)(o - q), prefix);
     return q;
 }
 

@@ -362,6 +362,23 @@ int remote_object_url(char **out, const remote_location *loc, const char *name)
     return 0;
 }
 
+void remote_query_encode(char *out, size_t cap, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)value; *c && o + 4 <= cap; c++) {
+        if (unreserved(*c)) {
+            out[o++] = (char)*c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*c >> 4];
+            out[o++] = hex[*c & 15];
+        }
+    }
+    if (cap)
+        out[o] = '\0';
+}
+
 int remote_bucket_url(char **out, const remote_location *loc, const char *query)
 {
     *out = NULL;
@@ -467,6 +484,13 @@ int remote_object_url(char **out, const remote_location *loc, const char *name)
     (void)loc, (void)name;
     *out = NULL;
     return sf_fail(SF_E_UNSUPPORTED, "this build has no libcurl");
+}
+
+void remote_query_encode(char *out, size_t cap, const char *value)
+{
+    (void)value;
+    if (cap)
+        out[0] = '\0';
 }
 
 int remote_bucket_url(char **out, const remote_location *loc, const char *query)
