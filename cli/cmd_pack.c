@@ -381,6 +381,9 @@ int cmd_pack(int argc, char **argv)
                                    "from folders (pack the parts into folders, merge them, then 'shardfeed "
                                    "push' the result)", opts.part_index, opts.part_count, from);
         opts.part_count = opts.part_index = 0;
+        if (!sf_has_feature("remote")) /* say so before packing, not after */
+            return cli_usage_error("pack", "-o %s: this shardfeed was built without libcurl: no uploads "
+                                   "(pack into a folder)", out);
         if (!tmp_dir)
             tmp_dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
         return pack_to_url(argv[optind], out, tmp_dir, &opts, retries, quiet);
