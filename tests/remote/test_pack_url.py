@@ -119,6 +119,22 @@ class PackToUrl(RemoteCase):
         self.assert_no_temporary_folder()
         self.assertIsNone(self.s3.get_object(self.bkt, "cut/manifest.sfm"))
 
+    def test_pack_to_a_web_server_taking_put(self):
+        # As push: an http(s):// URL of a server taking PUT (nginx's WebDAV), every file in one PUT.
+        www = os.path.join(self.root, "www")
+        os.makedirs(www)
+        with servers.Nginx(www, dav=True) as nginx:
+            self.pack(nginx.url + "/sets/ds", "-q", check=0)
+            self.assertEqual(run("verify", nginx.url + "/sets/ds", env=self.env).returncode, 0)
+        local = os.path.join(self.root, "local")
+        run("pack", self.src, "-o", local, "--shard-size", "16KiB", "--align", "64", "-q", check=0)
+        names = sorted(os.listdir(local))
+        self.assertEqual(sorted(os.listdir(os.path.join(www, "sets", "ds"))), names)
+        for name in names:  # the same files and sizes as a local pack (verify above checked the bytes)
+            self.assertEqual(os.path.getsize(os.path.join(local, name)),
+                             os.path.getsize(os.path.join(www, "sets", "ds", name)), name)
+        self.assert_no_temporary_folder()
+
     def test_usage(self):
         out = self.pack(f"s3://{self.bkt}/p%k", "--part", "0/2", check=1)
         self.assertIn("parts are merged from folders", out.stderr)
