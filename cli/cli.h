@@ -60,6 +60,11 @@ int cli_is_remote_option(int c);
  * call takes no options, as verify's and export's do): NULL, or what is
  * wrong with it. */
 const char *cli_remote_option(sf_remote_opts *r, int c, const char *arg);
+/* Uploads dataset folder `dir` to `url` with sf_push (push and pack -o URL):
+ * a line per object and a summary unless `quiet`. EXIT_OK, or the failure
+ * printed (as command `cmd`'s) and its exit status. Sets opts' progress
+ * callback. */
+int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet);
 /* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a non-negative integer; 0 on success. */

@@ -1,7 +1,12 @@
+#include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +118,166 @@ static char *expand_out(const char *out, uint32_t k)
     return r;
 }
 
+/* Packs `input` into folder `out_dir` and prints the summary. */
+static int run_pack(const char *input, const char *out_dir, sf_pack_opts *opts, int quiet)
+{
+    progress prog = {now_s()};
+    if (!quiet && isatty(STDERR_FILENO)) {
+        opts->progress = on_progress;
+        opts->image_progress = on_image_progress;
+        opts->progress_ctx = &prog;
+    }
+    sf_pack_result r;
+    int rc = sf_pack(&r, input, out_dir, opts);
+    if (rc) {
+        cli_error("pack", rc);
+        return EXIT_USAGE;
+    }
+    if (!quiet && r.already_complete) {
+        if (r.part_count)
+            printf("part %u of %u: ", r.part_index, r.part_count);
+        printf("%s: already complete: its %llu samples in %llu shards hold this input (every value read "
+               "and compared), nothing written, %.2f s\n",
+               out_dir, (unsigned long long)r.samples, (unsigned long long)r.shards, r.seconds);
+    } else if (!quiet) {
+        char a[32], b[32];
+        double mbs = r.seconds > 0 ? (double)r.bytes_in / r.seconds / 1e6 : 0;
+        if (r.part_count)
+            printf("part %u of %u: ", r.part_index, r.part_count);
+        printf("packed %llu samples into %llu shards in %s: %s of values, %s written, %.2f s, %.0f MB/s",
+               (unsigned long long)r.samples, (unsigned long long)r.shards, out_dir,
+               cli_bytes(a, sizeof a, (double)r.bytes_in), cli_bytes(b, sizeof b, (double)r.bytes_out),
+               r.seconds, mbs);
+        if (r.shards_reused)
+            printf(" (%llu finished shards kept from an earlier run)", (unsigned long long)r.shards_reused);
+        printf("\n");
+        if (r.inputs_skipped)
+            printf("skipped %llu file(s) that are not inputs of this format, e.g. %s\n",
+                   (unsigned long long)r.inputs_skipped, r.skipped_example);
+    }
+    return EXIT_OK;
+}
+
+/* ---- -o URL: pack into a temporary folder, push it, remove the folder ---- */
+
+static volatile pid_t pack_child; /* the process packing and uploading, for forward_signal */
+
+/* The parent's handler: the child gets the signal (and stops as it would
+ * have), the parent waits for it and then removes the temporary folder. */
+static void forward_signal(int sig)
+{
+    if (pack_child > 0)
+        kill(pack_child, sig);
+}
+
+static int remove_failed; /* an entry of the temporary folder that could not be removed */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT)
+        remove_failed = errno;
+    return 0; /* go on: remove what can be removed */
+}
+
+static void remove_tree(const char *dir)
+{
+    remove_failed = 0;
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        remove_failed = errno;
+    if (remove_failed)
+        fprintf(stderr, "shardfeed pack: could not remove the temporary folder %s (%s): remove it by hand\n",
+                dir, strerror(remove_failed));
+}
+
+/* The child: pack into `tmp`, then upload it as push does (manifest last). */
+static int pack_and_push(const char *input, const char *tmp, const char *url, sf_pack_opts *opts, int retries,
+                         int quiet)
+{
+    int status = run_pack(input, tmp, opts, quiet);
+    if (status != EXIT_OK)
+        return status;
+    sf_push_opts push = SF_PUSH_OPTS_INIT;
+    push.overwrite = opts->force;
+    push.retries = retries;
+    return cli_push("pack", tmp, url, &push, quiet);
+}
+
+/* Runs pack_and_push in a child process so that the temporary folder is
+ * removed however it ends: success, failure, or SIGINT/SIGTERM/SIGHUP (the
+ * parent forwards them and cleans up; only SIGKILL of the parent leaves the
+ * folder, named shardfeed-pack-*). The upload puts the manifest last and
+ * deletes it when its own upload failed, so an interrupted or failed run
+ * never leaves a dataset under the URL. */
+static int pack_to_url(const char *input, const char *url, const char *tmp_parent, sf_pack_opts *opts,
+                       int retries, int quiet)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s/shardfeed-pack-XXXXXX", tmp_parent) >= (int)sizeof tmp)
+        return cli_usage_error("pack", "--tmp-dir: path too long");
+    if (!mkdtemp(tmp)) {
+        fprintf(stderr, "shardfeed pack: cannot make a temporary folder in %s: %s (--tmp-dir names another "
+                "place)\n", tmp_parent, strerror(errno));
+        return EXIT_USAGE;
+    }
+    struct statvfs fs;
+    char room[32] = "?";
+    if (statvfs(tmp, &fs) == 0)
+        cli_bytes(room, sizeof room, (double)fs.f_bavail * (double)fs.f_frsize);
+    if (!quiet)
+        fprintf(stderr, "shardfeed pack: packing into the temporary folder %s (%s free there; it needs room "
+                "for the whole packed dataset, about the size of the input's values, less with --compress "
+                "or --image-max-side), then uploading it to %s; the folder is removed at the end\n",
+                tmp, room, url);
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stop, &old); /* until the handlers are in place */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        int status = pack_and_push(input, tmp, url, opts, retries, quiet);
+        fflush(NULL);
+        _exit(status);
+    }
+    int fork_errno = errno;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction forward, saved[3];
+    memset(&forward, 0, sizeof forward);
+    forward.sa_handler = forward_signal;
+    sigemptyset(&forward.sa_mask);
+    pack_child = pid;
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &forward, &saved[i]);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    int wstatus = 0;
+    if (pid > 0)
+        while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+        }
+    pack_child = 0;
+    remove_tree(tmp);
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &saved[i], NULL);
+    if (pid < 0) {
+        fprintf(stderr, "shardfeed pack: cannot start the packing process: %s\n", strerror(fork_errno));
+        return EXIT_USAGE;
+    }
+    if (WIFSIGNALED(wstatus)) {
+        fprintf(stderr, "shardfeed pack: stopped by signal %d: no manifest was uploaded to %s (it is not a "
+                "dataset); the temporary folder is removed\n", WTERMSIG(wstatus), url);
+        raise(WTERMSIG(wstatus)); /* the handlers are restored: exit as the signal says */
+        return EXIT_USAGE;
+    }
+    int status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : EXIT_USAGE;
+    if (status != EXIT_OK)
+        fprintf(stderr, "shardfeed pack: nothing was uploaded to %s as a dataset (no manifest); the temporary "
+                "folder is removed\n", url);
+    return status;
+}
+
 int cmd_pack(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -121,11 +286,12 @@ int cmd_pack(int argc, char **argv)
         {"input-format", required_argument, NULL, 'i'}, {"compress", required_argument, NULL, 'c'},
         {"part", required_argument, NULL, 'p'}, {"force", no_argument, NULL, 'f'},
         {"image-max-side", required_argument, NULL, 'M'}, {"image-quality", required_argument, NULL, 'Q'},
-        {"quiet", no_argument, NULL, 'q'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+        {"tmp-dir", required_argument, NULL, 'T'}, {"retries", required_argument, NULL, 'R'}, {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     sf_pack_opts opts = SF_PACK_OPTS_INIT;
-    const char *out = NULL;
+    const char *out = NULL, *tmp_dir = NULL;
     char compress[4096] = "";
-    int quiet = 0, c, part_given = 0;
+    int quiet = 0, c, part_given = 0, retries = -1;
     uint64_t v;
     while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
         switch (c) {
@@ -186,6 +352,12 @@ int cmd_pack(int argc, char **argv)
             opts.image_quality = (uint32_t)v;
             break;
         case 'f': opts.force = 1; break;
+        case 'T': tmp_dir = optarg; break;
+        case 'R':
+            if (cli_parse_uint(optarg, &v) || v > 100)
+                return cli_usage_error("pack", "--retries: '%s' is not a count from 0 to 100", optarg);
+            retries = (int)v;
+            break;
         case 'q': quiet = 1; break;
         default: return cli_help_option(c, "pack");
         }
@@ -199,6 +371,25 @@ int cmd_pack(int argc, char **argv)
     if (opts.image_quality && !opts.image_max_side)
         return cli_usage_error("pack", "--image-quality needs --image-max-side (only images larger than it are "
                                        "re-encoded)");
+    if (sf_is_url(out)) {
+        const char *from = "--part";
+        int e = part_given ? 1 : part_from_env(&opts.part_index, &opts.part_count, &from);
+        if (e < 0)
+            return EXIT_USAGE;
+        if (e > 0 && opts.part_count > 1)
+            return cli_usage_error("pack", "running as part %u of %u (from %s) with -o URL: parts are merged "
+                                   "from folders (pack the parts into folders, merge them, then 'shardfeed "
+                                   "push' the result)", opts.part_index, opts.part_count, from);
+        opts.part_count = opts.part_index = 0;
+        if (!sf_has_feature("remote")) /* say so before packing, not after */
+            return cli_usage_error("pack", "-o %s: this shardfeed was built without libcurl: no uploads "
+                                   "(pack into a folder)", out);
+        if (!tmp_dir)
+            tmp_dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+        return pack_to_url(argv[optind], out, tmp_dir, &opts, retries, quiet);
+    }
+    if (tmp_dir || retries >= 0)
+        return cli_usage_error("pack", "--%s is for -o URL", tmp_dir ? "tmp-dir" : "retries");
     const char *from = NULL;
     if (!part_given) {
         int e = part_from_env(&opts.part_index, &opts.part_count, &from);
@@ -217,41 +408,7 @@ int cmd_pack(int argc, char **argv)
     char *out_dir = expand_out(out, opts.part_index);
     if (!out_dir)
         return EXIT_USAGE;
-    progress prog = {now_s()};
-    if (!quiet && isatty(STDERR_FILENO)) {
-        opts.progress = on_progress;
-        opts.image_progress = on_image_progress;
-        opts.progress_ctx = &prog;
-    }
-    sf_pack_result r;
-    int rc = sf_pack(&r, argv[optind], out_dir, &opts);
-    if (rc) {
-        cli_error("pack", rc);
-        free(out_dir);
-        return EXIT_USAGE;
-    }
-    if (!quiet && r.already_complete) {
-        if (r.part_count)
-            printf("part %u of %u: ", r.part_index, r.part_count);
-        printf("%s: already complete: its %llu samples in %llu shards hold this input (every value read "
-               "and compared), nothing written, %.2f s\n",
-               out_dir, (unsigned long long)r.samples, (unsigned long long)r.shards, r.seconds);
-    } else if (!quiet) {
-        char a[32], b[32];
-        double mbs = r.seconds > 0 ? (double)r.bytes_in / r.seconds / 1e6 : 0;
-        if (r.part_count)
-            printf("part %u of %u: ", r.part_index, r.part_count);
-        printf("packed %llu samples into %llu shards in %s: %s of values, %s written, %.2f s, %.0f MB/s",
-               (unsigned long long)r.samples, (unsigned long long)r.shards, out_dir,
-               cli_bytes(a, sizeof a, (double)r.bytes_in), cli_bytes(b, sizeof b, (double)r.bytes_out),
-               r.seconds, mbs);
-        if (r.shards_reused)
-            printf(" (%llu finished shards kept from an earlier run)", (unsigned long long)r.shards_reused);
-        printf("\n");
-        if (r.inputs_skipped)
-            printf("skipped %llu file(s) that are not inputs of this format, e.g. %s\n",
-                   (unsigned long long)r.inputs_skipped, r.skipped_example);
-    }
+    int status = run_pack(argv[optind], out_dir, &opts, quiet);
     free(out_dir);
-    return EXIT_OK;
+    return status;
 }

@@ -30,6 +30,23 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet)
+{
+    push_progress progress = {quiet, 0};
+    opts->progress = print_progress;
+    opts->progress_ctx = &progress;
+    double t0 = now_s();
+    int rc = sf_push(dir, url, opts);
+    if (rc)
+        return cli_fail(cmd, rc);
+    if (!quiet) {
+        char b[32];
+        printf("pushed %s to %s (%s in %.1f s)\n", dir, url, cli_bytes(b, sizeof b, (double)progress.bytes),
+               now_s() - t0);
+    }
+    return EXIT_OK;
+}
+
 int cmd_push(int argc, char **argv)
 {
     static const struct option longopts[] = {{"part-size", required_argument, NULL, 'p'},
@@ -40,7 +57,7 @@ int cmd_push(int argc, char **argv)
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     sf_push_opts opts = SF_PUSH_OPTS_INIT;
-    push_progress progress = {0, 0};
+    int quiet = 0;
     uint64_t v;
     int c;
     while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
@@ -56,7 +73,7 @@ int cmd_push(int argc, char **argv)
         } else if (c == 'w') {
             opts.overwrite = 1;
         } else if (c == 'q') {
-            progress.quiet = 1;
+            quiet = 1;
         } else {
             return cli_help_option(c, "push");
         }
@@ -64,17 +81,5 @@ int cmd_push(int argc, char **argv)
     if (argc - optind != 2)
         return cli_usage_error("push", "needs DATASET_DIR and a URL (s3://BUCKET/PREFIX or http(s)://...), got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
-    const char *dir = argv[optind], *url = argv[optind + 1];
-    opts.progress = print_progress;
-    opts.progress_ctx = &progress;
-    double t0 = now_s();
-    int rc = sf_push(dir, url, &opts);
-    if (rc)
-        return cli_fail("push", rc);
-    if (!progress.quiet) {
-        char b[32];
-        printf("pushed %s to %s (%s in %.1f s)\n", dir, url, cli_bytes(b, sizeof b, (double)progress.bytes),
-               now_s() - t0);
-    }
-    return EXIT_OK;
+    return cli_push("push", argv[optind], argv[optind + 1], &opts, quiet);
 }

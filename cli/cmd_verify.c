@@ -1,6 +1,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -29,6 +30,12 @@ static void on_problem(void *ctx, const sf_verify_problem *p)
         printf(" byte %llu: %s\n", (unsigned long long)p->offset, p->message);
     }
     o->shown++;
+}
+
+/* A web server has no listing: verify cannot look for stray files there. */
+static int is_http_url(const char *path)
+{
+    return sf_is_url(path) && strncasecmp(path, "s3://", 5) != 0;
 }
 
 int cmd_verify(int argc, char **argv)
@@ -79,9 +86,11 @@ int cmd_verify(int argc, char **argv)
     int status = s.problems ? EXIT_CORRUPT : cli_exit_status(rc);
     int stopped = rc != 0 && rc != SF_E_CORRUPT; /* could not check everything */
     if (o.json) {
-        printf("],\"ok\":%s,\"shards\":%llu,\"records\":%llu,\"bytes\":%llu,\"seconds\":%.6f",
+        printf("],\"ok\":%s,\"shards\":%llu,\"records\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
+               "\"strays_checked\":%s",
                status == EXIT_OK ? "true" : "false", (unsigned long long)s.shards,
-               (unsigned long long)s.records, (unsigned long long)s.bytes, s.seconds);
+               (unsigned long long)s.records, (unsigned long long)s.bytes, s.seconds,
+               is_http_url(o.dir) ? "false" : "true");
         if (stopped) {
             printf(",\"error\":");
             cli_json_string(stdout, sf_last_error());
@@ -97,6 +106,9 @@ int cmd_verify(int argc, char **argv)
                cli_bytes(b, sizeof b, (double)s.bytes), s.seconds, cli_bytes((char[32]){0}, 32, rate));
     if (s.problems)
         printf("CORRUPT %s: %llu problem(s)\n", o.dir, (unsigned long long)s.problems);
+    if (is_http_url(o.dir) && !stopped)
+        printf("note: stray files cannot be checked over HTTP (a web server has no listing): only the "
+               "manifest's files were checked\n");
     if (stopped)
         cli_error("verify", rc);
     return status;

@@ -15,7 +15,7 @@ typedef struct cli_command_help {
 } cli_command_help;
 
 static const cli_command_help HELP[] = {
-    {"pack", "shardfeed pack INPUT -o OUT_DIR [options]",
+    {"pack", "shardfeed pack INPUT -o OUT_DIR|URL [options]",
      "pack .npy files, an ImageFolder tree, a list or tar files into checksummed shards",
      "INPUT is one of (picked from what it is; --input-format overrides):\n"
      "  npy          a directory of {field}_{key}.npy files (img_0.npy, label_0.npy, ...):\n"
@@ -25,7 +25,16 @@ static const cli_command_help HELP[] = {
      "  list         a .csv/.tsv/.txt list: path, label[, more columns]\n"
      "  tar          a WebDataset .tar (or .tar.gz, ...), or a directory of them\n"
      "\n"
-     "  -o, --output DIR           output dataset folder (created if missing); required\n"
+     "  -o, --output DIR           output dataset folder (created if missing); required.\n"
+     "                             A URL (s3://BUCKET/PREFIX, or http(s):// of a server\n"
+     "                             taking PUT): packs into a temporary folder, uploads it\n"
+     "                             as 'shardfeed push' does (the manifest last; --force:\n"
+     "                             replace a dataset there), then removes the folder, also\n"
+     "                             after a failure or SIGINT/SIGTERM/SIGHUP\n"
+     "      --tmp-dir DIR          -o URL: where that temporary folder goes (default\n"
+     "                             $TMPDIR, else /tmp); it needs room for the whole packed\n"
+     "                             dataset\n"
+     "      --retries N            -o URL: attempts after the first, per request (default 8)\n"
      "  -j, --jobs N               worker threads (default: one per CPU)\n"
      "      --input-format F       auto (default), npy, imagefolder, list or tar\n"
      "      --compress F=zstd[:L]  store field F as zstd frames (level L, default 3);\n"
@@ -44,7 +53,7 @@ static const cli_command_help HELP[] = {
      "                             K/N come from SLURM_PROCID/SLURM_NTASKS,\n"
      "                             OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE; '%k' in\n"
      "                             OUT_DIR is replaced by K\n"
-     "      --force                replace a shardfeed dataset already in OUT_DIR\n"
+     "      --force                replace a shardfeed dataset already in OUT_DIR (or URL)\n"
      "  -q, --quiet                no progress bar and no summary\n"
      "  -h, --help                 this help\n"
      "\n"
@@ -70,14 +79,17 @@ static const cli_command_help HELP[] = {
      "check every byte; exit 0 intact, 2 corrupt, 1 usage or environment error",
      "Checks the manifest, every shard header, index, footer, record checksum and\n"
      "padding byte, and prints each problem with its file, record and byte offset.\n"
+     "A shard file the manifest does not list is a problem too: in a folder, and\n"
+     "under an s3:// prefix (its objects listed; a listing refused is exit 1). A web\n"
+     "server has no listing: over http(s):// stray files are not checked (said once).\n"
      "\n"
      "  -j, --jobs N        shards checked at once (default: one per CPU)\n"
      "      --decompress    also decompress every zstd value and check it (its size,\n"
      "                      one whole frame); record checksums cover the stored\n"
      "                      (compressed) bytes, so without it values stay compressed\n"
      "      --json          one JSON object on stdout instead of text: problems (a\n"
-     "                      list), ok, shards, records, bytes, seconds (and error\n"
-     "                      when something stopped the check)\n"
+     "                      list), ok, shards, records, bytes, seconds, strays_checked\n"
+     "                      (and error when something stopped the check)\n"
      "      --cache-dir DIR     DATASET_DIR a URL (s3://, http(s)://): the cache folder\n"
      "                          its shards are downloaded to (README \"Remote datasets\")\n"
      "      --cache-limit SIZE  the most bytes that folder holds (default 16GiB)\n"

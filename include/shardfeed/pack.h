@@ -75,7 +75,10 @@ typedef struct sf_pack_result {
 
 /* Packs INPUT (see sf_pack_opts.input_format) into OUTPUT_DIR (SPEC.md,
  * README "pack"). `result` may be NULL. On failure, sf_last_error() names
- * the file and the reason, and no manifest is written. */
+ * the file and the reason, and no manifest is written. OUTPUT_DIR is a
+ * local folder: a URL (s3://, http(s)://) is SF_E_INVALID, as for
+ * sf_pack_merge; pack into a folder and upload it with sf_push (what the
+ * command line's `shardfeed pack -o URL` does). */
 SF_API int sf_pack(sf_pack_result *result, const char *input, const char *output_dir,
                    const sf_pack_opts *opts);
 /* sf_pack with input_format "npy": a directory of {field}_{key}.npy files. */

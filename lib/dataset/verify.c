@@ -18,6 +18,7 @@
 #include "error_internal.h"
 #include "key_table.h"
 #include "le.h"
+#include "remote_list.h"
 #include "shard_file.h"
 #include "shardfeed/dataset.h"
 #include "shardfeed/params.h"
@@ -353,23 +354,55 @@ static void *verify_worker(void *arg)
     return NULL;
 }
 
-/* Shard-named files the manifest does not list are an error: a dataset is
+/* A shard-named file the manifest does not list is an error: a dataset is
  * exactly its manifest's shards. */
+static void check_stray_name(verify_run *v, const char *name)
+{
+    unsigned n;
+    int end = 0;
+    if (sscanf(name, "shard-%6u.sfs%n", &n, &end) == 1 && name[end] == '\0' && n >= v->m->shard_count)
+        report(v, SF_E_CORRUPT, name, -1, -1, 0, "shard file not listed in the manifest (extra shard)");
+}
+
 static void check_strays(verify_run *v)
 {
     DIR *d = opendir(v->dir);
     if (!d)
         return;
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        unsigned n;
-        int end = 0;
-        if (sscanf(de->d_name, "shard-%6u.sfs%n", &n, &end) == 1 && de->d_name[end] == '\0' &&
-            n >= v->m->shard_count)
-            report(v, SF_E_CORRUPT, de->d_name, -1, -1, 0,
-                   "shard file not listed in the manifest (extra shard)");
-    }
+    while ((de = readdir(d)) != NULL)
+        check_stray_name(v, de->d_name);
     closedir(d);
+}
+
+static int on_listed_object(void *ctx, const char *name, uint64_t size)
+{
+    (void)size;
+    check_stray_name(ctx, name);
+    return 0;
+}
+
+/* The same check over the objects directly under an s3:// dataset's prefix
+ * (ListObjectsV2). A web server has no listing: nothing to check (the
+ * command line says so). A listing the store refuses or that fails is an
+ * environment error: verification could not check everything. */
+static void check_strays_remote(verify_run *v)
+{
+    remote_location *loc = NULL;
+    int rc = remote_location_open(&loc, v->dir);
+    if (!rc && remote_location_kind(loc) == REMOTE_S3) {
+        remote_policy policy = {SF_REMOTE_DEFAULT_RETRIES, SF_REMOTE_DEFAULT_TIMEOUT_MS};
+        rc = remote_list(loc, &policy, on_listed_object, v);
+    }
+    remote_location_free(loc);
+    if (rc) {
+        pthread_mutex_lock(&v->lock);
+        if (!v->io_error) {
+            v->io_error = rc;
+            snprintf(v->io_message, sizeof v->io_message, "checking for stray objects: %s", sf_last_error());
+        }
+        pthread_mutex_unlock(&v->lock);
+    }
 }
 
 /* The manifest through the one loader open uses: a missing one means the
@@ -475,8 +508,10 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         for (unsigned i = 0; i < started; i++)
             pthread_join(t[i], NULL);
         free(t);
-        if (!v.remote)
-            check_strays(&v); /* a store is not listed: its objects are the manifest's */
+        if (v.remote)
+            check_strays_remote(&v);
+        else
+            check_strays(&v);
         if (!v.io_error)
             check_keys(&v);
     }

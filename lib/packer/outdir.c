@@ -20,6 +20,7 @@
 #include "error_internal.h"
 #include "shard_file.h"
 #include "pack_internal.h"
+#include "shardfeed/remote.h"
 
 void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id)
 {
@@ -115,6 +116,9 @@ int pack_outdir_lock(pack_lock *l, const char *out, const char *what)
 {
     memset(l, 0, sizeof *l);
     l->fd = -1;
+    if (sf_is_url(out)) /* never a local folder named "s3:" */
+        return sf_fail(SF_E_INVALID, "%s: a URL: %s writes a local folder (%s into a folder, then upload it "
+                       "with sf_push; the command line's 'shardfeed pack -o URL' does both)", out, what, what);
     snprintf(l->dir, sizeof l->dir, "%s", out);
     snprintf(l->path, sizeof l->path, "%s/%s", out, PACK_LOCK_NAME);
     make_parents(out);

@@ -114,7 +114,8 @@ typedef struct pack_lock {
     char dir[4096];
     char path[4096];
 } pack_lock;
-/* Creates OUT (and its parents) when missing and locks it. Fails with
+/* Creates OUT (and its parents) when missing and locks it. A URL is
+ * SF_E_INVALID (the library's pack and merge write folders only). Fails with
  * -EBUSY, naming the holder, when another pack or merge holds it. `what`
  * ("pack", "merge") is what the holder's message will say. */
 int pack_outdir_lock(pack_lock *l, const char *out, const char *what);

@@ -407,13 +407,10 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
 
 /* GETs object `name` into s: the range [from, from + len) (ranged), or
  * the whole object. A retried range resumes after the bytes already in. */
-static int request(remote_fetcher *f, const char *name, int ranged, uint64_t from, uint64_t len,
-                   sink *s)
+static int request_url(remote_fetcher *f, const char *url, const char *name, int ranged, uint64_t from,
+                       uint64_t len, sink *s)
 {
-    char *url = NULL;
-    int rc = remote_object_url(&url, f->loc, name);
-    if (rc)
-        return rc;
+    int rc = 0;
     outcome o;
     uint32_t tries = 0;
     for (;;) {
@@ -453,6 +450,18 @@ static int request(remote_fetcher *f, const char *name, int ranged, uint64_t fro
         }
         sleep_ms(remote_backoff_ms(tries, next_random(&f->rnd)));
     }
+    return rc;
+}
+
+/* request_url of object `name`. */
+static int request(remote_fetcher *f, const char *name, int ranged, uint64_t from, uint64_t len,
+                   sink *s)
+{
+    char *url = NULL;
+    int rc = remote_object_url(&url, f->loc, name);
+    if (rc)
+        return rc;
+    rc = request_url(f, url, name, ranged, from, len, s);
     free(url);
     return rc;
 }
@@ -476,6 +485,25 @@ int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8
 {
     sink s = {.grow = 1, .max = max, .fd = -1};
     int rc = request(f, name, 0, 0, 0, &s);
+    if (rc) {
+        free(s.buf);
+        return rc;
+    }
+    *out = s.buf ? s.buf : malloc(1);
+    *len = s.got;
+    return *out ? 0 : sf_fail(-ENOMEM, "out of memory");
+}
+
+int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uint8_t **out, uint64_t *len)
+{
+    char *url = NULL, label[64];
+    int rc = remote_bucket_url(&url, f->loc, query);
+    if (rc)
+        return rc;
+    snprintf(label, sizeof label, "?%.40s%s", query, strlen(query) > 40 ? "..." : ""); /* in errors */
+    sink s = {.grow = 1, .max = max, .fd = -1};
+    rc = request_url(f, url, label, 0, 0, 0, &s);
+    free(url);
     if (rc) {
         free(s.buf);
         return rc;
@@ -658,6 +686,12 @@ int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8
 int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd)
 {
     (void)f, (void)name, (void)size, (void)fd;
+    return no_curl();
+}
+
+int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uint8_t **out, uint64_t *len)
+{
+    (void)f, (void)query, (void)max, (void)out, (void)len;
     return no_curl();
 }
 

@@ -66,6 +66,11 @@ int remote_fetch_range_sized(remote_fetcher *f, const char *name, uint64_t size,
  * frees it). A body over `max` bytes is SF_E_LIMIT, refused as it arrives. */
 int remote_fetch_object(remote_fetcher *f, const char *name, uint64_t max, uint8_t **out,
                         uint64_t *len);
+/* The whole answer to a GET of the location's bucket with `query` (already
+ * in SigV4's canonical form: names sorted, values percent-encoded), e.g.
+ * ListObjectsV2's "list-type=2&prefix=...": s3 only (remote_bucket_url).
+ * As remote_fetch_object otherwise. */
+int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uint8_t **out, uint64_t *len);
 /* Bytes [0, size) of object `name` written to fd from its offset 0, with
  * ranges (a retry resumes where it stopped). 0 or a negative code; an
  * object of another size than `size` is SF_E_REMOTE (as _sized). */

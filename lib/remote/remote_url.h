@@ -30,6 +30,8 @@
 #ifndef SF_REMOTE_URL_H
 #define SF_REMOTE_URL_H
 
+#include <stddef.h>
+
 typedef enum remote_kind { REMOTE_HTTP = 1, REMOTE_S3 = 2 } remote_kind;
 typedef struct remote_location remote_location; /* opaque */
 
@@ -60,6 +62,20 @@ int remote_location_signed(const remote_location *loc);
  * empty, no leading '/', no "." or ".." segment. Malloc'd, caller frees.
  * 0, SF_E_INVALID (a bad name) or -ENOMEM. */
 int remote_object_url(char **out, const remote_location *loc, const char *name);
+
+/* `value` percent-encoded for a query as SigV4's canonical query wants it
+ * (every byte but A-Z a-z 0-9 - . _ ~, '/' too) into out: cut short, whole
+ * characters only, when it does not fit in `cap` bytes (3 per byte and the
+ * NUL always do). */
+void remote_query_encode(char *out, size_t cap, const char *value);
+
+/* s3: the URL of the bucket itself with `query` ("BUCKET_URL/?QUERY"), for
+ * requests about the bucket (ListObjectsV2). Malloc'd. 0, SF_E_UNSUPPORTED
+ * (an http location: no bucket) or -ENOMEM. */
+int remote_bucket_url(char **out, const remote_location *loc, const char *query);
+/* s3: the key prefix, percent-encoded as in object URLs ('/' kept), without
+ * a trailing '/'; "" for the bucket's root or an http location. */
+const char *remote_location_key_prefix(const remote_location *loc);
 
 /* Sets on a curl easy handle (CURL *) what every request to this location
  * needs: for s3 with credentials, SigV4 signing (CURLOPT_AWS_SIGV4

@@ -328,25 +328,6 @@ static int put_single(push_ctx *p, const char *name, body_src *body)
     return rc;
 }
 
-/* UploadId values go into a query: keep S3's unreserved characters only
- * (they are; anything else is percent-encoded). */
-static void encode_query_value(char *out, size_t cap, const char *v)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    for (const unsigned char *c = (const unsigned char *)v; *c && o + 4 < cap; c++) {
-        if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-            *c == '-' || *c == '_' || *c == '.' || *c == '~') {
-            out[o++] = (char)*c;
-        } else {
-            out[o++] = '%';
-            out[o++] = hex[*c >> 4];
-            out[o++] = hex[*c & 15];
-        }
-    }
-    out[o] = '\0';
-}
-
 typedef struct multipart {
     char token[40];       /* UPLOAD_TOKEN_HEADER's value */
     char upload_id[1024]; /* percent-encoded for the query */
@@ -469,7 +450,7 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
         xml_text(id, sizeof id, r->body, "UploadId");
         if (!id[0])
             rc = sf_fail(SF_E_REMOTE, "POST %s?uploads: the store's answer has no UploadId", what);
-        encode_query_value(m.upload_id, sizeof m.upload_id, id);
+        remote_query_encode(m.upload_id, sizeof m.upload_id, id); /* S3 sends unreserved characters */
     }
     for (uint32_t i = 0; !rc && i < m.parts; i++) {
         char query[1100];

@@ -362,6 +362,41 @@ int remote_object_url(char **out, const remote_location *loc, const char *name)
     return 0;
 }
 
+void remote_query_encode(char *out, size_t cap, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)value; *c && o + 4 <= cap; c++) {
+        if (unreserved(*c)) {
+            out[o++] = (char)*c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*c >> 4];
+            out[o++] = hex[*c & 15];
+        }
+    }
+    if (cap)
+        out[o] = '\0';
+}
+
+int remote_bucket_url(char **out, const remote_location *loc, const char *query)
+{
+    *out = NULL;
+    if (loc->kind != REMOTE_S3)
+        return sf_fail(SF_E_UNSUPPORTED, "%s: not an s3:// location: no bucket to ask", loc->display);
+    char *u = malloc(strlen(loc->base) + strlen(query) + 3);
+    if (!u)
+        return -ENOMEM;
+    sprintf(u, "%s/?%s", loc->base, query);
+    *out = u;
+    return 0;
+}
+
+const char *remote_location_key_prefix(const remote_location *loc)
+{
+    return loc->key_prefix;
+}
+
 int remote_curl_prepare(void *curl_easy, const remote_location *loc)
 {
     if (!remote_location_signed(loc))
@@ -449,6 +484,26 @@ int remote_object_url(char **out, const remote_location *loc, const char *name)
     (void)loc, (void)name;
     *out = NULL;
     return sf_fail(SF_E_UNSUPPORTED, "this build has no libcurl");
+}
+
+void remote_query_encode(char *out, size_t cap, const char *value)
+{
+    (void)value;
+    if (cap)
+        out[0] = '\0';
+}
+
+int remote_bucket_url(char **out, const remote_location *loc, const char *query)
+{
+    (void)loc, (void)query;
+    *out = NULL;
+    return sf_fail(SF_E_UNSUPPORTED, "this build has no libcurl");
+}
+
+const char *remote_location_key_prefix(const remote_location *loc)
+{
+    (void)loc;
+    return "";
 }
 
 int remote_curl_prepare(void *curl_easy, const remote_location *loc)

@@ -107,6 +107,27 @@ def list_seeds():
     out(t, "empty", csv)
 
 
+def s3list_seeds():
+    """fuzz_s3list: [prefix selector: 0 "", 1 "ds/", 2 "a&b/"] + a ListObjectsV2 answer."""
+    t = "fuzz_s3list"
+    head = b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    tail = b"</ListBucketResult>"
+
+    def obj(key, size):
+        return b"<Contents><Key>" + key + b"</Key><ETag>&quot;e&quot;</ETag><Size>" + size + b"</Size></Contents>"
+
+    out(t, "ds_page", b"\x01" + head + b"<Name>bkt</Name><Prefix>ds/</Prefix><KeyCount>3</KeyCount>"
+        b"<IsTruncated>false</IsTruncated>" + obj(b"ds/manifest.sfm", b"812") + obj(b"ds/shard-000000.sfs", b"16384")
+        + obj(b"ds/shard-000007.sfs", b"5") + b"<CommonPrefixes><Prefix>ds/sub/</Prefix></CommonPrefixes>" + tail)
+    out(t, "root_truncated", b"\x00" + head + b"<IsTruncated>true</IsTruncated>" + obj(b"shard-000001.sfs", b"1")
+        + b"<NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>" + tail)
+    out(t, "entities", b"\x02" + head + obj(b"a&amp;b/x&lt;y&gt;&#10;", b"0") + obj(b"a&amp;b/", b"0") + tail)
+    out(t, "refused_size", b"\x01" + head + obj(b"ds/a", b"99999999999999999999") + tail)
+    out(t, "refused_outside", b"\x01" + head + obj(b"../ds/a", b"1") + tail)
+    out(t, "refused_cut", b"\x01" + head + obj(b"ds/a", b"1") + b"<Contents><Key>ds/b</Key><Si")
+    out(t, "error_body", b"\x01<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>")
+
+
 def tar_bytes(members, fmt=tarfile.USTAR_FORMAT):
     """A tar of (name, bytes) files and (name, None, TYPE[, link target])
     other members, with fixed times and owners so that the bytes never
@@ -271,13 +292,14 @@ def main():
     # Hand-made seeds are rewritten; inputs libFuzzer found (named found-*,
     # picked for the edges they add, see tests/fuzz/run.sh) are kept.
     for t in ("fuzz_npy", "fuzz_manifest", "fuzz_shard", "fuzz_dataset", "fuzz_roundtrip", "fuzz_list",
-              "fuzz_tar", "fuzz_image"):
+              "fuzz_tar", "fuzz_image", "fuzz_s3list"):
         d = os.path.join(CORPUS, t)
         for name in os.listdir(d) if os.path.isdir(d) else []:
             if not name.startswith("found-"):
                 os.unlink(os.path.join(d, name))
     npy_seeds()
     list_seeds()
+    s3list_seeds()
     tar_seeds()
     image_seeds()
 

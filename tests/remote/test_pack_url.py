@@ -1,0 +1,159 @@
+"""`shardfeed pack -o s3://...` (pack into a temporary folder, upload it as push does, remove the
+folder), against the local S3 server of servers.py (127.0.0.1):
+the uploaded dataset verifies and reads the same epoch as a local pack of the same input; a failed
+or interrupted upload leaves no manifest and no temporary folder and names the URL; the library's
+pack and merge refuse a URL instead of making a local folder "s3:".
+
+  SHARDFEED=build/shardfeed PYTHONPATH=build/python /usr/bin/python3 tests/remote/test_pack_url.py -v
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402
+from readtest import RemoteCase, epoch, main, run, scratch, write_samples  # noqa: E402
+
+import clitest  # noqa: E402
+
+
+class PackToUrl(RemoteCase):
+    @classmethod
+    def setUpClass(cls):
+        servers.S3Server.command()  # SkipTest when s3rver is missing
+        if "built without libcurl" in run("push", "/nonexistent", "s3://bucket/x").stderr:
+            raise unittest.SkipTest("this shardfeed was built without libcurl")
+        cls.s3_root = scratch("pack-url-s3")
+        cls.s3 = servers.S3Server(cls.s3_root).__enter__()  # one server for the class: it takes seconds
+        cls.bucket_n = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s3.stop()
+        shutil.rmtree(cls.s3_root, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.src = os.path.join(self.root, "src")
+        write_samples(self.src, 200, seed=3)
+        self.tmp_parent = os.path.join(self.root, "tmp")  # --tmp-dir: where the temporary folder goes
+        os.makedirs(self.tmp_parent)
+        type(self).bucket_n += 1
+        self.bkt = f"bkt{self.bucket_n}"
+        self.s3.create_bucket(self.bkt)
+        self.env = dict(os.environ, **self.s3.env(), HOME=self.root,
+                        SHARDFEED_CACHE_DIR=self.cache("cli-cache"))
+        self.env.pop("AWS_PROFILE", None)
+
+    def pack(self, url, *args, check=None, env=None):
+        return run("pack", self.src, "-o", url, "--shard-size", "16KiB", "--align", "64",
+                   "--tmp-dir", self.tmp_parent, *args, env=env or self.env, check=check, timeout=60)
+
+    def assert_no_temporary_folder(self):
+        self.assertEqual(os.listdir(self.tmp_parent), [], "the temporary folder was left behind")
+
+    def test_pack_to_s3_then_verify_and_read(self):
+        out = self.pack(f"s3://{self.bkt}/sets/train", check=0)
+        self.assertIn(f"packing into the temporary folder {self.tmp_parent}/shardfeed-pack-", out.stderr)
+        self.assertIn("pushed", out.stdout)
+        self.assert_no_temporary_folder()
+        keys = self.s3.list_keys(self.bkt, "sets/train/")
+        self.assertIn("sets/train/manifest.sfm", keys)
+        self.assertGreater(len(keys), 3)
+        r = run("verify", f"s3://{self.bkt}/sets/train", env=self.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        local = os.path.join(self.root, "local")
+        run("pack", self.src, "-o", local, "--shard-size", "16KiB", "--align", "64", "-q", check=0)
+        saved = dict(os.environ)
+        os.environ.update(self.s3.env())
+        try:
+            self.assertEqual(epoch(f"s3://{self.bkt}/sets/train", cache_dir=self.cache()), epoch(local))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        # A dataset is there now: refused (after packing: nothing uploaded), --force replaces it.
+        out = self.pack(f"s3://{self.bkt}/sets/train", "-q", check=1)
+        self.assertIn("already there", out.stderr)
+        self.assert_no_temporary_folder()
+        self.pack(f"s3://{self.bkt}/sets/train", "-q", "--force", check=0)
+        self.assertEqual(run("verify", f"s3://{self.bkt}/sets/train", env=self.env).returncode, 0)
+
+    def test_failed_upload_leaves_no_manifest_and_no_temporary_folder(self):
+        out = self.pack("s3://no-such-bucket/ds", check=1)
+        self.assertIn("s3://no-such-bucket/ds/", out.stderr)
+        self.assertIn("NoSuchBucket", out.stderr)
+        self.assertIn("nothing was uploaded to s3://no-such-bucket/ds", out.stderr)
+        self.assert_no_temporary_folder()
+        # The store failing every PUT of the manifest beyond the retries: shards are up, no manifest.
+        manifest_put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=manifest_put) as p:
+            env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            out = self.pack(f"s3://{self.bkt}/ds", "--retries", "2", env=env, check=1)
+        self.assertEqual(p.counts["500"], 3)
+        self.assertIn(f"s3://{self.bkt}/ds/manifest.sfm", out.stderr)
+        self.assertIsNone(self.s3.get_object(self.bkt, "ds/manifest.sfm"))
+        self.assertTrue(self.s3.list_keys(self.bkt, "ds/"), "the shards went up first")
+        self.assert_no_temporary_folder()
+
+    def test_interrupted_upload_removes_the_temporary_folder(self):
+        # Every shard PUT held 1 s at the proxy: SIGTERM arrives during the upload.
+        shard_put = lambda m, path: m == "PUT" and path.endswith(".sfs")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=1.0, match=shard_put) as p:
+            env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            proc = subprocess.Popen([clitest.SHARDFEED, "pack", self.src, "-o", f"s3://{self.bkt}/cut", "--shard-size",
+                                     "16KiB", "--tmp-dir", self.tmp_parent], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 20
+            while p.requests == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertGreater(p.requests, 0, "the upload never started")
+            self.assertEqual(len(os.listdir(self.tmp_parent)), 1, "packing in the temporary folder")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        self.assertEqual(proc.returncode, -signal.SIGTERM, err)
+        self.assertIn("stopped by signal", err)
+        self.assert_no_temporary_folder()
+        self.assertIsNone(self.s3.get_object(self.bkt, "cut/manifest.sfm"))
+
+    def test_pack_to_a_web_server_taking_put(self):
+        # As push: an http(s):// URL of a server taking PUT (nginx's WebDAV), every file in one PUT.
+        www = os.path.join(self.root, "www")
+        os.makedirs(www)
+        with servers.Nginx(www, dav=True) as nginx:
+            self.pack(nginx.url + "/sets/ds", "-q", check=0)
+            self.assertEqual(run("verify", nginx.url + "/sets/ds", env=self.env).returncode, 0)
+        local = os.path.join(self.root, "local")
+        run("pack", self.src, "-o", local, "--shard-size", "16KiB", "--align", "64", "-q", check=0)
+        names = sorted(os.listdir(local))
+        self.assertEqual(sorted(os.listdir(os.path.join(www, "sets", "ds"))), names)
+        for name in names:  # the same files and sizes as a local pack (verify above checked the bytes)
+            self.assertEqual(os.path.getsize(os.path.join(local, name)),
+                             os.path.getsize(os.path.join(www, "sets", "ds", name)), name)
+        self.assert_no_temporary_folder()
+
+    def test_usage(self):
+        out = self.pack(f"s3://{self.bkt}/p%k", "--part", "0/2", check=1)
+        self.assertIn("parts are merged from folders", out.stderr)
+        out = run("pack", self.src, "-o", os.path.join(self.root, "x"), "--tmp-dir", "/tmp", check=1)
+        self.assertIn("--tmp-dir is for -o URL", out.stderr)
+        out = run("pack", self.src, "-o", os.path.join(self.root, "x"), "--retries", "1", check=1)
+        self.assertIn("--retries is for -o URL", out.stderr)
+        out = self.pack(f"s3://{self.bkt}/ds", "--tmp-dir", os.path.join(self.root, "missing"), check=1)
+        self.assertIn("cannot make a temporary folder", out.stderr)
+
+    def test_library_pack_and_merge_refuse_a_url(self):
+        # They wrote a local folder named "s3:" (cwd/s3:/bkt/ds) before.
+        parts = [os.path.join(self.root, f"part{k}") for k in (0, 1)]
+        for k, part in enumerate(parts):
+            run("pack", self.src, "-o", part, "--part", f"{k}/2", "--shard-size", "16KiB", "-q", check=0)
+        out = run("merge", *parts, "-o", f"s3://{self.bkt}/merged", cwd=self.root, env=self.env, check=1)
+        self.assertIn(f"s3://{self.bkt}/merged: a URL: merge writes a local folder", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "s3:")))
+
+
+if __name__ == "__main__":
+    main()
