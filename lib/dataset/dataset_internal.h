@@ -113,6 +113,14 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard);
  * A no-op unless the dataset is at a URL in mode cache. */
 void dataset_remote_plan(sf_dataset *ds, uint64_t shard);
 
+/* Says once on stderr (per process) when the shards that one window of the
+ * reader's order touches (`window` positions made of runs of `block_size`
+ * consecutive samples; 0: no shuffle) do not fit in the cache limit with
+ * the prefetcher's reach: the numbers, and the limit or window that would
+ * fit. Changes nothing: the order stays the local read's. A no-op unless
+ * the dataset is at a URL in mode cache. */
+void dataset_remote_check_window(const sf_dataset *ds, uint64_t block_size, uint64_t window);
+
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);
 /* Whether the file of `shard` is now shorter than when the dataset was

@@ -50,6 +50,11 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     if ((rc = reader_sampler_create(&r->sampler, &sc)) || (rc = reader_order_start(r)))
         goto fail;
     r->num_batches = reader_sampler_num_batches(r->sampler);
+    if (r->ds->remote) {
+        uint64_t block_size, window;
+        reader_sampler_window(r->sampler, &block_size, &window);
+        dataset_remote_check_window(r->ds, block_size, window);
+    }
     r->batch_cap = reader_batch_cap(r);
     uint64_t dec_max[SF_MAX_FIELDS];
     if ((rc = reader_images_open(r)) || (rc = reader_staged_plan(r, dec_max)) ||

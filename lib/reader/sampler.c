@@ -332,6 +332,18 @@ uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s)
     return s->full * s->cfg.batch_size + s->last;
 }
 
+void reader_sampler_window(const reader_sampler *s, uint64_t *block_size, uint64_t *window)
+{
+    *block_size = *window = 0;
+    if (s && s->cfg.shuffle == SF_SHUFFLE_BLOCK) {
+        *block_size = s->cfg.block_size;
+        *window = s->cfg.window < s->cfg.n ? s->cfg.window : s->cfg.n;
+    } else if (s && s->cfg.shuffle == SF_SHUFFLE_GLOBAL) {
+        *block_size = 1;
+        *window = s->cfg.n;
+    }
+}
+
 uint64_t reader_sampler_at(const reader_sampler *s, uint64_t pos)
 {
     if (!s || pos >= s->cfg.n)

@@ -96,6 +96,12 @@ uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s);
  * a short last batch); returns 0 when b >= num_batches. O(batch_size). */
 uint32_t reader_sampler_batch(const reader_sampler *s, uint64_t b, uint64_t *ids);
 
+/* The runs of consecutive ids the order keeps and how many positions it
+ * shuffles together, defaults resolved: BLOCK mode its block_size and
+ * window; GLOBAL mode runs of 1 over all n; NONE mode 0 and 0 (no
+ * shuffle). */
+void reader_sampler_window(const reader_sampler *s, uint64_t *block_size, uint64_t *window);
+
 /* The id at position `pos` of the epoch's permuted sequence S
  * (0 <= pos < n); UINT64_MAX when pos >= n. */
 uint64_t reader_sampler_at(const reader_sampler *s, uint64_t pos);
