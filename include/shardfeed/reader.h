@@ -72,7 +72,11 @@ enum sf_reader_shuffle {
     SF_READER_SHUFFLE_NONE = 0,   /* dataset order */
     SF_READER_SHUFFLE_GLOBAL = 1, /* a full permutation per epoch */
     SF_READER_SHUFFLE_BLOCK = 2   /* runs of block_size consecutive ids, shuffled in windows:
-                                     near-sequential I/O, cheaper on cold storage */
+                                     near-sequential I/O, cheaper on cold storage; on data
+                                     not in the page cache each block's bytes are asked of
+                                     the kernel (posix_fadvise WILLNEED) about a window
+                                     before they are read (not with O_DIRECT or a URL;
+                                     $SHARDFEED_READAHEAD=0: never) */
 };
 
 /* What happens to the last global batch when it is not full (world_size > 1). */

@@ -81,10 +81,10 @@ int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard);
  * and, in mode cache, opens the cache. */
 int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *opts);
 void dataset_remote_close(sf_dataset *ds); /* NULL remote ok */
-/* sf_shard_load_meta of every shard through range requests, many at once:
- * 0, or the failure of the lowest-numbered shard that failed (*failed; *bad
- * the offset; the detail in sf_last_error()). */
-int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad);
+/* sf_shard_load_meta of shard i through range requests (fetched again
+ * when damaged in transit): 0, or the failure with *bad the offset. Called
+ * for many shards at once (dataset.c, load_shard_metas). */
+int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad);
 /* Downloads `shard` into the cache if it is not there (outside any lock of
  * the dataset's). */
 int dataset_remote_ensure(sf_dataset *ds, uint64_t shard);

@@ -15,7 +15,6 @@
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "fetch.h"
-#include "jobs.h"
 #include "remote_url.h"
 
 /* Open reads a shard's header with one request and its tail (footer, and
@@ -317,50 +316,12 @@ static int load_meta_once(sf_dataset *ds, void *arg)
     return rc;
 }
 
-static int load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
+int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
 {
     const sf_manifest *m = &ds->manifest;
     sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
     meta_job j = {i, &exp, bad};
     return refetch_damaged(ds, load_meta_once, &j);
-}
-
-/* Shards whose metadata is fetched at once: one after another it is two
- * round trips per shard (20,000 shards at 20 ms: 13 minutes). */
-#define META_THREADS 16u
-
-_Static_assert(META_THREADS <= REMOTE_JOBS_THREADS_MAX, "more threads than remote_jobs_run runs");
-
-typedef struct metas_run {
-    sf_dataset *ds;
-    _Atomic uint64_t next;
-    remote_jobs jobs; /* a job: a shard; its detail: the shard's bad-byte offset */
-} metas_run;
-
-static void *metas_worker(void *arg)
-{
-    metas_run *run = arg;
-    uint64_t n = run->ds->manifest.shard_count;
-    for (uint64_t i; (i = atomic_fetch_add(&run->next, 1)) < n;) {
-        if (remote_jobs_failed_before(&run->jobs, i))
-            break;
-        uint64_t bad = 0;
-        int rc = load_meta(run->ds, i, &bad);
-        if (rc)
-            remote_jobs_note_failure(&run->jobs, i, rc, bad);
-    }
-    return NULL;
-}
-
-int dataset_remote_load_metas(sf_dataset *ds, uint64_t *failed, uint64_t *bad)
-{
-    metas_run run = {.ds = ds};
-    remote_jobs_init(&run.jobs);
-    uint64_t n = ds->manifest.shard_count;
-    remote_jobs_run(n < 1 ? 1 : n < META_THREADS ? (unsigned)n : META_THREADS, metas_worker, &run);
-    *failed = run.jobs.failed;
-    *bad = run.jobs.detail;
-    return remote_jobs_finish(&run.jobs);
 }
 
 /* ---- the cache ---- */

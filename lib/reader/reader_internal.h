@@ -221,6 +221,19 @@ extern const reader_engine_ops reader_engine_uring, reader_engine_pread, reader_
 /* A dataset at a URL in mode direct: records by range requests (engine_pread.c). */
 extern const reader_engine_ops reader_engine_ranges;
 
+typedef struct reader_readahead reader_readahead;
+/* readahead.c: posix_fadvise(WILLNEED) over the blocks of a block shuffle
+ * about a window before they are read. open decides whether it is on. */
+int reader_readahead_open(sf_reader *r);
+void reader_readahead_close(sf_reader *r);
+/* Under r->lock, after batch `index` of `epoch` was cut: queues the blocks
+ * of the batches up to a window further on. */
+void reader_readahead_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index);
+/* Under r->lock: takes up to max queued blocks for this thread to hint. */
+unsigned reader_readahead_take_locked(sf_reader *r, uint64_t *blocks, unsigned max);
+/* Outside the lock: hints those blocks' bytes. */
+void reader_readahead_issue(sf_reader *r, const uint64_t *blocks, unsigned n);
+
 struct sf_reader {
     sf_dataset *ds;
     const sf_schema *schema;
@@ -245,6 +258,10 @@ struct sf_reader {
 
     /* image transforms (transform.c): NULL when none */
     reader_images *images;
+
+    /* block shuffle's read-ahead hints (readahead.c): NULL when off;
+     * under `lock` except reader_readahead_issue */
+    reader_readahead *readahead;
 
     /* compressed fields (staged.c): set by reader_staged_plan */
     int compressed;       /* some field has a codec or an image transform: records go

@@ -143,6 +143,7 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
     s->batch.substituted = 0;
     memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
     plan_shards_locked(r, s->ids, count);
+    reader_readahead_plan_locked(r, epoch, index);
     assert(count <= r->batch_cap); /* what the slot was sized for */
     for (uint32_t v = 0; v < r->schema->n_var; v++)
         s->var_off[(size_t)v * (r->batch_cap + 1)] = 0;
@@ -230,9 +231,13 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     schedule_locked(r);
 }
 
+/* Blocks a claiming thread hints at once (readahead.c). */
+#define READAHEAD_TAKE 8u
+
 unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
 {
-    unsigned n = 0;
+    unsigned n = 0, hints = 0;
+    uint64_t hint[READAHEAD_TAKE];
     pthread_mutex_lock(&r->lock);
     for (;;) {
         if (r->stop)
@@ -261,7 +266,16 @@ unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
             reader_trace_io_idle(tr); /* ends this thread's run */
         pthread_cond_wait(&r->work_cv, &r->lock);
     }
+    if (n)
+        hints = reader_readahead_take_locked(r, hint, READAHEAD_TAKE);
     pthread_mutex_unlock(&r->lock);
+    /* Hints first: the kernel starts on later blocks while this thread
+     * reads its tasks. */
+    if (hints) {
+        uint64_t t0 = reader_now_ns();
+        reader_readahead_issue(r, hint, hints);
+        reader_account_time(r, reader_now_ns() - t0, 0);
+    }
     /* The claimed tasks are this thread's until reader_task_done, and
      * their slots stay LOADING until then, so placing them unlocked is safe.
      * Placing looks records up in the index: I/O time in the stats. */
