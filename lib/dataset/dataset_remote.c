@@ -550,6 +550,7 @@ static void *prefetch_main(void *arg)
 {
     sf_dataset *ds = arg;
     dataset_remote *x = ds->remote;
+    pthread_setname_np(pthread_self(), "sf-prefetch");
     pthread_mutex_lock(&x->lock);
     while (!x->stop) {
         uint64_t s = prefetch_take_locked(ds);

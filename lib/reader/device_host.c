@@ -180,6 +180,7 @@ static int copy_may_start(const host_slot *s)
 static void *copy_thread(void *arg)
 {
     reader_device *d = arg;
+    pthread_setname_np(pthread_self(), "sf-copy");
     pthread_mutex_lock(&host_lock);
     for (;;) {
         /* The oldest pending copy that may start first, like one stream per

@@ -71,6 +71,7 @@ static int run_item_locked(host_item *it)
 static void *stream_thread(void *arg)
 {
     sf_host_stream *s = arg;
+    pthread_setname_np(pthread_self(), "sf-stream");
     pthread_mutex_lock(&host_lock);
     for (;;) {
         host_item *it = s->head;

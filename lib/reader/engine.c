@@ -83,6 +83,9 @@ static void *io_main(void *arg)
 {
     reader_io_thread *t = arg;
     sf_reader *r = t->r;
+    /* Named for top -H, perf and gdb (and the tests, which wait for open to
+     * end by this thread's appearance: tests/reliability/truncation.py). */
+    pthread_setname_np(pthread_self(), "sf-io");
     reader_trace_io_thread(t->idx);
     int rc = reader_scratch_init(&t->scratch, r);
     if (!rc && r->engine->thread_init)

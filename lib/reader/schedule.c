@@ -59,6 +59,7 @@ static void order_ahead_locked(sf_reader *r, uint64_t epoch)
 static void *order_main(void *arg)
 {
     sf_reader *r = arg;
+    pthread_setname_np(pthread_self(), "sf-order");
     pthread_mutex_lock(&r->lock);
     for (;;) {
         while (!r->order_pending && !r->order_stop)

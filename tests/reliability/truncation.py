@@ -146,6 +146,19 @@ def fresh_copy(src, root, tag, shard):
 
 # ---- C: shardfeed bench -----------------------------------------------------------------
 
+def io_threads_exist(pid):
+    """Whether process pid has a reader I/O thread yet (lib/reader/engine.c names them)."""
+    task = f"/proc/{pid}/task"
+    try:
+        for t in os.listdir(task):
+            with open(f"{task}/{t}/comm") as f:
+                if f.read().strip() == "sf-io":
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 def bench_run(ds, pt, engine, skip, root, tag):
     samples, batch, sleep = DATASETS[ds["name"]]
     d = fresh_copy(ds["dir"], root, tag, pt["shard"])
@@ -153,15 +166,10 @@ def bench_run(ds, pt, engine, skip, root, tag):
            "--shuffle", "none", "--prefetch", str(PREFETCH), "--threads", "2",
            "--consumer-sleep-us", str(sleep), "--json"] + (["--skip-corrupt"] if skip else [])
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Open is done once the I/O threads exist; then cut.
-    task = f"/proc/{p.pid}/task"
+    # Open is done once the I/O threads (named sf-io) exist; then cut. (Open itself runs
+    # threads of its own, which check the shards' metadata: any second thread is too early.)
     deadline = time.monotonic() + 10
-    while p.poll() is None and time.monotonic() < deadline:
-        try:
-            if len(os.listdir(task)) > 1:
-                break
-        except OSError:
-            break
+    while p.poll() is None and time.monotonic() < deadline and not io_threads_exist(p.pid):
         time.sleep(0.001)
     os.truncate(os.path.join(d, pt["shard"]), pt["cut"])
     out, err = p.communicate(timeout=120)
