@@ -64,6 +64,10 @@ int dataset_fd_all_kept(const sf_dataset *ds);
 /* A dataset at a URL: unpins in the cache the shards this process keeps
  * pinned though nobody reads them now (shard_files.c, IDLE_PINNED). */
 void dataset_files_unpin_idle(sf_dataset *ds);
+/* A dataset at a URL: whether this dataset holds `shard`'s file open with
+ * the cache's pin (in use, or idle and kept pinned): then it is in the
+ * cache and stays there, and a prefetch of it has nothing to do. */
+int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard);
 uint64_t dataset_fd_cap(const sf_dataset *ds);
 /* The read-only map of the whole of `shard`, made on first use (the fault
  * guard is installed first: touch it only under the guard). */

@@ -169,6 +169,16 @@ static void idle_pinned_push_locked(const sf_dataset *ds, dataset_files *f, uint
     }
 }
 
+int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
+{
+    dataset_files *f = ds->files;
+    const shard_fd *x = &f->fds[entry_of(shard, 0)];
+    pthread_mutex_lock(&f->lock);
+    int pinned = atomic_load_explicit(&x->fd, memory_order_relaxed) >= 0 && x->cache_pinned;
+    pthread_mutex_unlock(&f->lock);
+    return pinned;
+}
+
 void dataset_files_unpin_idle(sf_dataset *ds)
 {
     dataset_files *f = ds->files;
