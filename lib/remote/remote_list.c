@@ -9,14 +9,11 @@
 
 /* ---- The answer's XML ---------------------------------------------------------- */
 
-/* The first `needle` in [hay, hay + len), or NULL. */
+/* The first `needle` in [hay, hay + len), or NULL (glibc's memmem: the
+ * answer is not NUL-terminated). */
 static const char *find_in(const char *hay, size_t len, const char *needle)
 {
-    size_t n = strlen(needle);
-    for (size_t i = 0; n <= len && i <= len - n; i++)
-        if (hay[i] == needle[0] && memcmp(hay + i, needle, n) == 0)
-            return hay + i;
-    return NULL;
+    return memmem(hay, len, needle, strlen(needle));
 }
 
 /* The text of the first <tag>...</tag> in [s, s + len): *text and *tlen;
