@@ -89,11 +89,13 @@ void dataset_remote_close(sf_dataset *ds); /* NULL remote ok */
  * when damaged in transit): 0, or the failure with *bad the offset. Called
  * for many shards at once (dataset.c, load_shard_metas). */
 int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad);
-/* Downloads `shard` into the cache if it is not there (outside any lock of
- * the dataset's). */
-int dataset_remote_ensure(sf_dataset *ds, uint64_t shard);
+/* The pinned descriptor of `shard`'s file in the cache (O_DIRECT with
+ * `direct`), downloaded first when the cache lacks it (outside any lock of
+ * the dataset's). A shard this process just downloaded is its checked .part
+ * until its publish finishes (lib/remote/cache.c). */
+int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct);
 /* The pinned descriptor of `shard`'s cached file (O_DIRECT with `direct`),
- * or -ENOENT when the cache lacks it (dataset_remote_ensure first: this one
+ * or -ENOENT when the cache lacks it (dataset_remote_acquire first: this one
  * never downloads, it runs under the files' lock). */
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct);
 /* Unpins / pins again a descriptor of dataset_remote_fd kept open while

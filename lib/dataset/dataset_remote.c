@@ -413,9 +413,12 @@ static int ensure_shard(sf_dataset *ds, uint64_t shard, int nowait)
                                  ds->manifest.shards[shard].file_size, nowait, fill_shard, &j);
 }
 
-int dataset_remote_ensure(sf_dataset *ds, uint64_t shard)
+int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
-    return ensure_shard(ds, shard, 0);
+    fill_job j = {ds, shard};
+    return remote_cache_acquire(out, ds->remote->cache, ds->shards[shard].name,
+                                ds->manifest.shards[shard].file_size, direct ? O_DIRECT : 0,
+                                fill_shard, &j);
 }
 
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct)

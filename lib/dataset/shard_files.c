@@ -270,6 +270,16 @@ uint64_t dataset_fd_cap(const sf_dataset *ds)
     return ds->files->cap;
 }
 
+/* Under f->lock: closed entry e of a dataset at a URL gets `fd`, pinned in
+ * the cache (room made for it first: make_room_locked). */
+static void remote_entry_set_locked(dataset_files *f, uint64_t e, int fd)
+{
+    assert(atomic_load_explicit(&f->fds[e].fd, memory_order_relaxed) < 0);
+    atomic_store_explicit(&f->fds[e].fd, fd, memory_order_release);
+    f->fds[e].cache_pinned = 1;
+    f->open++;
+}
+
 /* Under f->lock: opens entry e (shard, direct). */
 static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *out)
 {
@@ -283,9 +293,7 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
         int rc = dataset_remote_fd(&fd, ds, shard, direct);
         if (rc)
             return rc;
-        atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
-        f->fds[entry_of(shard, direct)].cache_pinned = 1;
-        f->open++;
+        remote_entry_set_locked(f, entry_of(shard, direct), fd);
         *out = fd;
         return 0;
     }
@@ -365,8 +373,11 @@ static int unpin_not_last(shard_fd *x)
 
 /* dataset_fd_acquire of a dataset at a URL: the shard's file in the cache.
  * A download takes long and may wait for room, which other threads make by
- * releasing their pins under f->lock: it runs outside the lock, and the open
- * under it never downloads (-ENOENT: evicted again meanwhile, another round). */
+ * releasing their pins under f->lock: it runs outside the lock and hands
+ * over its pinned descriptor (a shard this process just downloaded may be
+ * only its .part, whose publish may yet fail and remove it: opened by name
+ * again, it would be gone). The open under the lock never downloads
+ * (-ENOENT: evicted again meanwhile, another round). */
 static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
     dataset_files *f = ds->files;
@@ -377,14 +388,16 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
         return 0;
     int rc = 0;
     for (int round = 0; round < 8; round++) {
-        if (round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0)
+        int got = -1; /* pinned, fetched first when missing */
+        if (round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) {
             dataset_files_unpin_idle(ds); /* the download may need them evicted */
-        if ((round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) &&
-            (rc = dataset_remote_ensure(ds, shard))) {
-            /* The download's own error (an object gone at the store is -ENOENT too,
-             * which below means "evicted again": not a reason to retry). */
-            *out = -1;
-            return rc;
+            if ((rc = dataset_remote_acquire(&got, ds, shard, direct))) {
+                /* The download's own error (an object gone at the store is
+                 * -ENOENT too, which below means "evicted again": not a
+                 * reason to retry). */
+                *out = -1;
+                return rc;
+            }
         }
         pthread_mutex_lock(&f->lock);
         int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
@@ -400,13 +413,20 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
         } else if (fd >= 0 && x->pins == 0) {
             x->cache_pinned = 1; /* pinned again */
         }
-        if (fd < 0)
+        if (fd < 0 && got >= 0) {
+            make_room_locked(f);
+            remote_entry_set_locked(f, e, fd = got);
+            got = -1;
+        } else if (fd < 0) {
             rc = open_entry_locked(ds, shard, direct, &fd);
-        else if (x->pins == 0)
+        } else if (x->pins == 0) {
             lru_unlink(f, e); /* open and idle: in use again */
+        }
         if (!rc)
             x->pins++;
         pthread_mutex_unlock(&f->lock);
+        if (got >= 0)
+            close(got); /* another thread's descriptor came first */
         if (rc != -ENOENT) {
             *out = rc ? -1 : fd;
             return rc;

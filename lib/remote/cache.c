@@ -1,7 +1,9 @@
 /* The shared cache of remote objects (cache.h: layout and invariants). */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +21,36 @@
 #define FILL_PREFIX ".fill-"
 #define PATH_MAX_LEN 4096
 
+/* A download of this process: under way (the other threads of the process
+ * wait for it here, not on its .fill lock, which the publish keeps), or
+ * arrived whole and checked and waiting to be made durable and renamed into
+ * its final name by the publisher thread. Meanwhile the process reads the
+ * .part: its bytes are the ones checked, and the reader checks every
+ * record's checksum again as it reads. Other processes see the object only
+ * under its final name, after the fsync (the .fill lock is held until the
+ * rename). */
+typedef enum { PENDING_DOWNLOADING, PENDING_READY, PENDING_PUBLISHING } pending_state;
+
+typedef struct pending {
+    struct pending *next;
+    pending_state state;
+    int part_fd;  /* READY on: the .part, LOCK_SH (counted, never evicted) */
+    int fill_fd;  /* READY on: the .fill lock, held until the rename */
+    char name[256];
+    char part[PATH_MAX_LEN];
+} pending;
+
 struct remote_cache {
     char *root;  /* ROOT */
     char *dir;   /* ROOT/SPACE */
     uint64_t limit;
     unsigned wait_s; /* how long a download waits for room */
+    /* this process's downloads and their publishes (pending above) */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pending *pending;  /* newest first */
+    pthread_t publisher;
+    int publisher_running, stop;
 };
 
 static atomic_uint part_counter;
@@ -61,6 +88,8 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
         return sf_fail(-ENOMEM, "out of memory");
     }
     snprintf(c->dir, n, "%s/%s", root, space);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cv, NULL);
     c->limit = limit;
     c->wait_s = REMOTE_CACHE_WAIT_S;
     int rc = make_dirs(c->dir);
@@ -72,10 +101,16 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
     return 0;
 }
 
+static void publisher_stop(remote_cache *c);
+
 void remote_cache_free(remote_cache *c)
 {
     if (!c)
         return;
+    publisher_stop(c);
+    assert(!c->pending && "a download is under way at close");
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->lock);
     free(c->root);
     free(c->dir);
     free(c);
@@ -117,12 +152,11 @@ static int lock_fd(int fd, int op)
     return rc;
 }
 
-/* Opens ROOT/SPACE/NAME pinned, or -1 with errno (ENOENT: absent). A file
- * unlinked between the open and the lock (evicted) counts as absent. */
-static int open_pinned(const remote_cache *c, const char *name, int oflags)
+/* Opens `path` pinned, or -1 with errno (ENOENT: absent). A file unlinked
+ * between the open and the lock (evicted, or a publish that failed) counts
+ * as absent. */
+static int open_pinned_path(const char *path, int oflags)
 {
-    char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/%s", c->dir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC | oflags);
     if (fd < 0)
         return -1;
@@ -134,6 +168,14 @@ static int open_pinned(const remote_cache *c, const char *name, int oflags)
     /* Recently used: the last the evictor picks. */
     futimens(fd, NULL);
     return fd;
+}
+
+/* Opens ROOT/SPACE/NAME pinned (open_pinned_path). */
+static int open_pinned(const remote_cache *c, const char *name, int oflags)
+{
+    char path[PATH_MAX_LEN];
+    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    return open_pinned_path(path, oflags);
 }
 
 /* ---- accounting and eviction (under ROOT/.lock) ---- */
@@ -323,40 +365,225 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
     return fd >= 0 ? fd : rc;
 }
 
-/* Downloads `name` into the cache (the caller holds its .fill lock and saw
- * it absent). */
-static int download(const remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
-                    remote_fill_fn fill, void *ctx)
+/* ---- test hooks ---- */
+
+#ifdef SHARDFEED_TEST_HOOKS
+/* SHARDFEED_TEST_PUBLISH_HOLD=PATH: a publish waits until PATH exists (the
+ * tests read a shard whose publish has not finished, or kill the process
+ * then). SHARDFEED_TEST_PUBLISH_FAIL=1: every publish fails as if its fsync
+ * had. Compiled only into builds with the tests. */
+static int test_publish_hook(void)
 {
-    char part[PATH_MAX_LEN], final[PATH_MAX_LEN];
-    int fd = reserve_part(c, name, size, wait_s, part, sizeof part);
-    if (fd < 0)
-        return fd;
-    int rc = fill(ctx, fd, size);
-    if (!rc && fsync(fd) != 0)
-        rc = sf_fail(-errno, "%s: fsync: %s", part, strerror(errno));
-    snprintf(final, sizeof final, "%s/%s", c->dir, name);
-    /* Renamed under ROOT/.lock: a directory listing made while a file is
-     * renamed may hold neither name (readdir promises nothing for entries
-     * added or removed meanwhile), and make_room, listing under that lock,
-     * then missed a whole shard and let the folder exceed the limit by it
-     * (seen in remote.test_remote_read: 143,269 bytes against 123,156). */
+    const char *hold = getenv("SHARDFEED_TEST_PUBLISH_HOLD");
+    while (hold && *hold && access(hold, F_OK) != 0)
+        sleep_ms(10);
+    const char *fail = getenv("SHARDFEED_TEST_PUBLISH_FAIL");
+    return fail && *fail == '1' ? -EIO : 0;
+}
+#else
+static int test_publish_hook(void)
+{
+    return 0;
+}
+#endif
+
+/* ---- this process's downloads and their publishes ---- */
+
+/* Under c->lock: this process's download of `name`, or NULL. */
+static pending *pending_find_locked(remote_cache *c, const char *name)
+{
+    for (pending *p = c->pending; p; p = p->next)
+        if (!strcmp(p->name, name))
+            return p;
+    return NULL;
+}
+
+/* Under c->lock: takes p off the list (it is the caller's to free). */
+static void pending_remove_locked(remote_cache *c, pending *p)
+{
+    for (pending **q = &c->pending; *q; q = &(*q)->next)
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* The .part of this process's download of `name` when it arrived whole and
+ * checked (copied into part): 1, else 0. With `wait`, a download of it
+ * under way here is waited for first. */
+static int pending_ready_part(remote_cache *c, const char *name, int wait, char *part,
+                              size_t part_cap)
+{
+    pthread_mutex_lock(&c->lock);
+    pending *p;
+    while (wait && (p = pending_find_locked(c, name)) && p->state == PENDING_DOWNLOADING)
+        pthread_cond_wait(&c->cv, &c->lock);
+    p = pending_find_locked(c, name);
+    int ready = p && p->state != PENDING_DOWNLOADING;
+    if (ready)
+        snprintf(part, part_cap, "%s", p->part);
+    pthread_mutex_unlock(&c->lock);
+    return ready;
+}
+
+/* Opens object `name` pinned: this process's .part of it when its publish
+ * has not finished, else its final file; -1 with errno (ENOENT: absent). A
+ * .part renamed meanwhile is found under the final name; one whose publish
+ * failed (removed) under neither. */
+static int open_object(remote_cache *c, const char *name, int oflags, int wait)
+{
+    char part[PATH_MAX_LEN];
+    if (pending_ready_part(c, name, wait, part, sizeof part)) {
+        int fd = open_pinned_path(part, oflags);
+        if (fd >= 0 || errno != ENOENT)
+            return fd;
+    }
+    return open_pinned(c, name, oflags);
+}
+
+/* Makes p's .part durable and gives it its final name: fsync, rename under
+ * ROOT/.lock (cache.h: a listing must never miss a file being renamed),
+ * fsync of the folder. On failure the .part is removed, never renamed: no
+ * final name but for durable bytes. Readers holding it keep reading it (its
+ * bytes were checked); their next repin finds it gone and fetches again. */
+static int publish(remote_cache *c, pending *p)
+{
+    char final[PATH_MAX_LEN];
+    snprintf(final, sizeof final, "%s/%s", c->dir, p->name);
+    int rc = test_publish_hook();
+    if (rc)
+        rc = sf_fail(rc, "%s: fsync: %s (test hook)", p->part, strerror(-rc));
+    else if (fsync(p->part_fd) != 0)
+        rc = sf_fail(-errno, "%s: fsync: %s", p->part, strerror(errno));
     int lk = rc ? -1 : open_cache_lock(c);
     if (!rc && lk < 0)
         rc = lk;
     if (!rc) {
         lock_fd(lk, LOCK_EX);
-        if (rename(part, final) != 0)
+        if (rename(p->part, final) != 0)
             rc = sf_fail(-errno, "%s: rename: %s", final, strerror(errno));
         lock_fd(lk, LOCK_UN);
         close(lk);
     }
     if (rc)
-        unlink(part);
+        unlink(p->part);
     else
         rc = sf_fsync_dir(c->dir);
-    close(fd);
     return rc;
+}
+
+/* Publishes p and lets go of it: its .fill lock goes only now, so another
+ * process waiting for the object finds it under its final name, durable. */
+static void publish_and_free(remote_cache *c, pending *p)
+{
+    int rc = publish(c, p);
+    if (rc)
+        fprintf(stderr, "shardfeed: remote cache: %s (the shard is fetched again when next "
+                        "needed)\n", sf_last_error());
+    close(p->part_fd);
+    close(p->fill_fd);
+    pthread_mutex_lock(&c->lock);
+    pending_remove_locked(c, p);
+    pthread_mutex_unlock(&c->lock);
+    free(p);
+}
+
+/* The publisher thread: publishes READY downloads, oldest first, until
+ * stopped with none left (close finishes every publish). */
+static void *publisher_main(void *arg)
+{
+    remote_cache *c = arg;
+    pthread_setname_np(pthread_self(), "sf-publish");
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        pending *oldest = NULL;
+        for (pending *p = c->pending; p; p = p->next)
+            if (p->state == PENDING_READY)
+                oldest = p;
+        if (!oldest && c->stop)
+            break;
+        if (!oldest) {
+            pthread_cond_wait(&c->cv, &c->lock);
+            continue;
+        }
+        oldest->state = PENDING_PUBLISHING;
+        pthread_mutex_unlock(&c->lock);
+        publish_and_free(c, oldest);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Finishes every publish and stops the publisher (remote_cache_free). */
+static void publisher_stop(remote_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    int running = c->publisher_running;
+    pthread_mutex_unlock(&c->lock);
+    if (running)
+        pthread_join(c->publisher, NULL);
+    c->publisher_running = 0;
+}
+
+/* p arrived whole and checked: readable here from now on, published in the
+ * background (at once, here, when no thread can be started). */
+static void pending_ready(remote_cache *c, pending *p)
+{
+    pthread_mutex_lock(&c->lock);
+    p->state = PENDING_READY;
+    if (!c->publisher_running && !c->stop &&
+        pthread_create(&c->publisher, NULL, publisher_main, c) == 0)
+        c->publisher_running = 1;
+    int inline_publish = !c->publisher_running;
+    if (inline_publish)
+        p->state = PENDING_PUBLISHING;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->lock);
+    if (inline_publish)
+        publish_and_free(c, p);
+}
+
+/* Downloads `name` into p's .part (the caller holds its .fill lock, p's
+ * fill_fd, and saw it absent) and checks it. On success p is READY: its
+ * .part is pinned (LOCK_SH, as a reader pins an object), readable by this
+ * process, and published in the background; with `pinned`, *pinned is a
+ * descriptor of it (O_RDONLY | oflags) pinned before the publish can
+ * remove it (a publish that fails). */
+static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
+                    remote_fill_fn fill, void *ctx, int oflags, int *pinned)
+{
+    int fd = reserve_part(c, p->name, size, wait_s, p->part, sizeof p->part);
+    if (fd < 0)
+        return fd;
+    int rc = fill(ctx, fd, size);
+    /* From the writer's LOCK_EX to a reader's LOCK_SH, so that this
+     * process's readers can pin the .part too. flock converts by unlocking
+     * first: under ROOT/.lock, the only lock under which the evictor removes
+     * an unlocked .part (a dead download), nobody sees it unlocked. */
+    int lk = rc ? -1 : open_cache_lock(c);
+    if (!rc && lk < 0)
+        rc = lk;
+    if (!rc) {
+        lock_fd(lk, LOCK_EX);
+        if (lock_fd(fd, LOCK_SH) != 0)
+            rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
+        lock_fd(lk, LOCK_UN);
+        close(lk);
+    }
+    if (!rc && pinned && (*pinned = open_pinned_path(p->part, oflags)) < 0)
+        rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
+    if (rc) {
+        unlink(p->part);
+        close(fd);
+        return rc;
+    }
+    p->part_fd = fd;
+    pending_ready(c, p);
+    return 0;
 }
 
 /* Opens (and locks) ROOT/SPACE/.fill-NAME: one process fills NAME at a time. */
@@ -371,14 +598,64 @@ static int fill_lock(const remote_cache *c, const char *name)
     return fd;
 }
 
+/* Fetches `name` unless another process did meanwhile (it held the .fill
+ * lock) or another thread of this one is at it (the caller looks again):
+ * 1 when it downloaded, 0 when not, or a negative code. With `pinned`:
+ * *pinned is the download pinned (download), else -1. */
+static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
+                        remote_fill_fn fill, void *ctx, int oflags, int *pinned)
+{
+    if (pinned)
+        *pinned = -1;
+    pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return sf_fail(-ENOMEM, "out of memory");
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->state = PENDING_DOWNLOADING;
+    pthread_mutex_lock(&c->lock);
+    /* A download of this process whose .part the caller did not find is
+     * being renamed or was removed (its publish failed): wait until it is
+     * done, then look at the folder again. */
+    pending *q;
+    while ((q = pending_find_locked(c, name)) && q->state != PENDING_DOWNLOADING)
+        pthread_cond_wait(&c->cv, &c->lock);
+    int ours = !q;
+    if (ours) {
+        p->next = c->pending;
+        c->pending = p;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!ours) {
+        free(p);
+        return 0;
+    }
+    int rc = p->fill_fd = fill_lock(c, name);
+    if (rc >= 0) {
+        /* Another process may have filled it while this one waited. */
+        char path[PATH_MAX_LEN];
+        snprintf(path, sizeof path, "%s/%s", c->dir, name);
+        rc = access(path, F_OK) != 0 ? download(c, p, size, wait_s, fill, ctx, oflags, pinned)
+                                     : 1;
+        if (rc == 0)
+            return 1; /* p is the publisher's */
+        close(p->fill_fd);
+        rc = rc == 1 ? 0 : rc;
+    }
+    pthread_mutex_lock(&c->lock);
+    pending_remove_locked(c, p);
+    pthread_mutex_unlock(&c->lock);
+    free(p);
+    return rc;
+}
+
 /* Makes sure `name` is in the cache; with `out`, returns it pinned. */
 static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, int oflags,
                   unsigned wait_s, remote_fill_fn fill, void *ctx)
 {
-    if (strchr(name, '/') || name[0] == '.')
+    if (strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof ((pending *)0)->name)
         return sf_fail(SF_E_INVALID, "remote cache: bad object name '%s'", name);
     for (int round = 0; round < 8; round++) {
-        int fd = open_pinned(c, name, oflags);
+        int fd = open_object(c, name, oflags, 1);
         if (fd >= 0) {
             if (out)
                 *out = fd;
@@ -388,19 +665,16 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
         }
         if (errno != ENOENT)
             return sf_fail(-errno, "%s/%s: %s", c->dir, name, strerror(errno));
-        int lk = fill_lock(c, name);
-        if (lk < 0)
-            return lk;
-        int rc = 0;
-        /* Another process may have filled it while this one waited. */
-        char path[PATH_MAX_LEN];
-        snprintf(path, sizeof path, "%s/%s", c->dir, name);
-        if (access(path, F_OK) != 0)
-            rc = download(c, name, size, wait_s, fill, ctx);
-        close(lk);
-        if (rc)
+        int got;
+        int rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
+        if (rc < 0)
             return rc;
-        /* Evicted again before it could be opened: another round. */
+        if (rc && out)
+            *out = got;
+        if (rc)
+            return 0; /* downloaded: not opened by name again (a failed publish removes it) */
+        /* Evicted again before it could be opened, or its publish failed:
+         * another round. */
     }
     return sf_fail(SF_E_LIMIT, "remote cache %s: %s was evicted as soon as it arrived, 8 times: "
                                "the cache limit is too small for the processes sharing it",
@@ -416,7 +690,7 @@ int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t si
 
 int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags)
 {
-    *fd = open_pinned(c, name, oflags);
+    *fd = open_object(c, name, oflags, 0);
     if (*fd >= 0)
         return 0;
     int e = errno;

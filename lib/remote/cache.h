@@ -12,7 +12,11 @@
  * Invariants:
  *  - an object is under its final name only after it was written whole,
  *    fsynced and checked (the download is renamed into place), so a process
- *    killed mid-download leaves only a .part file;
+ *    killed mid-download leaves only a .part file. The process that
+ *    downloaded it reads the checked .part meanwhile (pinned with LOCK_SH,
+ *    as objects are), while its publisher thread fsyncs and renames it,
+ *    holding the .fill lock until then; a publish that fails removes the
+ *    .part; remote_cache_free finishes every publish;
  *  - the bytes of ROOT's files (final and .part: a download reserves its
  *    whole size with ftruncate before its first byte) stay at or under the
  *    limit: room is made first, under ROOT/.lock, by evicting the least

@@ -33,6 +33,7 @@
 #define REMOTE_BACKOFF_MAX_MS 4000u
 #define REMOTE_RECV_BUFFER (256u << 10) /* curl's receive buffer, per fetcher */
 #define REMOTE_WRITEBACK_STEP (4u << 20) /* a download's write-back starts per step */
+#define REMOTE_WRITE_CHUNK (128u << 10) /* a download is written to its file in chunks this size */
 /* remote_pool_fetch_to_fd: an object of at least 2 x REMOTE_PART_MIN bytes
  * is fetched as up to REMOTE_PARTS ranges at once, each on its own
  * connection (one connection's copy was the limit on loopback). */

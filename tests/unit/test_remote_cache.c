@@ -51,6 +51,15 @@ static int fill(void *ctx, int fd, uint64_t size)
     return f->fail ? -EIO : 0;
 }
 
+/* fd holds the 10000 bytes fill wrote with `seed`. */
+static void assert_filled(int fd, uint8_t seed)
+{
+    uint8_t buf[10000];
+    cr_assert_eq(sf_pread_full(fd, buf, sizeof buf, 0), 0);
+    for (unsigned i = 0; i < sizeof buf; i++)
+        cr_assert_eq(buf[i], (uint8_t)(i + seed), "byte %u", i);
+}
+
 /* Bytes of the regular files under root/SPACE (what the limit counts),
  * and how many of them are named `prefix`*. */
 static uint64_t folder_bytes(const char *dir, const char *prefix, unsigned *count)
@@ -80,6 +89,16 @@ static int exists(const remote_cache *c, const char *name)
     return access(path, F_OK) == 0;
 }
 
+/* Waits (up to 10 s) until this process's download of `name` is published:
+ * until then its .part is in use, never evicted, and the evictor's order
+ * is that of the published objects only. */
+static void wait_published(const remote_cache *c, const char *name)
+{
+    for (int i = 0; i < 10000 && !exists(c, name); i++)
+        usleep(1000);
+    cr_assert(exists(c, name), "%s not published after 10 s", name);
+}
+
 TestSuite(remote_cache, .init = setup, .fini = teardown, .timeout = 60);
 
 Test(remote_cache, an_object_is_filled_once_and_read_back_whole)
@@ -89,19 +108,83 @@ Test(remote_cache, an_object_is_filled_once_and_read_back_whole)
     fill_spec f = {.seed = 7};
     int fd;
     cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0);
-    uint8_t buf[10000];
-    cr_assert_eq(sf_pread_full(fd, buf, sizeof buf, 0), 0);
-    for (unsigned i = 0; i < sizeof buf; i++)
-        cr_assert_eq(buf[i], (uint8_t)(i + 7), "byte %u", i);
+    assert_filled(fd, 7);
     close(fd);
     /* In the cache now: a second acquire does not fill again. */
     cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0);
     close(fd);
     cr_assert_eq(f.calls, 1);
-    unsigned parts;
-    folder_bytes(remote_cache_dir(c), ".part-", &parts);
-    cr_assert_eq(parts, 0, "no download left behind");
+    /* Published (made durable and renamed) by close at the latest. */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", remote_cache_dir(c));
     remote_cache_free(c);
+    unsigned parts;
+    folder_bytes(dir, ".part-", &parts);
+    cr_assert_eq(parts, 0, "no download left behind");
+}
+
+/* A download is read from its .part while its publish (fsync, rename) waits
+ * (the test hook holds it until `gate` exists); nothing is under the final
+ * name meanwhile, and close finishes the publish. */
+Test(remote_cache, an_object_is_read_before_its_publish_finishes)
+{
+    char gate[600];
+    snprintf(gate, sizeof gate, "%s/gate", root);
+    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_HOLD", gate, 1), 0);
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    fill_spec f = {.seed = 3};
+    int fd, again;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0, "%s",
+                 sf_last_error());
+    assert_filled(fd, 3);
+    cr_assert(!exists(c, "a.sfs"), "under its final name before its publish");
+    unsigned parts;
+    cr_assert_eq(folder_bytes(remote_cache_dir(c), ".part-", &parts), 10000);
+    cr_assert_eq(parts, 1);
+    /* Another acquire meanwhile finds the same download, not a new one. */
+    cr_assert_eq(remote_cache_acquire(&again, c, "a.sfs", 10000, 0, fill, &f), 0);
+    cr_assert_eq(f.calls, 1);
+    close(again);
+    char final[700], dir[600];
+    snprintf(dir, sizeof dir, "%s", remote_cache_dir(c));
+    snprintf(final, sizeof final, "%s/a.sfs", dir);
+    int g = open(gate, O_WRONLY | O_CREAT, 0644);
+    cr_assert_geq(g, 0);
+    close(g);
+    remote_cache_free(c); /* waits for the publish */
+    cr_assert_eq(access(final, F_OK), 0, "not published at close");
+    cr_assert_eq(folder_bytes(dir, ".part-", &parts), 10000);
+    cr_assert_eq(parts, 0);
+    /* The descriptor read before the publish is the file published. */
+    struct stat a, b;
+    cr_assert_eq(fstat(fd, &a), 0);
+    cr_assert_eq(stat(final, &b), 0);
+    cr_assert_eq(a.st_ino, b.st_ino);
+    close(fd);
+    unsetenv("SHARDFEED_TEST_PUBLISH_HOLD");
+}
+
+/* A publish that fails (the hook fails it as a failed fsync would) leaves
+ * no final name and no .part; what was read from the download was right. */
+Test(remote_cache, a_failed_publish_leaves_nothing_under_the_final_name)
+{
+    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_FAIL", "1", 1), 0);
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    fill_spec f = {.seed = 5};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0, "%s",
+                 sf_last_error());
+    assert_filled(fd, 5);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", remote_cache_dir(c));
+    remote_cache_free(c);
+    unsigned parts;
+    cr_assert_eq(folder_bytes(dir, "", &parts), 0, "a file is left");
+    cr_assert_eq(remote_cache_repin(fd), 0, "the failed download still counts as cached");
+    close(fd);
+    unsetenv("SHARDFEED_TEST_PUBLISH_FAIL");
 }
 
 Test(remote_cache, a_failed_fill_leaves_nothing_under_the_final_name)
@@ -129,10 +212,11 @@ Test(remote_cache, the_folder_stays_under_the_limit_evicting_the_least_recently_
         snprintf(name, sizeof name, "o%d", i);
         int fd;
         cr_assert_eq(remote_cache_acquire(&fd, c, name, 1000, 0, fill, &f), 0, "%s", sf_last_error());
+        wait_published(c, name);
         /* o0 is used again each round: the evictor takes the others. */
         if (i > 0) {
             int fd0;
-            usleep(2000); /* mtimes of distinct ticks */
+            usleep(12000); /* distinct mtimes: the coarse clock (10 ms at HZ=100) */
             cr_assert_eq(remote_cache_acquire(&fd0, c, "o0", 1000, 0, fill, &f), 0);
             close(fd0);
         }
