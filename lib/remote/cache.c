@@ -529,8 +529,15 @@ static void publisher_stop(remote_cache *c)
     c->publisher_running = 0;
 }
 
+/* At most this many downloads wait for the publisher: each holds two
+ * descriptors (its .part and its .fill lock), and downloads that outrun the
+ * disk's fsyncs (many small shards over a fast link) would otherwise pile
+ * up toward RLIMIT_NOFILE; past it the downloader publishes its own. */
+#define REMOTE_PUBLISH_QUEUE 32
+
 /* p arrived whole and checked: readable here from now on, published in the
- * background (at once, here, when no thread can be started). */
+ * background (at once, here, when no thread can be started or the queue is
+ * full). */
 static void pending_ready(remote_cache *c, pending *p)
 {
     pthread_mutex_lock(&c->lock);
@@ -538,7 +545,10 @@ static void pending_ready(remote_cache *c, pending *p)
     if (!c->publisher_running && !c->stop &&
         pthread_create(&c->publisher, NULL, publisher_main, c) == 0)
         c->publisher_running = 1;
-    int inline_publish = !c->publisher_running;
+    unsigned queued = 0;
+    for (pending *q = c->pending; q; q = q->next)
+        queued += q->state == PENDING_READY;
+    int inline_publish = !c->publisher_running || queued > REMOTE_PUBLISH_QUEUE;
     if (inline_publish)
         p->state = PENDING_PUBLISHING;
     pthread_cond_broadcast(&c->cv);

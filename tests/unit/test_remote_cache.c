@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,65 @@ Test(remote_cache, an_object_is_read_before_its_publish_finishes)
     cr_assert_eq(stat(final, &b), 0);
     cr_assert_eq(a.st_ino, b.st_ino);
     close(fd);
+    unsetenv("SHARDFEED_TEST_PUBLISH_HOLD");
+}
+
+/* Downloads that outrun their publishes queue for the publisher only up to
+ * a bound (each holds two descriptors); past it the downloader publishes
+ * its own. With every publish held, 40 acquires stop at 34 .part files: the
+ * one being published, 32 queued, and the 34th publishing inline. */
+typedef struct acquire_many {
+    remote_cache *c;
+    int done;
+} acquire_many;
+
+static void *acquire_40(void *arg)
+{
+    acquire_many *a = arg;
+    fill_spec f = {.seed = 7};
+    for (int i = 0; i < 40; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "o%02d.sfs", i);
+        int fd;
+        cr_assert_eq(remote_cache_acquire(&fd, a->c, name, 10000, 0, fill, &f), 0, "%s",
+                     sf_last_error());
+        close(fd);
+    }
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+Test(remote_cache, downloads_waiting_for_their_publish_are_bounded)
+{
+    char gate[600];
+    snprintf(gate, sizeof gate, "%s/gate", root);
+    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_HOLD", gate, 1), 0);
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", remote_cache_dir(c));
+    acquire_many a = {c, 0};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, acquire_40, &a), 0);
+    unsigned parts = 0;
+    for (int i = 0; i < 1000 && parts < 34; i++) { /* at most 10 s */
+        usleep(10000);
+        folder_bytes(dir, ".part-", &parts);
+    }
+    usleep(300000); /* unbounded, the other six would arrive meanwhile */
+    folder_bytes(dir, ".part-", &parts);
+    cr_assert_eq(parts, 34, "%u downloads held for their publish", parts);
+    cr_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE));
+    int g = open(gate, O_WRONLY | O_CREAT, 0644);
+    cr_assert_geq(g, 0);
+    close(g);
+    pthread_join(t, NULL);
+    remote_cache_free(c);
+    unsigned files;
+    folder_bytes(dir, "o", &files);
+    cr_assert_eq(files, 40);
+    folder_bytes(dir, ".part-", &parts);
+    cr_assert_eq(parts, 0);
     unsetenv("SHARDFEED_TEST_PUBLISH_HOLD");
 }
 
