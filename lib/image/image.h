@@ -18,8 +18,9 @@
  *      jpeg_crop_scanline and jpeg_skip_scanlines), to RGB or gray.
  *   4. image_resample: bilinear with antialiasing (the triangle filter
  *      widened by the downscale factor, torchvision's antialias=True and
- *      PIL's), horizontal then vertical in float, rounded half to even;
- *      then flip and the output layout (HWC or CHW).
+ *      PIL's), horizontal then vertical in fixed point (14-bit weights,
+ *      7 fractional bits between the passes), rounded to nearest; the flip
+ *      and the output layout (HWC or CHW) fused into the passes.
  */
 #ifndef SF_IMAGE_H
 #define SF_IMAGE_H
@@ -103,10 +104,12 @@ void image_plan_make(image_plan *out, const image_spec *spec, uint32_t width, ui
 typedef struct image_scratch {
     uint8_t *pix;
     size_t pix_cap;
-    float *tmp;
+    void *tmp;    /* resampler rows */
     size_t tmp_cap;
     void *coef;   /* resampler weights and bounds */
     size_t coef_cap;
+    int portable; /* 1: the resampler's plain C loops even where SIMD ones exist (the same
+                   * pixels: integer arithmetic; tests compare the two) */
 } image_scratch;
 void image_scratch_free(image_scratch *s);
 /* Grows buffer *p of *cap bytes to at least `need`: 0 or -ENOMEM. */

@@ -3,12 +3,13 @@
  * pixel is a normalised triangle-filter average of the source pixels within
  * `support` of its centre, the triangle widened by the downscale factor
  * (so a 2x reduction averages over 4 source pixels, not 2). Separable:
- * rows first (into float), then columns; rounded half to even at the end,
- * as torch's round() does. Written here rather than taken from a package:
- * the crop, the partial (centre-crop) window of the resized image, the
- * flip and the CHW layout all fuse into the two passes, and it must agree
- * with torchvision's coefficients exactly (libswscale and pixman use other
- * filters; README "Images"). */
+ * rows first, into a ring of int16 rows as many as the vertical filter
+ * reads, then columns; in fixed point (below: within 1 of torchvision's
+ * float result, the same bytes on every machine). Written here rather than
+ * taken from a package: the crop, the partial (centre-crop) window of the
+ * resized image, the flip and the CHW layout all fuse into the two passes,
+ * and it must use torchvision's coefficients (libswscale and pixman use
+ * other filters; README "Images"). */
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
@@ -132,185 +133,265 @@ static size_t axis_weight_cap(const image_axis *a)
     return (size_t)a->out * (2 * (size_t)ceil(axis_support(a)) + 2);
 }
 
-/* Rounds half to even (as torch's round()) and clamps to 0..255: adding and
- * subtracting 1.5 * 2^23 leaves the nearest integer in the default rounding
- * mode, without a libm call, so the loop vectorises. */
-static inline uint8_t to_u8(float v)
+/* Fixed point. The weights of each output pixel (torchvision's, computed
+ * above in double and normalised) become integers that sum to exactly
+ * 2^WEIGHT_BITS, none negative. The horizontal pass keeps FRAC_BITS below
+ * the unit in int16 (at most 255 << 7 = 32640: the weights sum to one); the
+ * vertical pass's sums (int16 rows times int16 weights) stay below
+ * 32767 * 2^14 < 2^31. Both round to nearest, half up. Every error is far
+ * below half a unit of the output (about 2^-15 of the range per weight,
+ * 2^-8 of a unit between the passes), so an output pixel is torchvision's
+ * float result rounded one way or the other: within 1 of it, as the float
+ * resampler this replaced was, at about half its instructions (README
+ * "Images"). And integer sums give the same pixels in any order: the plain
+ * loops, the SSE2 and the SSSE3 ones agree bit for bit, on any machine
+ * (tests/image/test_image.py compares them). */
+enum { WEIGHT_BITS = 14, FRAC_BITS = 7 };
+#define H_SHIFT (WEIGHT_BITS - FRAC_BITS)
+#define V_SHIFT (WEIGHT_BITS + FRAC_BITS)
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RESAMPLE_X86 1
+#include <immintrin.h>
+#else
+#define RESAMPLE_X86 0
+#endif
+
+/* The n weights w of one output pixel (summing to 1) as integers summing
+ * to 2^WEIGHT_BITS: the differences of the rounded running sums, so none is
+ * negative and each is within 1 of w * 2^14. Weights that sum to 0 (no
+ * source pixel within reach) stay 0. */
+static void quantize(int16_t *q, const float *w, uint32_t n)
 {
-    /* Round in float, clamp in integers: no float comparison (which GCC
-     * will not if-convert without -ffast-math), so the store loop
-     * vectorises. |v| stays far below 2^22 (weights sum to 1). */
-    int i = (int)((v + 12582912.0f) - 12582912.0f);
-    i = i < 0 ? 0 : i;
-    return (uint8_t)(i > 255 ? 255 : i);
-}
-
-/* Four floats in one SSE register (GCC and clang vector extensions): an RGB
- * pixel and a lane that is ignored, so each filter tap is one multiply-add. */
-typedef float v4f __attribute__((vector_size(16)));
-
-/* Four floats from p (any float alignment). In the horizontal pass: an RGB
- * pixel of a row of 3-float pixels, and the next pixel's red in the lane
- * that is ignored. */
-static inline v4f load4(const float *p)
-{
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* The horizontal weights in a fixed number of taps per output pixel (the
- * widest span's; the rest zero), so four output pixels are summed side by
- * side: four independent chains of multiply-adds, not one whose adds wait
- * on each other (the add's latency was most of the horizontal pass). A zero
- * weight adds +0.0: each sum, and so each pixel, is the same as over the
- * span alone. For RGB each weight is kept in all four lanes (no broadcast
- * per tap). */
-typedef struct row_taps {
-    uint32_t n;         /* taps per output pixel */
-    const uint32_t *lo; /* first source pixel of output pixel i (region coordinates) */
-    const float *w;     /* n weights per output pixel (gray) */
-    const v4f *w4;      /* the same, each in four lanes (RGB) */
-} row_taps;
-
-/* Output pixels i..i+3 of an RGB row, n taps each, to the three planes.
- * Inlined with n a constant for the usual tap counts (see resample_row),
- * so the tap loop unrolls whole. */
-static inline __attribute__((always_inline)) void rgb_block4(float *restrict dst, size_t plane,
-                                                             const float *restrict rowf,
-                                                             const row_taps *t, uint32_t i,
-                                                             uint32_t OW, int flip, uint32_t n)
-{
-    const v4f *w0 = t->w4 + (size_t)i * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-    const float *p0 = rowf + 3 * (size_t)t->lo[i], *p1 = rowf + 3 * (size_t)t->lo[i + 1],
-                *p2 = rowf + 3 * (size_t)t->lo[i + 2], *p3 = rowf + 3 * (size_t)t->lo[i + 3];
-    v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
-    for (uint32_t k = 0; k < n; k++) {
-        a0 += w0[k] * load4(p0 + 3 * k);
-        a1 += w1[k] * load4(p1 + 3 * k);
-        a2 += w2[k] * load4(p2 + 3 * k);
-        a3 += w3[k] * load4(p3 + 3 * k);
-    }
-    const v4f a[4] = {a0, a1, a2, a3};
-    for (uint32_t q = 0; q < 4; q++) {
-        uint32_t o = flip ? OW - 1 - (i + q) : i + q; /* the flip happens here, once */
-        dst[o] = a[q][0];
-        dst[plane + o] = a[q][1];
-        dst[2 * plane + o] = a[q][2];
-    }
-}
-
-/* One region row (converted to float in rowf: C floats a pixel, followed by
- * zeros where a padded tap reads past the last used column) through the
- * horizontal weights into row r of the C planes at `dst` (OW floats each,
- * `plane` floats apart), flipped if asked. */
-static void resample_row(float *restrict dst, size_t plane, const float *restrict rowf,
-                         const row_taps *t, uint32_t OW, uint32_t C, int flip)
-{
-    const uint32_t n = t->n;
-    uint32_t i = 0;
-    if (C == 3) {
-        /* A downscale by s takes about 2s + 1 taps: 2 to 4 from the DCT-scaled
-         * crops of RandomResizedCrop, more for larger reductions. */
-        switch (n) {
-#define RGB_TAPS(N)                                                                                \
-    case N:                                                                                        \
-        for (; i + 4 <= OW; i += 4)                                                                \
-            rgb_block4(dst, plane, rowf, t, i, OW, flip, N);                                       \
-        break;
-            RGB_TAPS(2)
-            RGB_TAPS(3)
-            RGB_TAPS(4)
-            RGB_TAPS(5)
-            RGB_TAPS(6)
-#undef RGB_TAPS
-        default:
-            for (; i + 4 <= OW; i += 4)
-                rgb_block4(dst, plane, rowf, t, i, OW, flip, n);
-        }
-        for (; i < OW; i++) {
-            const v4f *wk = t->w4 + (size_t)i * n;
-            const float *p = rowf + 3 * (size_t)t->lo[i];
-            v4f a = {0, 0, 0, 0};
-            for (uint32_t k = 0; k < n; k++)
-                a += wk[k] * load4(p + 3 * k);
-            uint32_t o = flip ? OW - 1 - i : i;
-            dst[o] = a[0];
-            dst[plane + o] = a[1];
-            dst[2 * plane + o] = a[2];
-        }
-        return;
-    }
-    for (; i < OW; i++) {
-        const float *wk = t->w + (size_t)i * n, *p = rowf + t->lo[i];
-        float a = 0;
-        for (uint32_t k = 0; k < n; k++)
-            a += wk[k] * p[k];
-        dst[flip ? OW - 1 - i : i] = a;
-    }
-}
-
-/* Output row j of one plane from its horizontally resampled rows: acc = sum
- * of w[k] * row (lo + k). Eight output pixels at a time are summed over
- * every tap in registers (two vectors: independent chains), so acc is
- * written once, not read and written again per tap. Rows live in a ring of
- * `ring` rows: row r at slot r % ring, `stride` floats apart. */
-static void resample_column(float *restrict acc, const float *restrict rows, size_t stride,
-                            uint32_t ring, const coef_span *sp, const float *restrict wy, uint32_t OW)
-{
-    enum { MAX_TAPS = 64 };
-    const float *w = wy + sp->w_at;
-    const float *t[MAX_TAPS];
-    uint32_t n = sp->n;
-    if (n > MAX_TAPS) { /* a reduction over 32x: rare, the plain loop */
-        for (uint32_t i = 0; i < OW; i++)
-            acc[i] = 0;
-        for (uint32_t k = 0; k < n; k++) {
-            const float *restrict r = rows + (size_t)((sp->lo + k) % ring) * stride;
-            for (uint32_t i = 0; i < OW; i++)
-                acc[i] += w[k] * r[i];
-        }
-        return;
-    }
+    double total = 0, run = 0;
     for (uint32_t k = 0; k < n; k++)
-        t[k] = rows + (size_t)((sp->lo + k) % ring) * stride;
-    uint32_t i = 0;
-    for (; i + 8 <= OW; i += 8) {
-        v4f a0 = {0, 0, 0, 0}, a1 = a0;
-        for (uint32_t k = 0; k < n; k++) {
-            a0 += w[k] * load4(t[k] + i);
-            a1 += w[k] * load4(t[k] + i + 4);
-        }
-        memcpy(acc + i, &a0, sizeof a0);
-        memcpy(acc + i + 4, &a1, sizeof a1);
+        total += w[k];
+    long prev = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        run += w[k];
+        long cur = total <= 0   ? 0
+                   : k + 1 == n ? 1L << WEIGHT_BITS
+                                : lround(run / total * (1 << WEIGHT_BITS));
+        assert(cur >= prev && cur - prev <= 1 << WEIGHT_BITS);
+        q[k] = (int16_t)(cur - prev);
+        prev = cur;
     }
-    for (; i < OW; i++) {
-        float a = 0;
+}
+
+static inline int16_t sat16(int32_t v)
+{
+    return (int16_t)(v < -32768 ? -32768 : v > 32767 ? 32767 : v);
+}
+
+static inline uint8_t satu8(int32_t v)
+{
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* The horizontal weights in output order (the flip is applied here, once):
+ * n taps for every output pixel (the widest span's, rounded up to even; the
+ * others' extra taps weigh 0), source pixel lo[o] first. */
+typedef struct hcoefs {
+    uint32_t n;
+    const uint32_t *lo;
+    const int16_t *w; /* n per output pixel */
+    const void *wv;   /* x86 RGB: n / 2 vectors (w[k], w[k + 1]) x 4 a pixel, for pmaddwd */
+} hcoefs;
+
+/* Output pixel o (C values at dst). */
+static inline void hpixel_plain(int16_t *restrict dst, const uint8_t *restrict row, const hcoefs *h,
+                                uint32_t o, uint32_t C)
+{
+    const int16_t *w = h->w + (size_t)o * h->n;
+    const uint8_t *p = row + (size_t)C * h->lo[o];
+    for (uint32_t c = 0; c < C; c++) {
+        int32_t a = 1 << (H_SHIFT - 1);
+        for (uint32_t k = 0; k < h->n; k++)
+            a += w[k] * p[(size_t)C * k + c];
+        dst[c] = sat16(a >> H_SHIFT);
+    }
+}
+
+/* One region row (C bytes a pixel; zeros past the last column read, so
+ * that padded taps read something) through the horizontal weights into an
+ * int16 row of OW pixels of C values. The plain loops. */
+static void hpass_plain(int16_t *restrict dst, const uint8_t *restrict row, const hcoefs *h,
+                        uint32_t OW, uint32_t C)
+{
+    for (uint32_t o = 0; o < OW; o++)
+        hpixel_plain(dst + (size_t)C * o, row, h, o, C);
+}
+
+/* Output row i of the vertical pass: V values, each the sum over the n
+ * rows t[k] weighted by w[k], from value `from` on. The plain loop. */
+static void vpass_plain(uint8_t *restrict dst, const int16_t *const *t, const int16_t *w,
+                        uint32_t n, uint32_t from, uint32_t V)
+{
+    for (uint32_t i = from; i < V; i++) {
+        int32_t a = 1 << (V_SHIFT - 1);
         for (uint32_t k = 0; k < n; k++)
             a += w[k] * t[k][i];
-        acc[i] = a;
+        dst[i] = satu8(a >> V_SHIFT);
     }
 }
 
-/* Writes channel c of output row j (acc: OW floats, already flipped)
- * rounded and laid out. Pixels outside the resized image (a centre crop
- * larger than it) are 0. */
-static void store_row(uint8_t *restrict out, float *restrict acc, const coef_span *sx, uint32_t j,
-                      uint32_t c, uint32_t OW, uint32_t OH, uint32_t C, int flip, int chw,
-                      int row_inside, int padded)
+#if RESAMPLE_X86
+/* SSSE3: RGB rows, two output pixels at a time, two taps of a pixel per
+ * pmaddwd (pshufb puts the two neighbours' reds, greens and blues side by
+ * side as int16). Each output pair is one 16-byte store of which the last
+ * 4 bytes are overwritten by the next (rows have room for them). */
+__attribute__((target("ssse3"), always_inline)) static inline void
+hpass_rgb_np(int16_t *restrict dst, const uint8_t *restrict row, const hcoefs *h, uint32_t OW,
+             uint32_t np)
 {
-    for (uint32_t i = 0; padded && i < OW; i++)
-        if (!row_inside || !sx[flip ? OW - 1 - i : i].n)
-            acc[i] = 0;
-    if (chw) {
-        uint8_t *dst = out + ((size_t)c * OH + j) * OW;
-        for (uint32_t i = 0; i < OW; i++)
-            dst[i] = to_u8(acc[i]);
+    const __m128i pairs = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m128i pack = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, -1, -1, -1, -1);
+    const __m128i rnd = _mm_set1_epi32(1 << (H_SHIFT - 1));
+    const __m128i *wv = h->wv;
+    uint32_t o = 0;
+    for (; o + 2 <= OW; o += 2) {
+        const uint8_t *p0 = row + 3 * (size_t)h->lo[o], *p1 = row + 3 * (size_t)h->lo[o + 1];
+        const __m128i *w0 = wv + (size_t)o * np, *w1 = w0 + np;
+        __m128i a0 = rnd, a1 = rnd;
+        for (uint32_t q = 0; q < np; q++) {
+            __m128i x0 = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(p0 + 6 * q)), pairs);
+            __m128i x1 = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(p1 + 6 * q)), pairs);
+            a0 = _mm_add_epi32(a0, _mm_madd_epi16(x0, w0[q]));
+            a1 = _mm_add_epi32(a1, _mm_madd_epi16(x1, w1[q]));
+        }
+        __m128i v = _mm_packs_epi32(_mm_srai_epi32(a0, H_SHIFT), _mm_srai_epi32(a1, H_SHIFT));
+        _mm_storeu_si128((__m128i *)(dst + 3 * (size_t)o), _mm_shuffle_epi8(v, pack));
+    }
+    if (o < OW)
+        hpixel_plain(dst + 3 * (size_t)o, row, h, o, 3);
+}
+
+/* Inlined with the pair count a constant for the usual ones (2 to 8 taps:
+ * a downscale by s takes about 2s + 1), so the tap loop unrolls whole. */
+__attribute__((target("ssse3"))) static void hpass_rgb_ssse3(int16_t *restrict dst,
+                                                              const uint8_t *restrict row,
+                                                              const hcoefs *h, uint32_t OW)
+{
+    switch (h->n / 2) {
+    case 1:
+        hpass_rgb_np(dst, row, h, OW, 1);
+        break;
+    case 2:
+        hpass_rgb_np(dst, row, h, OW, 2);
+        break;
+    case 3:
+        hpass_rgb_np(dst, row, h, OW, 3);
+        break;
+    case 4:
+        hpass_rgb_np(dst, row, h, OW, 4);
+        break;
+    default:
+        hpass_rgb_np(dst, row, h, OW, h->n / 2);
+    }
+}
+
+/* SSE2 (every x86-64): 16 values at a time, two rows per pmaddwd (the two
+ * rows' values interleaved, times (w[k], w[k + 1]) pairs in wv), summed in
+ * four independent registers. */
+static void vpass_sse2(uint8_t *restrict dst, const int16_t *const *t, const int16_t *w,
+                       const __m128i *wv, uint32_t n, uint32_t V)
+{
+    const __m128i rnd = _mm_set1_epi32(1 << (V_SHIFT - 1)), z = _mm_setzero_si128();
+    uint32_t i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __m128i a0 = rnd, a1 = rnd, a2 = rnd, a3 = rnd;
+        uint32_t k = 0;
+        for (; k + 2 <= n; k += 2) {
+            const __m128i wk = wv[k / 2];
+            __m128i x0 = _mm_loadu_si128((const __m128i *)(t[k] + i));
+            __m128i y0 = _mm_loadu_si128((const __m128i *)(t[k + 1] + i));
+            __m128i x1 = _mm_loadu_si128((const __m128i *)(t[k] + i + 8));
+            __m128i y1 = _mm_loadu_si128((const __m128i *)(t[k + 1] + i + 8));
+            a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi16(x0, y0), wk));
+            a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi16(x0, y0), wk));
+            a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi16(x1, y1), wk));
+            a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi16(x1, y1), wk));
+        }
+        if (k < n) { /* an odd last row, paired with zeros */
+            const __m128i wk = wv[k / 2];
+            __m128i x0 = _mm_loadu_si128((const __m128i *)(t[k] + i));
+            __m128i x1 = _mm_loadu_si128((const __m128i *)(t[k] + i + 8));
+            a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi16(x0, z), wk));
+            a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi16(x0, z), wk));
+            a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi16(x1, z), wk));
+            a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi16(x1, z), wk));
+        }
+        __m128i lo = _mm_packs_epi32(_mm_srai_epi32(a0, V_SHIFT), _mm_srai_epi32(a1, V_SHIFT));
+        __m128i hi = _mm_packs_epi32(_mm_srai_epi32(a2, V_SHIFT), _mm_srai_epi32(a3, V_SHIFT));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm_packus_epi16(lo, hi));
+    }
+    vpass_plain(dst, t, w, n, i, V);
+}
+
+static int have_ssse3(void)
+{
+    return __builtin_cpu_supports("ssse3");
+}
+#endif
+
+#if RESAMPLE_X86
+/* SSSE3: 16 RGB pixels (48 bytes) to 16 bytes of each plane, each plane's
+ * bytes gathered from the three loads by pshufb and or-ed. */
+__attribute__((target("ssse3"))) static uint32_t planes_rgb_ssse3(uint8_t *restrict r,
+                                                                  uint8_t *restrict g,
+                                                                  uint8_t *restrict b,
+                                                                  const uint8_t *restrict line,
+                                                                  uint32_t OW)
+{
+#define X -1
+    const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, X, X, X, X, X, X, X, X, X, X);
+    const __m128i rb = _mm_setr_epi8(X, X, X, X, X, X, 2, 5, 8, 11, 14, X, X, X, X, X);
+    const __m128i rc = _mm_setr_epi8(X, X, X, X, X, X, X, X, X, X, X, 1, 4, 7, 10, 13);
+    const __m128i ga = _mm_setr_epi8(1, 4, 7, 10, 13, X, X, X, X, X, X, X, X, X, X, X);
+    const __m128i gb = _mm_setr_epi8(X, X, X, X, X, 0, 3, 6, 9, 12, 15, X, X, X, X, X);
+    const __m128i gc = _mm_setr_epi8(X, X, X, X, X, X, X, X, X, X, X, 2, 5, 8, 11, 14);
+    const __m128i ba = _mm_setr_epi8(2, 5, 8, 11, 14, X, X, X, X, X, X, X, X, X, X, X);
+    const __m128i bb = _mm_setr_epi8(X, X, X, X, X, 1, 4, 7, 10, 13, X, X, X, X, X, X);
+    const __m128i bc = _mm_setr_epi8(X, X, X, X, X, X, X, X, X, X, 0, 3, 6, 9, 12, 15);
+#undef X
+    uint32_t o = 0;
+    for (; o + 16 <= OW; o += 16) {
+        const __m128i *p = (const __m128i *)(line + 3 * (size_t)o);
+        __m128i a = _mm_loadu_si128(p), bv = _mm_loadu_si128(p + 1), c = _mm_loadu_si128(p + 2);
+#define GATHER(ma, mb, mc)                                                                         \
+    _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ma), _mm_shuffle_epi8(bv, mb)),                  \
+                 _mm_shuffle_epi8(c, mc))
+        _mm_storeu_si128((__m128i *)(r + o), GATHER(ra, rb, rc));
+        _mm_storeu_si128((__m128i *)(g + o), GATHER(ga, gb, gc));
+        _mm_storeu_si128((__m128i *)(b + o), GATHER(ba, bb, bc));
+#undef GATHER
+    }
+    return o;
+}
+#endif
+
+/* Output row j (C values a pixel, already flipped) to its place in `out`. */
+static void store_line(uint8_t *restrict out, const uint8_t *restrict line, uint32_t j, uint32_t OW,
+                       uint32_t OH, uint32_t C, int chw, int simd_rgb)
+{
+    if (!chw || C == 1) {
+        memcpy(out + (size_t)j * OW * C, line, (size_t)OW * C);
         return;
     }
-    uint8_t *dst = out + (size_t)j * OW * C + c;
-    for (uint32_t i = 0; i < OW; i++)
-        dst[(size_t)i * C] = to_u8(acc[i]);
+    assert(C <= 3);
+    uint8_t *restrict dst[3];
+    for (uint32_t c = 0; c < C; c++)
+        dst[c] = out + ((size_t)c * OH + j) * OW;
+    uint32_t from = 0;
+#if RESAMPLE_X86
+    if (simd_rgb)
+        from = planes_rgb_ssse3(dst[0], dst[1], dst[2], line, OW);
+#else
+    (void)simd_rgb;
+#endif
+    for (uint32_t c = 0; c < C; c++)
+        for (uint32_t o = from; o < OW; o++)
+            dst[c][o] = line[(size_t)C * o + c];
 }
 
 int image_grow(void **p, size_t *cap, size_t need)
@@ -348,21 +429,33 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
     const uint32_t C = channels, OW = plan->x.out, OH = plan->y.out;
     if (!OW || !OH)
         return 0;
+    /* The SIMD loops: x86-64 (SSE2; SSSE3 for RGB rows), unless a test asks
+     * for the plain ones to compare them. */
+    int simd = 0, simd_rgb = 0;
+#if RESAMPLE_X86
+    simd = !s->portable;
+    simd_rgb = simd && C == 3 && have_ssse3();
+#else
+    (void)simd;
+#endif
     size_t wx_cap = axis_weight_cap(&plan->x), wy_cap = axis_weight_cap(&plan->y);
-    /* Spans and weights of both axes, then the horizontal weights again in
-     * fixed taps (at most 2 * ceil(support) + 2 each, as axis_weight_cap). */
-    size_t taps_cap = wx_cap / OW;
-    size_t coef_bytes = (size_t)OW * taps_cap * sizeof(v4f) + (OW + OH) * sizeof(coef_span) +
-                        (wx_cap + wy_cap) * sizeof(float) + (size_t)OW * taps_cap * sizeof(float) +
+    /* Horizontal taps per output pixel: at most 2 * ceil(support) + 2 (as
+     * axis_weight_cap), an even number. */
+    const size_t taps_cap = wx_cap / OW;
+    assert(taps_cap % 2 == 0);
+    size_t coef_bytes = (size_t)OW * (taps_cap / 2) * 16 + (OW + OH) * sizeof(coef_span) +
+                        (wx_cap + wy_cap) * sizeof(float) +
+                        ((size_t)OW * taps_cap + wy_cap) * sizeof(int16_t) +
                         (size_t)OW * sizeof(uint32_t);
     int rc;
     if ((rc = image_grow(&s->coef, &s->coef_cap, coef_bytes)))
         return rc;
-    /* The four-lane weights first: realloc's block is 16-byte aligned. */
-    v4f *wfix4 = s->coef;
-    coef_span *sx = (coef_span *)(wfix4 + (size_t)OW * taps_cap), *sy = sx + OW;
-    float *wx = (float *)(sy + OH), *wy = wx + wx_cap, *wfix = wy + wy_cap;
-    uint32_t *lofix = (uint32_t *)(wfix + (size_t)OW * taps_cap);
+    /* The 16-byte weight pairs first: realloc's block is 16-byte aligned. */
+    uint8_t *wv = s->coef;
+    coef_span *sx = (coef_span *)(wv + (size_t)OW * (taps_cap / 2) * 16), *sy = sx + OW;
+    float *wx = (float *)(sy + OH), *wy = wx + wx_cap;
+    int16_t *wxi = (int16_t *)(wy + wy_cap), *wyi = wxi + (size_t)OW * taps_cap;
+    uint32_t *lofix = (uint32_t *)(wyi + wy_cap);
     /* The region holds image pixels [x0, x0 + w): coefficients are relative to it. */
     axis_coefs(&plan->x, src->x0 + src->w, src->x0, sx, wx);
     axis_coefs(&plan->y, src->y0 + src->h, src->y0, sy, wy);
@@ -376,57 +469,88 @@ int image_resample(uint8_t *out, const image_plan *plan, const image_region *src
         }
     if (c1 <= c0)
         c0 = c1 = 0;
-    const uint32_t NX = axis_taps(sx, OW), NY = axis_taps(sy, OH);
+    const uint32_t NX = (axis_taps(sx, OW) + 1) & ~1u, NY = axis_taps(sy, OH);
     assert(NX <= taps_cap);
-    for (uint32_t i = 0; i < OW; i++) {
+    for (uint32_t o = 0; o < OW; o++) {
+        /* Output pixel o is pixel i of the resized row (flipped: from the right). */
+        uint32_t i = plan->flip ? OW - 1 - o : o;
         /* A pixel outside the resized image reads column c0 with weight 0. */
-        lofix[i] = sx[i].n ? sx[i].lo : c0;
-        for (uint32_t k = 0; k < NX; k++) {
-            float w = k < sx[i].n ? wx[sx[i].w_at + k] : 0.0f;
-            wfix[(size_t)i * NX + k] = w;
-            wfix4[(size_t)i * NX + k] = (v4f){w, w, w, w};
-        }
+        lofix[o] = sx[i].n ? sx[i].lo : c0;
+        int16_t *q = wxi + (size_t)o * NX;
+        memset(q, 0, NX * sizeof *q);
+        quantize(q, wx + sx[i].w_at, sx[i].n);
+#if RESAMPLE_X86
+        for (uint32_t k = 0; simd_rgb && k < NX; k += 2)
+            _mm_store_si128((__m128i *)wv + ((size_t)o * NX + k) / 2,
+                            _mm_set1_epi32((int32_t)((uint32_t)(uint16_t)q[k] |
+                                                     (uint32_t)(uint16_t)q[k + 1] << 16)));
+#endif
     }
-    const row_taps taps = {NX, lofix, wfix, wfix4};
-    /* tmp: a ring of NY horizontally resampled rows (C planes of OW floats
-     * each; the vertical pass reads at most NY consecutive rows, and rows
-     * are needed in increasing order: span starts grow with j), one output
-     * row (acc), and the current region row as floats (rowf: C floats a
-     * pixel up to column c1 + NX, plus one for load4's ignored lane).
-     * Small enough to stay in cache, where whole planes of the region did
-     * not (about 0.8 MB for a 300-row crop). */
-    const size_t stride = (size_t)C * OW, rowf_len = (size_t)C * (c1 + NX) + 1;
-    size_t tmp_bytes = ((size_t)NY * stride + OW + rowf_len) * sizeof(float);
-    if ((rc = image_grow((void **)&s->tmp, &s->tmp_cap, tmp_bytes)))
+    for (uint32_t j = 0; j < OH; j++)
+        quantize(wyi + sy[j].w_at, wy + sy[j].w_at, sy[j].n);
+    const hcoefs hc = {NX, lofix, wxi, wv};
+    /* tmp: the vertical weight pairs of one output row (16 bytes each), the
+     * NY row pointers of its taps, a ring of NY horizontally resampled rows
+     * (the vertical pass reads at most NY consecutive rows, in increasing
+     * order: span starts grow with j; each row C * OW int16 and 8 more, for
+     * the SIMD's overlapping stores), one output row (line), and the
+     * current region row (rowp: C bytes a pixel up to column c1 + NX, then
+     * zeros, and 8 more for the SIMD's 8-byte loads). A few tens of kB: in
+     * cache. */
+    const size_t stride = (size_t)C * OW + 8, rowp_len = (size_t)C * (c1 + NX) + 8;
+    const size_t line_len = (size_t)C * OW + 16;
+    size_t tmp_bytes = ((size_t)NY / 2 + 1) * 16 + (size_t)NY * sizeof(int16_t *) +
+                       (size_t)NY * stride * sizeof(int16_t) + line_len + rowp_len;
+    if ((rc = image_grow(&s->tmp, &s->tmp_cap, tmp_bytes)))
         return rc;
-    float *ring = s->tmp, *acc = ring + (size_t)NY * stride, *rowf = acc + OW;
-    /* Padded taps past c1 read zeros (finite: 0 * 0 adds nothing). */
-    for (size_t q = (size_t)C * c1; q < rowf_len; q++)
-        rowf[q] = 0.0f;
-    /* Whether some output pixel lies outside the resized image (zero padding). */
-    int padded = plan->x.off < 0 || plan->x.off + plan->x.out > plan->x.dst || plan->y.off < 0 ||
-                 plan->y.off + plan->y.out > plan->y.dst;
+    uint8_t *vw = s->tmp;
+    const int16_t **taps = (const int16_t **)(vw + ((size_t)NY / 2 + 1) * 16);
+    int16_t *ring = (int16_t *)(taps + NY);
+    uint8_t *line = (uint8_t *)(ring + (size_t)NY * stride), *rowp = line + line_len;
+    memset(rowp + (size_t)C * c1, 0, rowp_len - (size_t)C * c1);
     uint32_t have_lo = 0, have_hi = 0; /* region rows [have_lo, have_hi) are in the ring */
     for (uint32_t j = 0; j < OH; j++) {
         const coef_span *sp = &sy[j];
-        if (sp->n) {
-            uint32_t need_hi = sp->lo + sp->n;
-            if (sp->lo < have_lo || sp->lo > have_hi) /* not contiguous with what is held */
-                have_lo = have_hi = sp->lo;
-            for (uint32_t r = have_hi; r < need_hi; r++) {
-                const uint8_t *row = src->pix + (size_t)r * src->stride;
-                for (size_t q = (size_t)C * c0; q < (size_t)C * c1; q++) /* vectorised */
-                    rowf[q] = (float)row[q];
-                resample_row(ring + (size_t)(r % NY) * stride, OW, rowf, &taps, OW, C, plan->flip);
+        if (!sp->n) { /* outside the resized image (a centre crop larger than it): 0 */
+            memset(line, 0, (size_t)C * OW);
+            store_line(out, line, j, OW, OH, C, chw, simd_rgb);
+            continue;
+        }
+        uint32_t need_hi = sp->lo + sp->n;
+        if (sp->lo < have_lo || sp->lo > have_hi) /* not contiguous with what is held */
+            have_lo = have_hi = sp->lo;
+        for (uint32_t r = have_hi; r < need_hi; r++) {
+            memcpy(rowp + (size_t)C * c0, src->pix + (size_t)r * src->stride + (size_t)C * c0,
+                   (size_t)C * (c1 - c0));
+            int16_t *dst = ring + (size_t)(r % NY) * stride;
+#if RESAMPLE_X86
+            if (simd_rgb) {
+                hpass_rgb_ssse3(dst, rowp, &hc, OW);
+                continue;
             }
-            have_hi = need_hi > have_hi ? need_hi : have_hi;
-            if (have_hi - have_lo > NY)
-                have_lo = have_hi - NY;
+#endif
+            hpass_plain(dst, rowp, &hc, OW, C);
         }
-        for (uint32_t c = 0; c < C; c++) {
-            resample_column(acc, ring + (size_t)c * OW, stride, NY, sp, wy, OW);
-            store_row(out, acc, sx, j, c, OW, OH, C, plan->flip, chw, sp->n != 0, padded);
+        have_hi = need_hi > have_hi ? need_hi : have_hi;
+        if (have_hi - have_lo > NY)
+            have_lo = have_hi - NY;
+        for (uint32_t k = 0; k < sp->n; k++)
+            taps[k] = ring + (size_t)((sp->lo + k) % NY) * stride;
+        const int16_t *w = wyi + sp->w_at;
+#if RESAMPLE_X86
+        if (simd) {
+            for (uint32_t k = 0; k < sp->n; k += 2) {
+                uint32_t hi = k + 1 < sp->n ? (uint16_t)w[k + 1] : 0; /* an odd last: (w, 0) */
+                uint32_t pair = (uint16_t)w[k] | hi << 16;
+                _mm_store_si128((__m128i *)vw + k / 2, _mm_set1_epi32((int32_t)pair));
+            }
+            vpass_sse2(line, taps, w, (const __m128i *)vw, sp->n, C * OW);
+            store_line(out, line, j, OW, OH, C, chw, simd_rgb);
+            continue;
         }
+#endif
+        vpass_plain(line, taps, w, sp->n, 0, C * OW);
+        store_line(out, line, j, OW, OH, C, chw, simd_rgb);
     }
     return 0;
 }

@@ -3,8 +3,9 @@
  *
  *   sf_image_tool run FILE [--mode decode|rrc|center] [--size H W] [--resize N]
  *                 [--channels 1|3] [--hwc] [--flip P] [--no-dct] [--key K]
- *                 [--scale A B] [--ratio A B] [--max-pixels N]
+ *                 [--scale A B] [--ratio A B] [--max-pixels N] [--portable]
  *       writes the output pixels (raw uint8, CHW unless --hwc) to stdout;
+ *       --portable: the resampler's plain C loops instead of its SIMD ones;
  *       exit 3 with "error CODE: message" on stderr when the image is refused
  *   sf_image_tool boxes WIDTH HEIGHT N [--scale A B] [--ratio A B]
  *       prints the RandomResizedCrop boxes (left top width height) of keys 0..N-1
@@ -39,6 +40,8 @@ static uint8_t *slurp(const char *path, size_t *len)
     *len = n;
     return buf;
 }
+
+static int portable; /* run --portable */
 
 static void usage(void)
 {
@@ -77,6 +80,8 @@ static void parse(image_spec *sp, uint64_t *key, int argc, char **argv, int i)
         } else if (!strcmp(a, "--ratio") && more >= 2) {
             sp->ratio[0] = atof(argv[++i]);
             sp->ratio[1] = atof(argv[++i]);
+        } else if (!strcmp(a, "--portable")) {
+            portable = 1;
         } else if (!strcmp(a, "--max-pixels") && more >= 1) {
             sp->max_pixels = strtoull(argv[++i], NULL, 0);
         } else {
@@ -122,6 +127,7 @@ int main(int argc, char **argv)
         size_t n = (size_t)sp.out_h * sp.out_w * sp.channels;
         uint8_t *out = malloc(n ? n : 1);
         image_scratch s = {0};
+        s.portable = portable;
         if (!rc)
             rc = image_transform(out, &sp, key, data, len, &s);
         if (!rc)
