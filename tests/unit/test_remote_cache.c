@@ -204,13 +204,15 @@ Test(remote_cache, downloads_waiting_for_their_publish_are_bounded)
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, acquire_40, &a), 0);
     unsigned parts = 0;
-    for (int i = 0; i < 1000 && parts < 34; i++) { /* at most 10 s */
+    for (int i = 0; i < 1000 && parts < 33; i++) { /* at most 10 s */
         usleep(10000);
         folder_bytes(dir, ".part-", &parts);
     }
     usleep(300000); /* unbounded, the other six would arrive meanwhile */
     folder_bytes(dir, ".part-", &parts);
-    cr_assert_eq(parts, 34, "%u downloads held for their publish", parts);
+    /* 33 when the publisher thread had not yet taken the first when the
+     * 33rd arrived (a loaded machine): 33 queued, the 33rd inline. */
+    cr_assert(parts == 33 || parts == 34, "%u downloads held for their publish", parts);
     cr_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE));
     int g = open(gate, O_WRONLY | O_CREAT, 0644);
     cr_assert_geq(g, 0);
