@@ -301,6 +301,10 @@ Test(remote_cache, a_pinned_object_is_never_evicted)
     int a, b, d;
     cr_assert_eq(remote_cache_acquire(&a, c, "a", 1000, 0, fill, &f), 0);
     cr_assert_eq(remote_cache_acquire(&b, c, "b", 1000, 0, fill, &f), 0);
+    /* Published (in the background: an fsync may take seconds on a busy
+     * disk), so that below only the readers' pins keep them. */
+    wait_published(c, "a");
+    wait_published(c, "b");
     /* No room for a third while both are read: refused after the wait. */
     cr_assert_eq(remote_cache_acquire(&d, c, "d", 1000, 0, fill, &f), SF_E_LIMIT);
     cr_assert(strstr(sf_last_error(), "raise cache_limit"), "%s", sf_last_error());
@@ -333,6 +337,7 @@ Test(remote_cache, a_dead_download_is_removed_when_room_is_needed)
     int fd;
     cr_assert_eq(remote_cache_acquire(&fd, c, "a", 1000, 0, fill, &f), 0, "%s", sf_last_error());
     close(fd);
+    wait_published(c, "a"); /* then evictable for b below */
     cr_assert_neq(access(part, F_OK), 0, "the dead download is still there");
     /* One whose writer is alive (holds its lock) is left alone. */
     p = open(part, O_RDWR | O_CREAT, 0644);
