@@ -124,14 +124,28 @@ Test(remote_cache, an_object_is_filled_once_and_read_back_whole)
     cr_assert_eq(parts, 0, "no download left behind");
 }
 
+/* Holds every publish of this process (the test hook) until release_publishes
+ * creates `gate` (a path under the test's root). */
+static void hold_publishes(char *gate, size_t cap)
+{
+    snprintf(gate, cap, "%s/gate", root);
+    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_HOLD", gate, 1), 0);
+}
+
+static void release_publishes(const char *gate)
+{
+    int g = open(gate, O_WRONLY | O_CREAT, 0644);
+    cr_assert_geq(g, 0);
+    close(g);
+}
+
 /* A download is read from its .part while its publish (fsync, rename) waits
  * (the test hook holds it until `gate` exists); nothing is under the final
  * name meanwhile, and close finishes the publish. */
 Test(remote_cache, an_object_is_read_before_its_publish_finishes)
 {
     char gate[600];
-    snprintf(gate, sizeof gate, "%s/gate", root);
-    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_HOLD", gate, 1), 0);
+    hold_publishes(gate, sizeof gate);
     remote_cache *c;
     cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
     fill_spec f = {.seed = 3};
@@ -150,9 +164,7 @@ Test(remote_cache, an_object_is_read_before_its_publish_finishes)
     char final[700], dir[600];
     snprintf(dir, sizeof dir, "%s", remote_cache_dir(c));
     snprintf(final, sizeof final, "%s/a.sfs", dir);
-    int g = open(gate, O_WRONLY | O_CREAT, 0644);
-    cr_assert_geq(g, 0);
-    close(g);
+    release_publishes(gate);
     remote_cache_free(c); /* waits for the publish */
     cr_assert_eq(access(final, F_OK), 0, "not published at close");
     cr_assert_eq(folder_bytes(dir, ".part-", &parts), 10000);
@@ -194,8 +206,7 @@ static void *acquire_40(void *arg)
 Test(remote_cache, downloads_waiting_for_their_publish_are_bounded)
 {
     char gate[600];
-    snprintf(gate, sizeof gate, "%s/gate", root);
-    cr_assert_eq(setenv("SHARDFEED_TEST_PUBLISH_HOLD", gate, 1), 0);
+    hold_publishes(gate, sizeof gate);
     remote_cache *c;
     cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
     char dir[600];
@@ -214,9 +225,7 @@ Test(remote_cache, downloads_waiting_for_their_publish_are_bounded)
      * 33rd arrived (a loaded machine): 33 queued, the 33rd inline. */
     cr_assert(parts == 33 || parts == 34, "%u downloads held for their publish", parts);
     cr_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE));
-    int g = open(gate, O_WRONLY | O_CREAT, 0644);
-    cr_assert_geq(g, 0);
-    close(g);
+    release_publishes(gate);
     pthread_join(t, NULL);
     remote_cache_free(c);
     unsigned files;
