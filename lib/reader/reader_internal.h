@@ -295,13 +295,18 @@ struct sf_reader {
     uint64_t sched_epoch, sched_index;
     uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
     /* the order thread (schedule.c): builds the next epoch's order ahead,
-     * outside r->lock, so the schedule does not stall at an epoch boundary */
+     * outside r->lock and a slice per batch scheduled, so the schedule does
+     * not stall at an epoch boundary */
     pthread_t order_tid;
     int order_running;
     pthread_cond_t order_cv;
-    int order_stop;       /* under lock */
-    int order_pending;    /* under lock: order_want asked for and not yet taken */
-    uint64_t order_want;  /* under lock */
+    int order_stop;        /* under lock */
+    int order_pending;     /* under lock: order_want asked for and not yet taken */
+    uint64_t order_want;   /* under lock */
+    int order_building;    /* under lock: order_epoch's build has steps left */
+    uint64_t order_epoch;  /* under lock: the epoch being built */
+    uint64_t order_credit; /* under lock: steps granted and not yet run */
+    uint64_t order_slice;  /* steps granted per batch scheduled */
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns, st_decode_ns;

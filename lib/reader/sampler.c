@@ -1,15 +1,46 @@
 /* Sampler: per-epoch order of the dataset and its split into rank batches.
  * See sampler.h for the contract. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error_internal.h"
 #include "sampler.h"
 
+/* The PRNG (below) and an order being built, kept between build steps. */
+typedef struct rng {
+    uint64_t s[4];
+} rng;
+
+/* An order's build is a sequence of loops (the phases), each with its cursor
+ * kept here, so that it can stop after any step and go on later with the
+ * same random draws in the same sequence: built in one go or in a thousand
+ * pieces, an epoch's order is the same (test_sampler.c pins the orders). */
+enum build_phase {
+    BUILD_FILL,           /* GLOBAL: perm[i] = i */
+    BUILD_SHUFFLE,        /* GLOBAL: Fisher-Yates over perm */
+    BUILD_BLOCKS_FILL,    /* BLOCK: order[k] = k, in the tail of perm */
+    BUILD_BLOCKS_SHUFFLE, /* BLOCK: Fisher-Yates over the block order */
+    BUILD_EXPAND,         /* BLOCK: the blocks' ids, front to front */
+    BUILD_WINDOWS,        /* BLOCK: Fisher-Yates within each window */
+    BUILD_DONE
+};
+
+typedef struct order_build {
+    rng r;
+    int phase;       /* enum build_phase */
+    uint64_t i;      /* FILL: next to write; SHUFFLE, WINDOWS: Fisher-Yates cursor */
+    uint64_t k;      /* EXPAND: position in the block order */
+    uint64_t id, end; /* EXPAND: the ids of block order[k] still to write */
+    uint64_t pos;    /* EXPAND: next position to write */
+    uint64_t start;  /* WINDOWS: first position of the current window */
+} order_build;
+
 struct reader_sampler {
     reader_sampler_config cfg; /* defaults resolved (block_size, window) */
-    uint64_t epoch;
+    uint64_t epoch;        /* written under spare_lock (prepare reads it) */
     uint32_t *perm;        /* S, n entries; NULL in NONE mode */
     uint64_t global_batch; /* G = batch_size * world_size */
     uint64_t full;         /* full global batches per epoch: n / G */
@@ -17,25 +48,23 @@ struct reader_sampler {
     uint64_t nblocks;      /* BLOCK mode: ceil(n / block_size) */
     int built;             /* epoch's order has been built */
 
-    /* The order of one more epoch, built ahead by reader_sampler_prepare. */
+    /* The order of one more epoch, built ahead a step at a time by
+     * reader_sampler_prepare_step. Everything below is under spare_lock,
+     * which a step holds while it runs: set_epoch waits at most one step. */
     pthread_mutex_t spare_lock;
-    pthread_cond_t spare_cv;
     uint32_t *spare;       /* n entries; NULL in NONE mode */
     uint64_t spare_epoch;
-    int spare_state;       /* enum spare_state, under spare_lock */
+    int spare_state;       /* enum spare_state */
+    order_build build;     /* SPARE_BUILDING: where the spare's build stands */
 };
 
 enum spare_state {
     SPARE_EMPTY = 0,
-    SPARE_BUILDING, /* prepare is writing it, outside spare_lock */
+    SPARE_BUILDING, /* part of spare_epoch's order: `build` says how far */
     SPARE_READY     /* holds spare_epoch's order */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ----------------------- */
-
-typedef struct rng {
-    uint64_t s[4];
-} rng;
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -105,85 +134,181 @@ static uint64_t rng_bounded(rng *r, uint64_t range)
     return hi;
 }
 
-/* Fisher–Yates shuffle of a[0..len). */
-static void shuffle_u32(rng *r, uint32_t *a, uint64_t len)
+/* At most `budget` steps of the Fisher–Yates shuffle of a[0..len) whose
+ * cursor is *cursor (len when it starts, finished at 1 or below): the swaps
+ * of the whole shuffle, in its order, however it is cut. Returns the steps
+ * taken. */
+static uint64_t shuffle_steps(rng *r, uint32_t *a, uint64_t *cursor, uint64_t budget)
 {
-    for (uint64_t i = len; i > 1; i--) {
+    uint64_t i = *cursor, stop = i > budget ? i - budget : 0;
+    if (stop < 1)
+        stop = 1;
+    for (; i > stop; i--) {
         uint64_t j = rng_bounded(r, i);
         uint32_t t = a[i - 1];
         a[i - 1] = a[j];
         a[j] = t;
     }
+    uint64_t taken = *cursor > i ? *cursor - i : 0;
+    *cursor = i;
+    return taken;
 }
 
-/* ---- epoch order --------------------------------------------------------- */
-
-static void build_global(const reader_sampler *s, uint32_t *perm, rng *r)
-{
-    uint64_t n = s->cfg.n;
-    for (uint64_t i = 0; i < n; i++)
-        perm[i] = (uint32_t)i;
-    shuffle_u32(r, perm, n);
-}
-
-/* Shuffles the order of the blocks (runs of block_size consecutive ids, the
- * last possibly shorter), concatenates them, then shuffles within each
- * aligned window of `window` positions (the last possibly shorter).
+/* ---- epoch order --------------------------------------------------------- *
+ *
+ * GLOBAL: the identity, shuffled.
+ *
+ * BLOCK: shuffles the order of the blocks (runs of block_size consecutive
+ * ids, the last possibly shorter), concatenates them, then shuffles within
+ * each aligned window of `window` positions (the last possibly shorter).
  *
  * No scratch memory: the shuffled block indices are kept in the tail
  * perm[n-nb .. n) and expanded front to front. Expanding block k (the k-th in
  * the shuffled order) writes perm[pos, pos+len) where pos+len is the total
  * length of the first k+1 blocks; the nb-k-1 blocks after it hold at least
  * one id each, so pos+len <= n-(nb-k-1) = n-nb+k+1, the slot of the next
- * unread block index. Index k itself is read before its block is written. */
-static void build_block(const reader_sampler *s, uint32_t *perm, rng *r)
+ * unread block index. Index k itself is read before its block is written
+ * (and kept in the build's id/end while it is, should the build stop). */
+
+static void build_begin(const reader_sampler *s, order_build *b, uint64_t epoch)
 {
-    uint64_t n = s->cfg.n, bs = s->cfg.block_size, nb = s->nblocks;
-    uint32_t *order = perm + (n - nb);
-    for (uint64_t k = 0; k < nb; k++)
-        order[k] = (uint32_t)k;
-    shuffle_u32(r, order, nb);
-
-    uint64_t pos = 0;
-    for (uint64_t k = 0; k < nb; k++) {
-        uint64_t first = (uint64_t)order[k] * bs;
-        uint64_t end = first + bs < n ? first + bs : n;
-        for (uint64_t id = first; id < end; id++)
-            perm[pos++] = (uint32_t)id;
-    }
-
-    uint64_t w = s->cfg.window;
-    for (uint64_t start = 0; start < n; start += w)
-        shuffle_u32(r, perm + start, n - start < w ? n - start : w);
+    memset(b, 0, sizeof *b);
+    rng_seed(&b->r, s->cfg.seed, epoch);
+    b->phase = s->cfg.shuffle == SF_SHUFFLE_GLOBAL ? BUILD_FILL : BUILD_BLOCKS_FILL;
 }
 
-/* Writes epoch's order S into perm (n entries). */
+/* Writes a[i] = i from the cursor on, at most `budget` of them; returns how
+ * many. */
+static uint64_t fill_steps(uint32_t *a, uint64_t len, uint64_t *cursor, uint64_t budget)
+{
+    uint64_t i = *cursor, end = len - i > budget ? i + budget : len;
+    for (; i < end; i++)
+        a[i] = (uint32_t)i;
+    uint64_t taken = end - *cursor;
+    *cursor = end;
+    return taken;
+}
+
+/* Writes the next blocks' ids (EXPAND), at most `budget` of them. */
+static uint64_t expand_steps(const reader_sampler *s, order_build *b, uint32_t *perm,
+                             uint64_t budget)
+{
+    uint64_t n = s->cfg.n, bs = s->cfg.block_size, nb = s->nblocks, taken = 0;
+    const uint32_t *order = perm + (n - nb);
+    while (taken < budget && b->k < nb) {
+        if (b->id == b->end) { /* block order[k] starts: read before it is written */
+            b->id = (uint64_t)order[b->k] * bs;
+            b->end = b->id + bs < n ? b->id + bs : n;
+        }
+        for (; b->id < b->end && taken < budget; taken++)
+            perm[b->pos++] = (uint32_t)b->id++;
+        if (b->id == b->end)
+            b->k++;
+    }
+    return taken;
+}
+
+/* Shuffles within the next windows (WINDOWS), at most `budget` steps; a
+ * window counts one step more than its swaps, so that windows of one
+ * position (no swap) still use the budget up. */
+static uint64_t window_steps(const reader_sampler *s, order_build *b, uint32_t *perm,
+                             uint64_t budget)
+{
+    uint64_t n = s->cfg.n, w = s->cfg.window, taken = 0;
+    while (taken < budget && b->start < n) {
+        if (b->i == 0) { /* the window at start begins */
+            b->i = n - b->start < w ? n - b->start : w;
+            taken++;
+        }
+        uint64_t left = taken < budget ? budget - taken : 0;
+        taken += shuffle_steps(&b->r, perm + b->start, &b->i, left);
+        if (b->i <= 1) {
+            b->start += w;
+            b->i = 0;
+        }
+    }
+    return taken;
+}
+
+/* Runs at most about `budget` steps of build b of an order into perm
+ * (n entries); 1 when the order is complete. */
+static int build_steps(const reader_sampler *s, order_build *b, uint32_t *perm, uint64_t budget)
+{
+    uint64_t n = s->cfg.n, nb = s->nblocks;
+    while (b->phase != BUILD_DONE && budget > 0) {
+        uint64_t taken = 0;
+        switch (b->phase) {
+        case BUILD_FILL:
+            taken = fill_steps(perm, n, &b->i, budget);
+            if (b->i == n) {
+                b->phase = BUILD_SHUFFLE;
+                b->i = n;
+            }
+            break;
+        case BUILD_SHUFFLE:
+            taken = shuffle_steps(&b->r, perm, &b->i, budget);
+            if (b->i <= 1)
+                b->phase = BUILD_DONE;
+            break;
+        case BUILD_BLOCKS_FILL:
+            taken = fill_steps(perm + (n - nb), nb, &b->i, budget);
+            if (b->i == nb) {
+                b->phase = BUILD_BLOCKS_SHUFFLE;
+                b->i = nb;
+            }
+            break;
+        case BUILD_BLOCKS_SHUFFLE:
+            taken = shuffle_steps(&b->r, perm + (n - nb), &b->i, budget);
+            if (b->i <= 1)
+                b->phase = BUILD_EXPAND; /* k, id, end and pos are 0 */
+            break;
+        case BUILD_EXPAND:
+            taken = expand_steps(s, b, perm, budget);
+            if (b->k == nb) {
+                assert(b->pos == n);
+                b->phase = BUILD_WINDOWS;
+                b->i = 0;
+                b->start = 0;
+            }
+            break;
+        case BUILD_WINDOWS:
+            taken = window_steps(s, b, perm, budget);
+            if (b->start >= n)
+                b->phase = BUILD_DONE;
+            break;
+        default:
+            assert(0 && "unknown build phase");
+            return 1;
+        }
+        budget = taken < budget ? budget - taken : 0;
+    }
+    return b->phase == BUILD_DONE;
+}
+
+/* Writes epoch's order S into perm (n entries), in one go. */
 static void build_order(const reader_sampler *s, uint32_t *perm, uint64_t epoch)
 {
-    rng r;
-    rng_seed(&r, s->cfg.seed, epoch);
-    if (s->cfg.shuffle == SF_SHUFFLE_GLOBAL)
-        build_global(s, perm, &r);
-    else
-        build_block(s, perm, &r);
+    order_build b;
+    build_begin(s, &b, epoch);
+    int done = build_steps(s, &b, perm, UINT64_MAX);
+    assert(done);
+    (void)done;
 }
 
-/* Takes epoch's order from the spare when it holds it or is building it
- * (waiting for the build): 1 when taken, 0 when not there. */
-static int take_spare(reader_sampler *s, uint64_t epoch)
+/* Under spare_lock: takes epoch's order from the spare when it holds it or
+ * part of it (finishing that build here): 1 when taken, 0 when not there. */
+static int take_spare_locked(reader_sampler *s, uint64_t epoch)
 {
-    pthread_mutex_lock(&s->spare_lock);
-    while (s->spare_state == SPARE_BUILDING && s->spare_epoch == epoch)
-        pthread_cond_wait(&s->spare_cv, &s->spare_lock);
-    int taken = s->spare_state == SPARE_READY && s->spare_epoch == epoch;
-    if (taken) {
-        uint32_t *t = s->perm;
-        s->perm = s->spare;
-        s->spare = t;
-        s->spare_state = SPARE_EMPTY;
-    }
-    pthread_mutex_unlock(&s->spare_lock);
-    return taken;
+    if (s->spare_state == SPARE_BUILDING && s->spare_epoch == epoch &&
+        build_steps(s, &s->build, s->spare, UINT64_MAX))
+        s->spare_state = SPARE_READY;
+    if (s->spare_state != SPARE_READY || s->spare_epoch != epoch)
+        return 0;
+    uint32_t *t = s->perm;
+    s->perm = s->spare;
+    s->spare = t;
+    s->spare_state = SPARE_EMPTY;
+    return 1;
 }
 
 int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
@@ -192,36 +317,60 @@ int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
         return sf_fail(SF_E_INVALID, "sampler: NULL sampler");
     if (s->built && s->epoch == epoch)
         return 0; /* the order derives only from (seed, epoch) */
+    pthread_mutex_lock(&s->spare_lock);
     s->epoch = epoch;
     s->built = 1;
-    if (s->perm && !take_spare(s, epoch))
-        build_order(s, s->perm, epoch); /* the spare is not touched: a build may be running */
+    int taken = s->perm && take_spare_locked(s, epoch);
+    pthread_mutex_unlock(&s->spare_lock);
+    /* Steps only write the spare, so perm is built outside the lock. */
+    if (s->perm && !taken)
+        build_order(s, s->perm, epoch);
     return 0;
 }
 
-int reader_sampler_prepare(reader_sampler *s, uint64_t epoch)
+int reader_sampler_prepare_step(reader_sampler *s, uint64_t epoch, uint64_t budget)
 {
     if (!s)
         return sf_fail(SF_E_INVALID, "sampler: NULL sampler");
     if (s->cfg.shuffle == SF_SHUFFLE_NONE)
-        return 0; /* no table: (not s->spare, which set_epoch swaps under the lock) */
+        return 1; /* no table */
     pthread_mutex_lock(&s->spare_lock);
-    int start = s->spare_state != SPARE_BUILDING &&
-                !(s->spare_state == SPARE_READY && s->spare_epoch == epoch);
-    if (start) {
-        s->spare_state = SPARE_BUILDING;
-        s->spare_epoch = epoch;
+    int done = 1;
+    if (!(s->built && s->epoch == epoch)) { /* else: set_epoch took it already */
+        if (s->spare_state == SPARE_EMPTY || s->spare_epoch != epoch) {
+            build_begin(s, &s->build, epoch);
+            s->spare_state = SPARE_BUILDING;
+            s->spare_epoch = epoch;
+        }
+        if (s->spare_state == SPARE_BUILDING && build_steps(s, &s->build, s->spare, budget))
+            s->spare_state = SPARE_READY;
+        done = s->spare_state == SPARE_READY;
     }
     pthread_mutex_unlock(&s->spare_lock);
-    if (!start)
+    return done;
+}
+
+/* Steps per prepare_step in reader_sampler_prepare: set_epoch waits at most
+ * this long for the spare (tens of microseconds). */
+#define PREPARE_CHUNK 4096u
+
+int reader_sampler_prepare(reader_sampler *s, uint64_t epoch)
+{
+    int rc;
+    while ((rc = reader_sampler_prepare_step(s, epoch, PREPARE_CHUNK)) == 0)
+        ;
+    return rc < 0 ? rc : 0;
+}
+
+uint64_t reader_sampler_build_cost(const reader_sampler *s)
+{
+    if (!s || s->cfg.shuffle == SF_SHUFFLE_NONE)
         return 0;
-    /* BUILDING: set_epoch neither swaps nor writes the spare meanwhile. */
-    build_order(s, s->spare, epoch);
-    pthread_mutex_lock(&s->spare_lock);
-    s->spare_state = SPARE_READY;
-    pthread_cond_broadcast(&s->spare_cv);
-    pthread_mutex_unlock(&s->spare_lock);
-    return 0;
+    uint64_t n = s->cfg.n;
+    if (s->cfg.shuffle == SF_SHUFFLE_GLOBAL)
+        return 2 * n; /* fill and shuffle */
+    /* fill and shuffle the blocks, expand, a step per window and its shuffle */
+    return 2 * s->nblocks + 2 * n + (n - 1) / s->cfg.window + 1;
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -256,7 +405,6 @@ int reader_sampler_create(reader_sampler **out, const reader_sampler_config *cfg
     if (!s)
         return sf_fail(-ENOMEM, "sampler: out of memory");
     pthread_mutex_init(&s->spare_lock, NULL);
-    pthread_cond_init(&s->spare_cv, NULL);
     s->cfg = *cfg;
     s->cfg.drop_last = cfg->drop_last != 0;
     if (s->cfg.shuffle == SF_SHUFFLE_BLOCK) {
@@ -306,7 +454,6 @@ void reader_sampler_free(reader_sampler *s)
         return;
     free(s->perm);
     free(s->spare);
-    pthread_cond_destroy(&s->spare_cv);
     pthread_mutex_destroy(&s->spare_lock);
     free(s);
 }

@@ -33,7 +33,8 @@
  *
  * Thread safety: set_epoch mutates; the const functions may be called
  * concurrently with each other (not with set_epoch). reader_sampler_prepare
- * may run on another thread concurrently with all of them.
+ * and prepare_step may run on one other thread concurrently with all of
+ * them.
  */
 #ifndef SF_READER_SAMPLER_H
 #define SF_READER_SAMPLER_H
@@ -73,14 +74,28 @@ void reader_sampler_free(reader_sampler *s);
  * or -ENOMEM (not currently possible: all memory is taken at create). */
 int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch);
 
-/* Builds epoch's order ahead, into the spare array, so that a later
- * set_epoch(epoch) takes it in O(1) instead of building it: the O(n)
- * shuffle then runs on the caller's thread (the reader's order thread),
- * not under whatever lock guards set_epoch. A set_epoch of that epoch while
- * it is being built waits for it; of any other epoch it builds that one in
- * place as before. Returns 0 (nothing to do in NONE mode, or when a build
- * of some epoch is running already). */
+/* Builds part of epoch's order ahead, into the spare array: at most about
+ * `budget` steps (reader_sampler_build_cost says how many a whole order
+ * takes; a step is a few nanoseconds to tens of them), so that a later
+ * set_epoch(epoch) takes it in O(1) instead of building it. The reader's
+ * order thread calls it a slice per batch scheduled, spreading the O(n)
+ * build over the epoch before: built in one go, 10 million samples took a
+ * tenth of a second of one core, which on a small machine an I/O thread gave
+ * up at every epoch boundary. Each call holds the sampler's spare lock while
+ * it runs; a set_epoch of that epoch while it is part built finishes the
+ * build itself; of any other epoch it builds that one in place as before. A
+ * call for another epoch than the one being built starts over with that one.
+ * Returns 1 when the spare holds epoch's order (or set_epoch took it
+ * already, or NONE mode: nothing to build), 0 when steps remain,
+ * SF_E_INVALID for s == NULL. */
+int reader_sampler_prepare_step(reader_sampler *s, uint64_t epoch, uint64_t budget);
+
+/* All of prepare_step's steps for epoch, a few thousand at a time. Returns 0
+ * or SF_E_INVALID. */
 int reader_sampler_prepare(reader_sampler *s, uint64_t epoch);
+
+/* The steps of one whole order's build (about 2n; 0 in NONE mode). */
+uint64_t reader_sampler_build_cost(const reader_sampler *s);
 
 /* The current epoch (0 after create). */
 uint64_t reader_sampler_epoch(const reader_sampler *s);

@@ -40,11 +40,22 @@ static void slot_set_state(sf_reader *r, reader_slot *s, int from, int to)
  *
  * A shuffled epoch's order is an O(n) Fisher-Yates shuffle (sampler.c): for
  * 10 million samples about a tenth of a second. Built by schedule_locked when
- * the schedule crosses into the next epoch, it held r->lock that long, and
- * every I/O thread and the consumer waited at each epoch boundary. Instead,
- * whenever the schedule enters an epoch, this thread builds the following
- * epoch's order into the sampler's spare (reader_sampler_prepare, outside
- * r->lock), and the crossing takes it in O(1). */
+ * the schedule crossed into the next epoch, it held r->lock that long, and
+ * every I/O thread and the consumer waited at each epoch boundary. Built in
+ * one go by this thread as soon as an epoch began, it took a core for that
+ * tenth of a second, and on a 2-core machine an I/O thread lost its core:
+ * the longest gap between batches near a boundary was 13-21x the median gap
+ * against 2.6-3.4x with no shuffle (tools/bench/epoch_gaps.py, 10 M tiny
+ * records, batch 1024). So the build is spread over the epoch before: each
+ * batch scheduled grants this thread a slice of the build's steps
+ * (reader_sampler_prepare_step), sized so that the build is done when three
+ * quarters of the epoch's batches are scheduled, and the crossing takes the
+ * order in O(1). Should the thread fall behind, the crossing finishes the
+ * build itself (as it built it whole before). */
+
+/* Steps granted per batch at least (a few tens of microseconds of work), so
+ * that epochs of many small batches do not wake the thread for nothing. */
+#define ORDER_MIN_SLICE 4096u
 
 /* Under r->lock: asks the order thread for the order after `epoch`. */
 static void order_ahead_locked(sf_reader *r, uint64_t epoch)
@@ -56,21 +67,40 @@ static void order_ahead_locked(sf_reader *r, uint64_t epoch)
     pthread_cond_signal(&r->order_cv);
 }
 
+/* Under r->lock: a batch was scheduled; the order thread may take its
+ * slice of the build. */
+static void order_grant_locked(sf_reader *r)
+{
+    if (!r->order_building && !r->order_pending)
+        return;
+    r->order_credit += r->order_slice;
+    pthread_cond_signal(&r->order_cv);
+}
+
 static void *order_main(void *arg)
 {
     sf_reader *r = arg;
     pthread_setname_np(pthread_self(), "sf-order");
     pthread_mutex_lock(&r->lock);
     for (;;) {
-        while (!r->order_pending && !r->order_stop)
+        while (!r->order_pending && !(r->order_building && r->order_credit) && !r->order_stop)
             pthread_cond_wait(&r->order_cv, &r->lock);
         if (r->order_stop)
             break;
-        uint64_t epoch = r->order_want;
-        r->order_pending = 0;
+        if (r->order_pending) { /* a new epoch to build: the old build is dropped */
+            r->order_epoch = r->order_want;
+            r->order_pending = 0;
+            r->order_building = 1;
+        }
+        uint64_t epoch = r->order_epoch, budget = r->order_credit;
+        r->order_credit = 0;
+        if (!budget)
+            continue;
         pthread_mutex_unlock(&r->lock);
-        reader_sampler_prepare(r->sampler, epoch);
+        int done = reader_sampler_prepare_step(r->sampler, epoch, budget);
         pthread_mutex_lock(&r->lock);
+        if (done != 0 && !r->order_pending)
+            r->order_building = 0;
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;
@@ -81,6 +111,9 @@ int reader_order_start(sf_reader *r)
     pthread_cond_init(&r->order_cv, NULL);
     if (r->opts.shuffle == SF_READER_SHUFFLE_NONE)
         return 0;
+    uint64_t batches = reader_sampler_num_batches(r->sampler) * 3 / 4;
+    uint64_t slice = reader_sampler_build_cost(r->sampler) / (batches ? batches : 1) + 1;
+    r->order_slice = slice > ORDER_MIN_SLICE ? slice : ORDER_MIN_SLICE;
     int e = pthread_create(&r->order_tid, NULL, order_main, r);
     if (e)
         return sf_fail(-e, "cannot start the order thread: %s", strerror(e));
@@ -200,6 +233,7 @@ static void schedule_locked(sf_reader *r)
             enter_epoch_locked(r, r->sched_epoch);
         }
         prepare_slot(r, s, r->sched_epoch, r->sched_index++);
+        order_grant_locked(r);
         any = 1;
     }
     if (any)

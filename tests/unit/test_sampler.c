@@ -672,3 +672,66 @@ Test(sampler, orders_never_change)
         reader_sampler_free(s);
     }
 }
+
+/* The reader builds the next epoch's order a slice per batch: cut into
+ * steps of any size, the build gives the order built in one go, and its
+ * cost says how many steps it takes at most (the reader sizes its slices by
+ * it, to be done within the epoch). */
+Test(sampler, order_built_in_steps_is_the_same_order)
+{
+    static const struct {
+        int mode;
+        uint32_t block, window;
+    } shapes[] = {
+        {SF_SHUFFLE_GLOBAL, 0, 0}, {SF_SHUFFLE_BLOCK, 8, 32}, {SF_SHUFFLE_BLOCK, 1, 1},
+        {SF_SHUFFLE_BLOCK, 3, 5},  {SF_SHUFFLE_BLOCK, 0, 0},  {SF_SHUFFLE_BLOCK, 64, 7},
+    };
+    static const uint64_t budgets[] = {1, 2, 7, 64, 1000};
+    for (size_t k = 0; k < COUNT(shapes); k++) {
+        for (size_t z = 0; z < COUNT(SIZES); z++) {
+            uint64_t n = SIZES[z];
+            reader_sampler_config c = cfg_of(n, 11, shapes[k].mode);
+            c.block_size = shapes[k].block;
+            c.window = shapes[k].window;
+            reader_sampler *plain = make(&c);
+            uint64_t *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+            int rc;
+            cr_assert_eq(reader_sampler_set_epoch(plain, 4), 0);
+            order_of(plain, n, want);
+            for (size_t b = 0; b < COUNT(budgets); b++) {
+                reader_sampler *stepped = make(&c);
+                uint64_t cost = reader_sampler_build_cost(stepped), calls = 0;
+                while ((rc = reader_sampler_prepare_step(stepped, 4, budgets[b])) == 0)
+                    calls++;
+                cr_assert_eq(rc, 1);
+                calls++;
+                cr_assert_leq(calls, cost / budgets[b] + 1,
+                              "shape %zu n %llu budget %llu: %llu calls for a cost of %llu", k,
+                              (unsigned long long)n, (unsigned long long)budgets[b],
+                              (unsigned long long)calls, (unsigned long long)cost);
+                cr_assert_eq(reader_sampler_set_epoch(stepped, 4), 0);
+                order_of(stepped, n, got);
+                cr_assert_eq(memcmp(want, got, n * sizeof *got), 0,
+                             "shape %zu n %llu budget %llu: the order built in steps differs", k,
+                             (unsigned long long)n, (unsigned long long)budgets[b]);
+                reader_sampler_free(stepped);
+            }
+            /* set_epoch while the build is part way finishes it itself. */
+            reader_sampler *part = make(&c);
+            rc = reader_sampler_prepare_step(part, 4, 5);
+            cr_assert(n < 7 ? rc >= 0 : rc == 0, "shape %zu n %llu: %d after 5 steps", k,
+                      (unsigned long long)n, rc);
+            cr_assert_eq(reader_sampler_set_epoch(part, 4), 0);
+            order_of(part, n, got);
+            cr_assert_eq(memcmp(want, got, n * sizeof *got), 0,
+                         "shape %zu n %llu: the order finished by set_epoch differs", k,
+                         (unsigned long long)n);
+            /* ... and a step for the epoch it took has nothing left to do. */
+            cr_assert_eq(reader_sampler_prepare_step(part, 4, 1), 1);
+            reader_sampler_free(part);
+            free(want);
+            free(got);
+            reader_sampler_free(plain);
+        }
+    }
+}
