@@ -84,12 +84,14 @@ static void json_options(const bench_args *a, const bench_result *res)
     const sf_reader_statistics *st = &res->st;
     const sf_reader_opts *o = &a->o;
     printf("\"options\":{\"batch_size\":%u,\"epochs\":%llu,\"shuffle\":\"%s\",\"seed\":%llu,"
-           "\"engine\":\"%s\",\"engine_requested\":\"%s\",\"direct\":%s,\"verify\":%s,"
+           "\"engine\":\"%s\",\"engine_requested\":\"%s\",\"direct\":%s,\"direct_reason\":\"%s\","
+           "\"verify\":%s,"
            "\"on_corrupt\":\"%s\",\"prefetch\":%u,\"io_threads\":%u,\"queue_depth\":%u,"
            "\"registered_bytes\":%llu,\"slab_bytes\":%llu,\"device\":\"%s\",\"device_bytes\":%llu,"
            "\"consumer_sleep_us\":%llu}",
            o->batch_size, (unsigned long long)a->epochs, BENCH_SHUFFLES[o->shuffle],
            (unsigned long long)o->seed, st->engine, BENCH_ENGINES[o->engine], st->direct ? "true" : "false",
+           st->direct_reason,
            o->verify == SF_VERIFY_ON ? "true" : "false",
            o->on_corrupt == SF_ON_CORRUPT_SKIP ? "skip" : "error", st->prefetch, st->io_threads,
            st->queue_depth, (unsigned long long)st->registered_bytes,
@@ -124,6 +126,7 @@ static void bench_print_text_summary(const bench_args *a, const bench_result *re
            cli_bytes(b2, sizeof b2, (double)st->slab_bytes),
            st->registered_bytes == st->slab_bytes ? ", registered"
            : st->registered_bytes ? ", partly registered" : "");
+    printf("  direct %s\n", st->direct_reason);
     printf("  consumer waited %.3f s; I/O threads: %.3f s reading, %.3f s checksumming%s", st->wait_seconds,
            st->io_seconds, st->checksum_seconds, a->o.verify == SF_VERIFY_ON ? "" : " (verify off)");
     if (a->o.num_images)

@@ -60,7 +60,7 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     if ((rc = reader_images_open(r)) || (rc = reader_staged_plan(r, dec_max)) ||
         (rc = reader_slab_layout(&r->layout, r, r->batch_cap)))
         goto fail;
-    if (o.direct == SF_DIRECT_ON && (rc = reader_direct_open(r)))
+    if ((rc = reader_direct_choose(r)))
         goto fail;
     if (r->layout.slot_bytes > UINT64_MAX / o.prefetch) {
         rc = sf_fail(SF_E_LIMIT, "batch slab too large");

@@ -255,6 +255,7 @@ struct sf_reader {
 
     /* files: the dataset's (dataset_fd_acquire), O_DIRECT ones too */
     int direct;
+    const char *direct_reason; /* why direct is what it is (static text) */
 
     /* image transforms (transform.c): NULL when none */
     reader_images *images;
@@ -328,6 +329,11 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in);
 /* Checks that every read can be O_DIRECT (SF_E_UNSUPPORTED saying why not),
  * and that the file system takes it; sets r->direct. */
 int reader_direct_open(sf_reader *r);
+/* Applies opts.direct: ON opens as reader_direct_open (its errors); AUTO
+ * reads with O_DIRECT when the dataset is larger than the memory the page
+ * cache may use and its records are 64 KiB or more (direct.c says why),
+ * else buffered, never failing for it; sets r->direct_reason. */
+int reader_direct_choose(sf_reader *r);
 /* Opens task t's shard for its reads (t->fd; O_DIRECT with `direct`) from
  * the dataset's capped set of descriptors, until reader_task_close: 0, or a
  * negative code with detail naming the file. */

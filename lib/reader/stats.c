@@ -29,6 +29,7 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     pthread_mutex_unlock(&rw->lock);
     out->engine = r->engine ? r->engine->name : "none";
     out->direct = r->direct;
+    out->direct_reason = r->direct_reason ? r->direct_reason : "";
     out->registered_bytes = r->registered;
     out->registered_buffers = r->registered && r->registered == r->slab_bytes;
     out->io_threads = r->nthreads;

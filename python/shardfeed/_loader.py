@@ -165,10 +165,12 @@ class Loader(EpochControl):
       record size and the CPU count.
     - block_size, window: for shuffle="block": samples per run (0: 64) and positions
       shuffled together (0: 16 * block_size).
-    - direct: "auto" (default; buffered in this version), "on" (O_DIRECT: cold reads
-      that bypass the page cache; needs a dataset packed with --align 4096 and fields
-      whose byte size is a multiple of 4096, else Error saying why) or "off"; True/False
-      mean on/off.
+    - direct: "auto" (default: O_DIRECT when the dataset is larger than the memory the
+      page cache may use, its records average 64 KiB or more and its layout allows it,
+      else buffered; stats()["direct_reason"] says which and why), "on" (O_DIRECT: cold
+      reads that bypass the page cache; needs a dataset packed with --align 4096 and
+      fields whose byte size is a multiple of 4096, else Error saying why) or "off";
+      True/False mean on/off.
     - fields: None (default) yields each batch as a Batch (a dict by field name); a
       tuple of field names, e.g. ("img", "label"), yields a tuple of those fields'
       tensors in that order, so that ``for x, y in loader:`` works as with a

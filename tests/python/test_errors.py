@@ -166,6 +166,13 @@ class Options(unittest.TestCase):
         ld = loader(prefetch=bounds["reader.prefetch"][1] // 64, io_threads=bounds["reader.io_threads"][1] // 64)
         self.assertEqual(ld.stats()["io_threads"], bounds["reader.io_threads"][1] // 64)
 
+    def test_stats_say_why_direct_is_what_it_is(self):
+        # direct="auto" on this small dataset stays buffered and says why.
+        st = loader().stats()
+        self.assertFalse(st["direct"])
+        self.assertTrue(st["direct_reason"].startswith("auto: buffered ("), st["direct_reason"])
+        self.assertIn("off", loader(direct=False).stats()["direct_reason"])
+
     def test_c_validation_reaches_python(self):
         with self.assertRaises(shardfeed.Error) as cm:
             shardfeed._shardfeed.Reader(DS, batch_size=4, shuffle=7)

@@ -680,6 +680,57 @@ Test(reader, direct_on_refuses_layouts_that_do_not_allow_it)
     cr_assert(strstr(sf_last_error(), "mmap") != NULL, "%s", sf_last_error());
 }
 
+/* direct = auto: O_DIRECT only for a dataset larger than the memory the page
+ * cache may use ($SHARDFEED_PAGE_CACHE_BYTES stands in for a machine with
+ * less memory than the dataset) whose records are 64 KiB or more and whose
+ * layout allows it; buffered otherwise, never an error; the stats say why. */
+static void expect_direct(const test_ds *d, sf_reader_opts *o, int direct, const char *why)
+{
+    sf_reader *r = open_reader(d, o);
+    sf_reader_statistics st;
+    sf_reader_stats(&st, r);
+    cr_assert_eq(st.direct, direct, "%s: direct %d (%s)", d->dir, st.direct, st.direct_reason);
+    cr_assert(strstr(st.direct_reason, why) != NULL, "%s: '%s' lacks '%s'", d->dir,
+              st.direct_reason, why);
+    sf_reader_close(r);
+}
+
+Test(reader, direct_auto_bypasses_the_page_cache_only_for_data_larger_than_memory)
+{
+    test_ds big = make_ds("large", 12, 65536, 4096);   /* 64 KiB records, aligned */
+    test_ds small = make_ds("small", 12, 8192, 4096);  /* aligned, but 8 KiB records */
+    test_ds odd = make_ds("odd", 12, 65537, 4096);     /* large, not a multiple of 4096 */
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 4;
+    cr_assert_eq(o.direct, SF_DIRECT_AUTO, "auto is the default");
+    unsetenv("SHARDFEED_PAGE_CACHE_BYTES");
+    expect_direct(&big, &o, 0, "fits in memory");
+    cr_assert_eq(setenv("SHARDFEED_PAGE_CACHE_BYTES", "65536", 1), 0);
+    expect_direct(&small, &o, 0, "under 64 KiB");
+    expect_direct(&odd, &o, 0, "does not allow");
+    o.direct = SF_DIRECT_OFF;
+    expect_direct(&big, &o, 0, "off");
+    o.direct = SF_DIRECT_AUTO;
+    o.engine = SF_ENGINE_MMAP; /* reads through the page cache */
+    expect_direct(&big, &o, 0, "does not allow");
+    o.engine = SF_ENGINE_AUTO;
+    char probe[4300];
+    snprintf(probe, sizeof probe, "%s/shard-000000.sfs", big.dir);
+    int fd = open(probe, O_RDONLY | O_DIRECT);
+    if (fd < 0 && errno == EINVAL) {
+        expect_direct(&big, &o, 0, "refused");
+        unsetenv("SHARDFEED_PAGE_CACHE_BYTES");
+        cr_skip_test("O_DIRECT is not supported on this file system");
+    }
+    cr_assert_geq(fd, 0, "%s: %s", probe, strerror(errno));
+    close(fd);
+    expect_direct(&big, &o, 1, "larger than the memory");
+    uint64_t *keys = key_numbers(&big);
+    read_all_checked(&big, keys, &o, "auto, O_DIRECT");
+    free(keys);
+    unsetenv("SHARDFEED_PAGE_CACHE_BYTES");
+}
+
 /* ---- corrupt records -------------------------------------------------------------------- */
 
 /* Flips one payload byte of sample `id` in its shard file. */
