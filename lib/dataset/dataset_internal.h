@@ -109,10 +109,9 @@ int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
  * or -ENOENT when the cache lacks it (dataset_remote_acquire first: this one
  * never downloads, it runs under the files' lock). */
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct);
-/* Unpins / pins again a descriptor of dataset_remote_fd kept open while
- * idle; repin returns 0 when the file was evicted meanwhile. */
+/* Unpins a descriptor of dataset_remote_fd about to be closed, marking its
+ * file used now (the evictor's order). */
 void dataset_remote_unpin(int fd);
-int dataset_remote_repin(int fd);
 /* Bytes [off, off + len) of `shard` by a range request (mode direct). */
 int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len);
 /* Whether records are read by range requests (mode direct). */

@@ -11,6 +11,12 @@
  * so the cap is exceeded only by what is being read at that moment (an I/O
  * thread pins at most its reads in flight).
  *
+ * A dataset at a URL keeps a shard's file open only while it holds the
+ * cache's pin on it (in use, or among the idle ones kept pinned: IDLE_PINNED),
+ * and its map (mmap engine) no longer than that: an unpinned file may be
+ * evicted, and one evicted but still open or mapped would keep its disk
+ * space past the cache's limit.
+ *
  * A shard is opened by name again after the dataset opened it (its O_DIRECT
  * entry, or any entry the LRU closed): each open is checked to find the same
  * file (device and inode) the dataset's open read the shard's index from, so
@@ -41,7 +47,7 @@ typedef struct shard_fd {
     /* users now (dataset_fd_acquire without its release); changed under
      * f->lock, except a remote entry's between 1 and more (pin_again) */
     _Atomic uint32_t pins;
-    uint64_t prev, next; /* on the LRU list (open, unpinned, not kept): neighbours */
+    uint64_t prev, next; /* on the LRU list (open, unused, not kept): neighbours */
     int cache_pinned;    /* a dataset at a URL: the file holds the cache's pin */
 } shard_fd;
 
@@ -163,17 +169,35 @@ static void unmap_followed_locked(dataset_files *f, uint64_t e)
     f->map_follows_pin[shard] = 0;
 }
 
-/* Under f->lock: unpins the oldest idle entry still pinned in the cache. */
+/* Under f->lock: closes idle entry e (on the LRU list), giving up its cache
+ * pin if it holds one (its map first: unmap_followed_locked). */
+static void close_idle_locked(dataset_files *f, uint64_t e)
+{
+    shard_fd *x = &f->fds[e];
+    assert(x->pins == 0);
+    lru_unlink(f, e);
+    idle_pinned_forget_locked(f, e);
+    unmap_followed_locked(f, e);
+    if (x->cache_pinned)
+        dataset_remote_unpin(atomic_load(&x->fd)); /* marks it used, for the evictor's order */
+    x->cache_pinned = 0;
+    close(atomic_load(&x->fd));
+    atomic_store(&x->fd, -1);
+    f->open--;
+}
+
+/* Under f->lock: the oldest idle entry still pinned in the cache gives its
+ * pin up, and is closed: a descriptor of a file the cache then evicts would
+ * hold its disk space past the cache's limit (an unlinked file takes its
+ * space until its last descriptor and map go), so a dataset at a URL keeps
+ * open only what it holds pinned; it opens a shard by name again, pinned,
+ * when it reads it next. */
 static void idle_unpin_oldest_locked(dataset_files *f)
 {
     assert(f->idle_pinned_n > 0);
     uint64_t e = f->idle_pinned[0];
-    shard_fd *x = &f->fds[e];
-    assert(x->pins == 0 && x->cache_pinned);
-    unmap_followed_locked(f, e);
-    dataset_remote_unpin(atomic_load(&x->fd));
-    x->cache_pinned = 0;
-    idle_pinned_forget_locked(f, e);
+    assert(f->fds[e].pins == 0 && f->fds[e].cache_pinned);
+    close_idle_locked(f, e);
 }
 
 /* Under f->lock: the last user released remote entry e: kept pinned, the
@@ -219,14 +243,7 @@ static int close_lru_locked(dataset_files *f)
     uint64_t e = f->lru_head;
     if (e == NO_ENTRY)
         return 0;
-    lru_unlink(f, e);
-    idle_pinned_forget_locked(f, e); /* closing drops its cache pin */
-    unmap_followed_locked(f, e);
-    f->fds[e].cache_pinned = 0;
-    assert(f->fds[e].pins == 0);
-    close(atomic_load(&f->fds[e].fd));
-    atomic_store(&f->fds[e].fd, -1);
-    f->open--;
+    close_idle_locked(f, e); /* closing drops its cache pin */
     return 1;
 }
 
@@ -416,9 +433,13 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
     if (pin_again(x, out))
         return 0;
     int rc = 0;
+    /* Round 0 takes the shard from the cache if it is there (open or opened
+     * by name, no download); the next rounds fetch it first. Only a download
+     * makes the idle shards give up their pins: that closes them (and unmaps
+     * them), which a shard read from the cache does not need. */
     for (int round = 0; round < 8; round++) {
         int got = -1; /* pinned, fetched first when missing */
-        if (round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) {
+        if (round > 0) {
             dataset_files_unpin_idle(ds); /* the download may need them evicted */
             if ((rc = dataset_remote_acquire(&got, ds, shard, direct))) {
                 /* The download's own error (an object gone at the store is
@@ -430,17 +451,9 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
         }
         pthread_mutex_lock(&f->lock);
         int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
-        if (fd >= 0 && x->pins == 0 && x->cache_pinned) {
+        if (fd >= 0 && x->pins == 0) {
+            assert(x->cache_pinned && "a URL's shard is kept open only while pinned in the cache");
             idle_pinned_forget_locked(f, e); /* still pinned: in use again */
-        } else if (fd >= 0 && x->pins == 0 && !dataset_remote_repin(fd)) {
-            /* Evicted from the cache while idle here: fetched again. */
-            lru_unlink(f, e);
-            close(fd);
-            atomic_store(&x->fd, -1);
-            f->open--;
-            fd = -1;
-        } else if (fd >= 0 && x->pins == 0) {
-            x->cache_pinned = 1; /* pinned again */
         }
         if (fd < 0 && got >= 0) {
             make_room_locked(f);
@@ -510,9 +523,9 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
     pthread_mutex_lock(&f->lock);
     assert(x->pins > 0 && "released a shard descriptor that was not acquired");
     if (--x->pins == 0) {
+        lru_push(f, e); /* first: idle_pinned_push_locked may close it */
         if (ds->remote)
             idle_pinned_push_locked(ds, f, e);
-        lru_push(f, e);
         make_room_locked(f); /* pinned ones may have pushed it over the cap */
     }
     pthread_mutex_unlock(&f->lock);
