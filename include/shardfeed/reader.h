@@ -93,12 +93,15 @@ enum sf_reader_engine {
                             while it is in cache); otherwise (cold, or O_DIRECT) io_uring, and
                             pread (with a one-line notice) where io_uring is blocked (ENOSYS,
                             EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM); cold
-                            compressed fields: pread (below). The measurements behind it:
-                            README "Engines" */
+                            compressed fields: pread (below). A dataset at a URL: range
+                            requests in mode direct; in mode cache its shards count as warm
+                            (no sample: that would download them). The measurements behind
+                            it: README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards; each shard read
-                            stays mapped until the dataset closes, so a dataset of more shards
+                            stays mapped until the dataset closes (at a URL: while the reader
+                            pins it in the cache), so a dataset of more shards
                             than the map budget (half of vm.max_map_count, or
                             $SHARDFEED_MAP_LIMIT) is refused at open (SF_E_UNSUPPORTED) and AUTO
                             picks pread for it instead */

@@ -69,9 +69,20 @@ void dataset_files_unpin_idle(sf_dataset *ds);
  * cache and stays there, and a prefetch of it has nothing to do. */
 int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard);
 uint64_t dataset_fd_cap(const sf_dataset *ds);
-/* The read-only map of the whole of `shard`, made on first use (the fault
- * guard is installed first: touch it only under the guard). */
+/* The read-only map of the whole of `shard`, made on first use and kept
+ * until the dataset closes (the fault guard is installed first: touch it
+ * only under the guard). */
 int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard);
+/* Whether a map of dataset_map_pinned lasts only while its shard's
+ * descriptor is acquired: a dataset at a URL, whose cache may evict a shard
+ * once nobody pins it (a map of an evicted file would hold its disk space
+ * past the cache's limit). Else the maps stay until close. */
+int dataset_maps_follow_pins(const sf_dataset *ds);
+/* dataset_map for a caller that holds `shard`'s buffered descriptor
+ * (dataset_fd_acquire(.., shard, 0)): the map is valid until that
+ * descriptor's release (dataset_maps_follow_pins), at least; it is unmade
+ * when the shard gives up its pin in the cache (shard_files.c). */
+int dataset_map_pinned(const uint8_t **out, sf_dataset *ds, uint64_t shard);
 
 /* ---- Datasets at a URL (dataset_remote.c; README "Remote datasets") ----
  *
@@ -98,10 +109,9 @@ int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
  * or -ENOENT when the cache lacks it (dataset_remote_acquire first: this one
  * never downloads, it runs under the files' lock). */
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct);
-/* Unpins / pins again a descriptor of dataset_remote_fd kept open while
- * idle; repin returns 0 when the file was evicted meanwhile. */
+/* Unpins a descriptor of dataset_remote_fd about to be closed, marking its
+ * file used now (the evictor's order). */
 void dataset_remote_unpin(int fd);
-int dataset_remote_repin(int fd);
 /* Bytes [off, off + len) of `shard` by a range request (mode direct). */
 int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off, uint64_t len);
 /* Whether records are read by range requests (mode direct). */

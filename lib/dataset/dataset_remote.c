@@ -432,11 +432,6 @@ void dataset_remote_unpin(int fd)
     remote_cache_unpin(fd);
 }
 
-int dataset_remote_repin(int fd)
-{
-    return remote_cache_repin(fd);
-}
-
 /* ---- the prefetcher ---- */
 
 /* Under x->lock: the next shard to fill, or UINT64_MAX when the reach (half

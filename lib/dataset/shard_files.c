@@ -11,6 +11,12 @@
  * so the cap is exceeded only by what is being read at that moment (an I/O
  * thread pins at most its reads in flight).
  *
+ * A dataset at a URL keeps a shard's file open only while it holds the
+ * cache's pin on it (in use, or among the idle ones kept pinned: IDLE_PINNED),
+ * and its map (mmap engine) no longer than that: an unpinned file may be
+ * evicted, and one evicted but still open or mapped would keep its disk
+ * space past the cache's limit.
+ *
  * A shard is opened by name again after the dataset opened it (its O_DIRECT
  * entry, or any entry the LRU closed): each open is checked to find the same
  * file (device and inode) the dataset's open read the shard's index from, so
@@ -41,7 +47,7 @@ typedef struct shard_fd {
     /* users now (dataset_fd_acquire without its release); changed under
      * f->lock, except a remote entry's between 1 and more (pin_again) */
     _Atomic uint32_t pins;
-    uint64_t prev, next; /* on the LRU list (open, unpinned, not kept): neighbours */
+    uint64_t prev, next; /* on the LRU list (open, unused, not kept): neighbours */
     int cache_pinned;    /* a dataset at a URL: the file holds the cache's pin */
 } shard_fd;
 
@@ -71,6 +77,7 @@ typedef struct shard_identity {
 } shard_identity;
 
 struct dataset_files {
+    sf_dataset *ds;
     int dirfd;
     shard_identity *ids;   /* one per shard */
     uint64_t count;        /* entries: 2 per shard (buffered, O_DIRECT) */
@@ -82,6 +89,9 @@ struct dataset_files {
     uint64_t lru_head, lru_tail; /* least and most recently released */
     uint64_t idle_pinned[IDLE_PINNED]; /* oldest first: idle, cache_pinned */
     unsigned idle_pinned_n;
+    /* a dataset at a URL, per shard: its map was made by dataset_map_pinned
+     * and is unmade when its buffered entry gives up its cache pin */
+    uint8_t *map_follows_pin;
 };
 
 /* Half the soft RLIMIT_NOFILE: the rest stays the caller's (sockets, other
@@ -140,15 +150,54 @@ static void idle_pinned_forget_locked(dataset_files *f, uint64_t e)
         }
 }
 
-/* Under f->lock: unpins the oldest idle entry still pinned in the cache. */
+/* Under f->lock: entry e (nobody using it) is about to give up its cache
+ * pin: the map of its shard goes first when it followed the pin. Once
+ * unpinned, the cache may evict the file, and a map of an evicted file would
+ * hold its disk space past the cache's limit until the dataset closed.
+ * Nobody reads the map: a reader holds the entry's pin while it does
+ * (dataset_map_pinned), and pins == 0 cannot change under f->lock. */
+static void unmap_followed_locked(dataset_files *f, uint64_t e)
+{
+    uint64_t shard = e / 2; /* entry_of: shard * 2 + direct */
+    assert(f->fds[e].pins == 0);
+    if (e % 2 || !f->map_follows_pin || !f->map_follows_pin[shard])
+        return;
+    sf_open_shard *s = &f->ds->shards[shard];
+    const uint8_t *map = atomic_exchange_explicit(&s->map, NULL, memory_order_acq_rel);
+    assert(map && "a map that follows the pin exists until unmade here");
+    munmap((void *)map, s->meta.file_size);
+    f->map_follows_pin[shard] = 0;
+}
+
+/* Under f->lock: closes idle entry e (on the LRU list), giving up its cache
+ * pin if it holds one (its map first: unmap_followed_locked). */
+static void close_idle_locked(dataset_files *f, uint64_t e)
+{
+    shard_fd *x = &f->fds[e];
+    assert(x->pins == 0);
+    lru_unlink(f, e);
+    idle_pinned_forget_locked(f, e);
+    unmap_followed_locked(f, e);
+    if (x->cache_pinned)
+        dataset_remote_unpin(atomic_load(&x->fd)); /* marks it used, for the evictor's order */
+    x->cache_pinned = 0;
+    close(atomic_load(&x->fd));
+    atomic_store(&x->fd, -1);
+    f->open--;
+}
+
+/* Under f->lock: the oldest idle entry still pinned in the cache gives its
+ * pin up, and is closed: a descriptor of a file the cache then evicts would
+ * hold its disk space past the cache's limit (an unlinked file takes its
+ * space until its last descriptor and map go), so a dataset at a URL keeps
+ * open only what it holds pinned; it opens a shard by name again, pinned,
+ * when it reads it next. */
 static void idle_unpin_oldest_locked(dataset_files *f)
 {
     assert(f->idle_pinned_n > 0);
-    shard_fd *x = &f->fds[f->idle_pinned[0]];
-    assert(x->pins == 0 && x->cache_pinned);
-    dataset_remote_unpin(atomic_load(&x->fd));
-    x->cache_pinned = 0;
-    idle_pinned_forget_locked(f, f->idle_pinned[0]);
+    uint64_t e = f->idle_pinned[0];
+    assert(f->fds[e].pins == 0 && f->fds[e].cache_pinned);
+    close_idle_locked(f, e);
 }
 
 /* Under f->lock: the last user released remote entry e: kept pinned, the
@@ -194,13 +243,7 @@ static int close_lru_locked(dataset_files *f)
     uint64_t e = f->lru_head;
     if (e == NO_ENTRY)
         return 0;
-    lru_unlink(f, e);
-    idle_pinned_forget_locked(f, e); /* closing drops its cache pin */
-    f->fds[e].cache_pinned = 0;
-    assert(f->fds[e].pins == 0);
-    close(atomic_load(&f->fds[e].fd));
-    atomic_store(&f->fds[e].fd, -1);
-    f->open--;
+    close_idle_locked(f, e); /* closing drops its cache pin */
     return 1;
 }
 
@@ -217,6 +260,7 @@ int dataset_files_init(sf_dataset *ds)
     if (!f)
         return sf_fail(-ENOMEM, "out of memory");
     ds->files = f;
+    f->ds = ds;
     f->dirfd = -1;
     f->lru_head = f->lru_tail = NO_ENTRY;
     pthread_mutex_init(&f->lock, NULL);
@@ -237,7 +281,8 @@ int dataset_files_init(sf_dataset *ds)
         /* Files of the cache: pinned only while used, so that the cache can
          * evict what this process keeps open but is not reading. */
         f->keep = 0;
-        return 0;
+        f->map_follows_pin = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, 1);
+        return f->map_follows_pin ? 0 : sf_fail(-ENOMEM, "out of memory");
     }
     f->dirfd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (f->dirfd < 0)
@@ -259,6 +304,7 @@ void dataset_files_free(sf_dataset *ds)
     if (f->dirfd >= 0)
         close(f->dirfd);
     pthread_mutex_destroy(&f->lock);
+    free(f->map_follows_pin);
     free(f->ids);
     free(f->fds);
     free(f);
@@ -387,9 +433,13 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
     if (pin_again(x, out))
         return 0;
     int rc = 0;
+    /* Round 0 takes the shard from the cache if it is there (open or opened
+     * by name, no download); the next rounds fetch it first. Only a download
+     * makes the idle shards give up their pins: that closes them (and unmaps
+     * them), which a shard read from the cache does not need. */
     for (int round = 0; round < 8; round++) {
         int got = -1; /* pinned, fetched first when missing */
-        if (round > 0 || atomic_load_explicit(&x->fd, memory_order_relaxed) < 0) {
+        if (round > 0) {
             dataset_files_unpin_idle(ds); /* the download may need them evicted */
             if ((rc = dataset_remote_acquire(&got, ds, shard, direct))) {
                 /* The download's own error (an object gone at the store is
@@ -401,17 +451,9 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
         }
         pthread_mutex_lock(&f->lock);
         int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
-        if (fd >= 0 && x->pins == 0 && x->cache_pinned) {
+        if (fd >= 0 && x->pins == 0) {
+            assert(x->cache_pinned && "a URL's shard is kept open only while pinned in the cache");
             idle_pinned_forget_locked(f, e); /* still pinned: in use again */
-        } else if (fd >= 0 && x->pins == 0 && !dataset_remote_repin(fd)) {
-            /* Evicted from the cache while idle here: fetched again. */
-            lru_unlink(f, e);
-            close(fd);
-            atomic_store(&x->fd, -1);
-            f->open--;
-            fd = -1;
-        } else if (fd >= 0 && x->pins == 0) {
-            x->cache_pinned = 1; /* pinned again */
         }
         if (fd < 0 && got >= 0) {
             make_room_locked(f);
@@ -481,9 +523,9 @@ void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)
     pthread_mutex_lock(&f->lock);
     assert(x->pins > 0 && "released a shard descriptor that was not acquired");
     if (--x->pins == 0) {
+        lru_push(f, e); /* first: idle_pinned_push_locked may close it */
         if (ds->remote)
             idle_pinned_push_locked(ds, f, e);
-        lru_push(f, e);
         make_room_locked(f); /* pinned ones may have pushed it over the cap */
     }
     pthread_mutex_unlock(&f->lock);
@@ -494,36 +536,104 @@ int dataset_fd_all_kept(const sf_dataset *ds)
     return ds->files->keep;
 }
 
-int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
+/* A dataset at a URL, under ds->map_lock with the buffered entry of `shard`
+ * pinned: publishes map `made` (NULL: the one there already), following the
+ * pin (dataset_map_pinned) or kept until close (dataset_map: sf_dataset_get
+ * hands out pointers valid until close). Marked before it is published, so
+ * that map_kept never takes a map about to follow a pin for a kept one. */
+static void map_publish(sf_dataset *ds, uint64_t shard, const uint8_t *made, int follow)
+{
+    dataset_files *f = ds->files;
+    pthread_mutex_lock(&f->lock);
+    assert(f->fds[entry_of(shard, 0)].pins > 0);
+    if (made) {
+        f->map_follows_pin[shard] = (uint8_t)follow;
+        atomic_store_explicit(&ds->shards[shard].map, made, memory_order_release);
+    } else if (!follow) {
+        f->map_follows_pin[shard] = 0;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* A dataset at a URL: the map of `shard` when it is kept until close, else
+ * NULL (none, or one that follows a pin and may go). */
+static const uint8_t *map_kept(sf_dataset *ds, uint64_t shard)
+{
+    dataset_files *f = ds->files;
+    pthread_mutex_lock(&f->lock);
+    const uint8_t *map = f->map_follows_pin[shard]
+                             ? NULL
+                             : atomic_load_explicit(&ds->shards[shard].map, memory_order_relaxed);
+    pthread_mutex_unlock(&f->lock);
+    return map;
+}
+
+/* dataset_map and dataset_map_pinned past their fast paths. */
+static int map_shard(const uint8_t **out, sf_dataset *ds, uint64_t shard, int follow_pin)
 {
     sf_open_shard *s = &ds->shards[shard];
-    const uint8_t *map = atomic_load_explicit(&s->map, memory_order_acquire);
-    if (map) {
-        *out = map;
-        return 0;
-    }
     /* Every touch of a map runs under the fault guard. */
     int rc = sf_fault_guard_init();
     if (rc)
         return rc;
     pthread_mutex_lock(&ds->map_lock);
-    map = atomic_load_explicit(&s->map, memory_order_relaxed);
+    const uint8_t *map = atomic_load_explicit(&s->map, memory_order_relaxed);
     int fd = -1;
-    if (!map && !(rc = dataset_fd_acquire(&fd, ds, shard, 0))) {
+    if ((!map || ds->remote) && !(rc = dataset_fd_acquire(&fd, ds, shard, 0))) {
         /* The map keeps the file; its descriptor goes back at once. */
-        void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED)
-            rc = sf_fail(-errno, "%s/%s: mmap failed: %s%s", ds->dir, s->name, strerror(errno),
-                         errno == ENOMEM ? " (a process may have vm.max_map_count maps; the mmap engine "
-                                           "keeps one per shard it read: use pread or uring)"
-                                         : "");
-        else
-            atomic_store_explicit(&s->map, map = p, memory_order_release);
+        const uint8_t *made = NULL;
+        if (!map) {
+            void *p = mmap(NULL, s->meta.file_size, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED)
+                rc = sf_fail(-errno, "%s/%s: mmap failed: %s%s", ds->dir, s->name, strerror(errno),
+                             errno == ENOMEM ? " (a process may have vm.max_map_count maps; the mmap "
+                                               "engine keeps one per shard it read: use pread or uring)"
+                                             : "");
+            else
+                map = made = p;
+        }
+        if (map && ds->remote)
+            map_publish(ds, shard, made, follow_pin);
+        else if (made)
+            atomic_store_explicit(&s->map, made, memory_order_release);
         dataset_fd_release(ds, shard, 0);
     }
     pthread_mutex_unlock(&ds->map_lock);
     *out = map;
     return rc;
+}
+
+int dataset_map(const uint8_t **out, sf_dataset *ds, uint64_t shard)
+{
+    /* At a URL, a map that follows a reader's pin is made kept, under the
+     * shard's pin (map_shard). */
+    const uint8_t *map = ds->remote ? map_kept(ds, shard)
+                                    : atomic_load_explicit(&ds->shards[shard].map, memory_order_acquire);
+    if (map) {
+        *out = map;
+        return 0;
+    }
+    return map_shard(out, ds, shard, 0);
+}
+
+int dataset_maps_follow_pins(const sf_dataset *ds)
+{
+    return ds->remote != NULL;
+}
+
+int dataset_map_pinned(const uint8_t **out, sf_dataset *ds, uint64_t shard)
+{
+    if (!dataset_maps_follow_pins(ds))
+        return dataset_map(out, ds, shard);
+    /* The caller's pin keeps a map that exists. */
+    assert(atomic_load_explicit(&ds->files->fds[entry_of(shard, 0)].pins, memory_order_relaxed) > 0 &&
+           "dataset_map_pinned without the shard's descriptor acquired");
+    const uint8_t *map = atomic_load_explicit(&ds->shards[shard].map, memory_order_acquire);
+    if (map) {
+        *out = map;
+        return 0;
+    }
+    return map_shard(out, ds, shard, 1);
 }
 
 int sf_dataset_shard_shrank(const sf_dataset *ds, uint64_t shard, uint64_t *now)

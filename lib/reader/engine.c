@@ -252,15 +252,16 @@ int reader_engine_start(sf_reader *r)
      * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
      * the kernel can queue. */
     /* A dataset at a URL: its records by range requests (mode direct), or
-     * its shards from the cache, copied by pread (no residency to sample:
-     * that would download shards; no maps: an evicted shard's disk space
-     * would stay held by its map). */
+     * its shards from the cache, taken as warm (no residency to sample: that
+     * would download shards): small stored records by mmap, whose maps there
+     * last only while their shard is pinned in the cache
+     * (dataset_maps_follow_pins), the rest by pread. */
     if (dataset_remote_direct(r->ds))
         return start_engine(r, &reader_engine_ranges);
-    if (r->ds->remote && r->opts.engine == SF_ENGINE_AUTO)
-        return start_engine(r, &reader_engine_pread);
     uint64_t budget;
     int fit = maps_fit(r, &budget);
+    if (r->ds->remote && r->opts.engine == SF_ENGINE_AUTO)
+        return start_engine(r, small_stored_records(r) && fit ? &reader_engine_mmap : &reader_engine_pread);
     if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
         return start_engine(r, small_stored_records(r) && fit ? &reader_engine_mmap : &reader_engine_pread);
     if (r->opts.engine == SF_ENGINE_MMAP && !fit)

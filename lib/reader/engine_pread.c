@@ -247,7 +247,10 @@ const reader_engine_ops reader_engine_pread = {
 
 /* The shards' maps are the dataset's (dataset_map), each made when first
  * read from and kept until the dataset closes; a shard mapped keeps no
- * descriptor. */
+ * descriptor. A dataset at a URL is the exception (dataset_maps_follow_pins):
+ * a map there lasts while its shard is pinned in the cache, so each read
+ * holds the shard's descriptor as pread's do (mmap_task_open,
+ * mmap_claim_pinned). */
 static int mmap_open(sf_reader *r)
 {
     (void)r;
@@ -274,11 +277,17 @@ static int mmap_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, 
     return rc ? mapped_error(r, task, rc) : 0;
 }
 
-/* Maps task's shard if it is not yet (the copies then read the map). */
+/* Maps task's shard if it is not yet (the copies then read the map); a
+ * map that follows the shard's pin is valid until reader_task_close. */
 static int mmap_task_open(sf_reader *r, reader_task *task)
 {
     const uint8_t *map;
-    return dataset_map(&map, r->ds, task->shard);
+    if (!dataset_maps_follow_pins(r->ds))
+        return dataset_map(&map, r->ds, task->shard);
+    int rc = reader_task_open(r, task, 0);
+    if (!rc && (rc = dataset_map_pinned(&map, r->ds, task->shard)))
+        reader_task_close(r, task);
+    return rc;
 }
 
 static const copy_ops mmap_ops = {mmap_copy, mmap_task_open};
@@ -322,24 +331,13 @@ static int mmap_claim_copy(void *arg)
     return 0;
 }
 
-/* One guard per claim rather than per record: arming it (sigsetjmp, two
- * updates of the thread's key, an indirect call) is a measurable share of
- * copying a 784-byte record from the page cache, and nothing per claim
- * (README, "Small records"). A fault fails the task it hit, and the copy goes
- * on with the next. */
-static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
+/* Copies tasks[0..n), their shards mapped, under one guard rather than one
+ * per record: arming it (sigsetjmp, two updates of the thread's key, an
+ * indirect call) is a measurable share of copying a 784-byte record from
+ * the page cache, and nothing per claim (README, "Small records"). A fault
+ * fails the task it hit, and the copy goes on with the next. */
+static void mmap_copy_mapped(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
-    /* Every shard of the claim mapped first: a task whose shard cannot be is
-     * failed, and the copy passes it by. */
-    int unmapped = 0;
-    for (unsigned i = 0; i < n; i++)
-        unmapped |= task_begin(r, tasks[i], &mmap_ops) != 0;
-    if (unmapped) {
-        for (unsigned i = 0; i < n; i++)
-            if (!tasks[i]->err)
-                copy_reads(r, tasks[i], mmap_copy);
-        return;
-    }
     for (unsigned i = 0; i < n && i < COPY_AHEAD; i++)
         mmap_prefetch(r, tasks[i]);
     claim_job c = {r, tasks, n, 0};
@@ -351,6 +349,51 @@ static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
         reader_task_fail(r, task, mapped_error(r, task, rc), "read failed");
         c.next = c.next + 1;
     }
+}
+
+/* A dataset at a URL: a thread pins one shard at a time, as pread's do (a
+ * claim that pinned every shard it touches could pin more than the cache
+ * has room for, and wait on its own pins for a download's room). The claim
+ * goes in runs of one shard's tasks: the first that reads pins and maps it
+ * for the run, copied under one guard, then released. */
+static void mmap_claim_pinned(sf_reader *r, reader_task *const *tasks, unsigned n)
+{
+    for (unsigned i = 0, end; i < n; i = end) {
+        reader_task *holder = NULL;
+        for (end = i; end < n && tasks[end]->shard == tasks[i]->shard; end++)
+            if (!holder && tasks[end]->nreads)
+                holder = tasks[end];
+        if (!holder)
+            continue; /* nothing to read */
+        int rc = task_begin(r, holder, &mmap_ops);
+        for (unsigned k = i; rc && k < end; k++)
+            if (tasks[k] != holder)
+                reader_task_open_failed(r, tasks[k], rc);
+        if (rc)
+            continue;
+        mmap_copy_mapped(r, tasks + i, end - i);
+        reader_task_close(r, holder);
+    }
+}
+
+static void mmap_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
+{
+    if (dataset_maps_follow_pins(r->ds)) {
+        mmap_claim_pinned(r, tasks, n);
+        return;
+    }
+    /* Every shard of the claim mapped first: a task whose shard cannot be is
+     * failed, and the copy passes it by. */
+    int unmapped = 0;
+    for (unsigned i = 0; i < n; i++)
+        unmapped |= task_begin(r, tasks[i], &mmap_ops) != 0;
+    if (unmapped) {
+        for (unsigned i = 0; i < n; i++)
+            if (!tasks[i]->err)
+                copy_reads(r, tasks[i], mmap_copy);
+        return;
+    }
+    mmap_copy_mapped(r, tasks, n);
 }
 
 static void mmap_run(reader_io_thread *t)

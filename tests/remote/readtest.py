@@ -100,17 +100,23 @@ def folder_bytes(root):
 
 class FolderPeak:
     """`with FolderPeak(root) as peak:` samples folder_bytes(root) every 2 ms on a thread;
-    peak.bytes is the most it saw."""
+    peak.bytes is the most it saw. With `held`, a function of root giving {file: bytes} of
+    files outside the folder that still take space (unlinked ones held open), each sample
+    adds those bytes, and peak.held is the most such files at once."""
 
-    def __init__(self, root):
+    def __init__(self, root, held=None):
         self.root = root
-        self.bytes = 0
+        self.bytes = self.held = self.samples = 0
+        self._held = held or (lambda root: {})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch)
 
     def _watch(self):
         while not self._stop.is_set():
-            self.bytes = max(self.bytes, folder_bytes(self.root))
+            held = self._held(self.root)
+            self.bytes = max(self.bytes, folder_bytes(self.root) + sum(held.values()))
+            self.held = max(self.held, len(held))
+            self.samples += 1
             time.sleep(0.002)
 
     def __enter__(self):
@@ -135,6 +141,15 @@ class RemoteCase(unittest.TestCase):
 
     def cache(self, name="cache"):
         return os.path.join(self.root, name)
+
+    def served_over_limit(self):
+        """(local dataset, www root, a cache limit a quarter of the dataset's bytes and over 3
+        of its shards)."""
+        ds, www = self.served(n=600, shard_size="20KiB")
+        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        largest = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        self.assertGreater(size // 4, 3 * largest)
+        return ds, www, size // 4
 
     def served(self, n=240, shard_size="24KiB"):
         """(local dataset, www root holding it as www/ds)."""

@@ -131,11 +131,7 @@ class NginxRoundTrip(RemoteCase):
 
 class Cache(RemoteCase):
     def test_an_epoch_over_4x_the_limit_never_exceeds_it(self):
-        ds, www = self.served(n=600, shard_size="20KiB")
-        size = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
-        limit = size // 4
-        largest = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
-        self.assertGreater(limit, 3 * largest)
+        ds, www, limit = self.served_over_limit()
         cache = self.cache()
         with servers.Nginx(www) as ng, FolderPeak(cache) as peak:
             with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="none",
