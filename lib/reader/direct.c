@@ -50,8 +50,9 @@ static int direct_check(const sf_reader *r)
 /* ---- direct = auto ----
  *
  * Measured on the bench's large set (2,000 records of 602 KB, --align 4096,
- * page cache dropped before each run; README "Engines"): a cold epoch read
- * at 8,900-9,252 samples/s with O_DIRECT and 4,372-6,728 buffered, and a
+ * page cache dropped before each run; README "Reading batches (C)"): a
+ * cold epoch read at 8,900-9,252 samples/s with O_DIRECT and 4,372-6,728
+ * buffered, and a
  * warm one at about 14,000 buffered, where O_DIRECT stays at its cold rate.
  * So O_DIRECT wins only where the page cache cannot keep the dataset, so
  * that every epoch is cold anyway: when its shards are larger than the
