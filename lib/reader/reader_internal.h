@@ -284,6 +284,14 @@ struct sf_reader {
     pthread_mutex_t lock;
     pthread_cond_t work_cv;  /* I/O threads wait for tasks */
     pthread_cond_t ready_cv; /* the consumer waits for a batch */
+    /* Threads asleep on work_cv and ready_cv (schedule.c): a wake goes only
+     * to a thread that has something to do. */
+    uint32_t io_waiting, consumers_waiting;
+    /* Wakes owed, given after r->lock is let go (schedule.c unlock_and_wake):
+     * a thread woken while the waker still holds the lock goes straight
+     * back to sleep on the lock. */
+    uint32_t wake_io;
+    int wake_consumer;
     int stop;
     uint32_t threads_inited;
     uint64_t gen;
