@@ -276,8 +276,9 @@ static int bench_loop(bench_result *res, sf_reader *r, const bench_args *a)
 /* Trace of every batch, and of the read-ahead past the last one. */
 static int bench_trace_start(sf_reader *r, const bench_args *a)
 {
-    uint64_t want = a->epochs * sf_reader_num_batches(r) +
-                    (a->o.prefetch ? a->o.prefetch : SF_READER_DEFAULT_PREFETCH);
+    sf_reader_statistics st;
+    sf_reader_stats(&st, r); /* the slots: as given, or as the reader chose */
+    uint64_t want = a->epochs * sf_reader_num_batches(r) + st.prefetch;
     return sf_reader_trace_start(r, want);
 }
 

@@ -221,6 +221,10 @@ typedef struct sf_image_opts {
 #define SF_READER_OPTS_VERSION 3 /* 2: images, num_images; 3: remote */
 #define SF_READER_DEFAULT_BATCH 32u
 #define SF_READER_DEFAULT_PREFETCH 4u
+/* prefetch 0 with small slots: read-ahead deep enough to ride out a late
+ * wake (a slot of small records fills in tens of microseconds) */
+#define SF_READER_SMALL_SLOT_PREFETCH_BYTES (2u << 20)
+#define SF_READER_MAX_AUTO_PREFETCH 8u
 
 /* Every member's zero value means its default. */
 typedef struct sf_reader_opts {
@@ -234,7 +238,11 @@ typedef struct sf_reader_opts {
     uint32_t world_size;  /* 0: 1 */
     int drop_last;        /* nonzero: drop the last partial global batch */
     int uneven;           /* enum sf_reader_uneven */
-    uint32_t prefetch;    /* batch slots (read-ahead + held by the caller); 0: 4 */
+    uint32_t prefetch;    /* batch slots (read-ahead + held by the caller); 0: as many
+                           * as make 2 MiB, at least 4 and at most 8 (4 for slots of
+                           * 512 KiB or more and for a dataset at a URL, and past 4
+                           * only as many as the open-file cap has shards for;
+                           * sf_reader_stats says which) */
     int engine;           /* enum sf_reader_engine */
     int direct;           /* enum sf_reader_direct */
     int verify;           /* enum sf_reader_verify */

@@ -34,14 +34,12 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
         o->batch_size = SF_READER_DEFAULT_BATCH;
     if (!o->world_size)
         o->world_size = 1;
-    if (!o->prefetch)
-        o->prefetch = SF_READER_DEFAULT_PREFETCH;
     if (!o->queue_depth)
         o->queue_depth = 32;
     /* The bounds are the one table front ends ask (shardfeed/params.h);
      * io_threads 0 is "choose". */
     if ((rc = sf_check_param(SF_PARAM_READER_BATCH_SIZE, o->batch_size)) ||
-        (rc = sf_check_param(SF_PARAM_READER_PREFETCH, o->prefetch)) ||
+        (o->prefetch && (rc = sf_check_param(SF_PARAM_READER_PREFETCH, o->prefetch))) ||
         (rc = sf_check_param(SF_PARAM_READER_QUEUE_DEPTH, o->queue_depth)) ||
         (rc = sf_check_param(SF_PARAM_READER_WORLD_SIZE, o->world_size)) ||
         (o->io_threads && (rc = sf_check_param(SF_PARAM_READER_IO_THREADS, o->io_threads))))

@@ -9,6 +9,37 @@
 #include "error_internal.h"
 #include "reader_internal.h"
 
+/* prefetch 0: as many slots as make 2 MiB, at least 4 and at most 8. A slot
+ * of small records is filled in tens of microseconds (256 Fashion-MNIST
+ * records: about 40), close to what one wake of a thread costs on this
+ * 2-core VM, so 4 slots left the I/O threads waiting for the consumer to
+ * release one. 16 read as fast but kept both I/O threads busy all the time,
+ * and the consumer lost its core for milliseconds (README "Waking fewer
+ * threads"). Slots of 512 KiB or more keep 4. Slots past 4 also never
+ * need more shards open at once than the descriptor cap allows (a batch
+ * reads from up to min(batch, shards) shards, each holding a descriptor
+ * while read): 40 one-record shards in batches of 4 under RLIMIT_NOFILE 24
+ * ran out of descriptors with 8 slots. A dataset at a URL keeps 4: its
+ * cache's prefetcher plans downloads as far ahead as the slots reach, and
+ * with a cache limit a quarter of the dataset, 8 slots made it evict
+ * shards the epoch still needed (29 downloads for 24 first touches in
+ * remote.test_remote_prefetch, at most 28 allowed). */
+static uint32_t default_prefetch(const sf_reader *r)
+{
+    if (r->ds->remote)
+        return SF_READER_DEFAULT_PREFETCH;
+    uint64_t slot = r->layout.slot_bytes;
+    uint64_t k = SF_READER_SMALL_SLOT_PREFETCH_BYTES / (slot ? slot : 1);
+    uint64_t shards = r->ds->manifest.shard_count;
+    uint64_t per_batch = r->batch_cap < shards ? r->batch_cap : shards;
+    uint64_t fit = dataset_fd_cap(r->ds) / (per_batch ? per_batch : 1);
+    if (k > fit)
+        k = fit;
+    return k < SF_READER_DEFAULT_PREFETCH    ? SF_READER_DEFAULT_PREFETCH
+           : k > SF_READER_MAX_AUTO_PREFETCH ? SF_READER_MAX_AUTO_PREFETCH
+                                             : (uint32_t)k;
+}
+
 int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
 {
     if (!out || !dir)
@@ -69,6 +100,8 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
         goto fail;
     if ((rc = reader_direct_choose(r)))
         goto fail;
+    if (!o.prefetch)
+        o.prefetch = r->opts.prefetch = default_prefetch(r);
     if (r->layout.slot_bytes > UINT64_MAX / o.prefetch) {
         rc = sf_fail(SF_E_LIMIT, "batch slab too large");
         goto fail;

@@ -11,7 +11,7 @@ Reading batches
             x, y = batch["img"], batch["label"]
 
 Loader(path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
-       world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
+       world_size=None, device="cpu", prefetch=None, verify=True, on_corrupt="error",
        output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
        block_size=0, window=0, direct="auto", fields=None, weights=None,
        transforms=None)
@@ -42,6 +42,8 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
 - Memory: the batches live in ``prefetch`` fixed slots allocated when the
   Loader opens (read-ahead plus the batches you hold), each sized for the
   largest batch the dataset can make (stats()["slab_bytes"] is their total).
+  prefetch=None (default): as many as make 2 MiB, at least 4 and at most 8
+  (4 for a dataset at a URL; ``loader.prefetch`` says which).
   A batch's slot stays valid while any tensor made from it is alive, even past
   its step and past ``del loader`` / ``close()``; then it is handed back for
   reading ahead. So keep fewer than ``prefetch`` batches alive: asking for

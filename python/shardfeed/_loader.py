@@ -133,9 +133,11 @@ class Loader(EpochControl):
       when the batch's last tensor dies, after the work queued on that stream so far. Use
       a batch on one stream, or see README "GPU delivery". "cuda" means cuda:LOCAL_RANK
       when LOCAL_RANK is set. Needs output "torch" (or "dlpack": raw kDLCUDA arrays).
-    - prefetch: batch slots, 1 to 1024 (read-ahead plus the batches you hold; see
+    - prefetch: batch slots, 2 to 1024 (read-ahead plus the batches you hold; see
       "Memory" in help(shardfeed)). A ``for`` loop holds the previous batch while
-      asking for the next, so it must be at least 2.
+      asking for the next, so it must be at least 2. None (default): as many as
+      make 2 MiB, at least 4 and at most 8 (4 for a dataset at a URL);
+      ``loader.prefetch`` is the number chosen.
     - verify: check every record's XXH3-64 checksum as it is read (default).
     - on_corrupt: "error" raises shardfeed.Error naming the shard, record and offset;
       "skip" substitutes the next intact sample (batch shapes and counts do not change;
@@ -210,7 +212,7 @@ class Loader(EpochControl):
     """
 
     def __init__(self, path, batch_size, shuffle="global", seed=0, drop_last=False, rank=None,
-                 world_size=None, device="cpu", prefetch=4, verify=True, on_corrupt="error",
+                 world_size=None, device="cpu", prefetch=None, verify=True, on_corrupt="error",
                  output="auto", varlen="list", uneven="pad", engine="auto", io_threads=0,
                  block_size=0, window=0, direct="auto",
                  # ---- DataLoader-shaped API (issue 17) ----
@@ -238,7 +240,7 @@ class Loader(EpochControl):
         self.seed = opt.seed64(seed)
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = opt.dist_defaults(rank, world_size)
-        self.prefetch = opt.prefetch_slots(prefetch)
+        self.prefetch = None if prefetch is None else opt.prefetch_slots(prefetch)
         self.verify = bool(verify)
         self.on_corrupt = opt.choice("on_corrupt", on_corrupt, opt.ON_CORRUPT)
         self.uneven = opt.choice("uneven", uneven, opt.UNEVEN)
@@ -262,7 +264,7 @@ class Loader(EpochControl):
         self._reader = _C.Reader(
             self.path, batch_size=self.batch_size, shuffle=opt.SHUFFLE[self.shuffle],
             seed=self.seed, rank=self.rank, world_size=self.world_size,
-            drop_last=self.drop_last, uneven=opt.UNEVEN[self.uneven], prefetch=self.prefetch,
+            drop_last=self.drop_last, uneven=opt.UNEVEN[self.uneven], prefetch=self.prefetch or 0,
             engine=opt.ENGINE[self.engine], direct=opt.DIRECT[self.direct], verify=self.verify,
             on_corrupt=opt.ON_CORRUPT[self.on_corrupt], block_size=self.block_size,
             window=self.window, io_threads=self.io_threads, device=dev_kind,
@@ -271,6 +273,7 @@ class Loader(EpochControl):
             images=_image.specs(transforms), **self._remote)
         self.transforms = dict(transforms) if transforms else {}
         self._num_batches = self._reader.num_batches()
+        self.prefetch = self._reader.stats()["prefetch"]  # chosen by the reader when None
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None
         self._dataset_schema = None

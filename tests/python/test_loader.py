@@ -121,7 +121,12 @@ class Values(unittest.TestCase):
             self.assertIn(k, s)
         self.assertEqual(s["samples"], N)
         self.assertEqual(s["batches"], len(ld))
-        self.assertEqual(s["prefetch"], 4)
+        # prefetch=None: as many slots as make 2 MiB, 4 to 8; these are far smaller
+        # than 2 MiB / 8
+        self.assertLess(s["slab_bytes"] // s["prefetch"], (2 << 20) // 8)
+        self.assertEqual(s["prefetch"], 8)
+        self.assertEqual(ld.prefetch, 8)
+        self.assertEqual(loader(prefetch=5).stats()["prefetch"], 5)
         self.assertGreaterEqual(s["bytes_read"], N * 3 * 8 * 8 * 4)
 
 

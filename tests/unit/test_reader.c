@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1258,6 +1258,70 @@ Test(reader, uring_registers_pieces_of_the_slab_under_a_small_memlock_limit, .ti
     free(keys);
 }
 
+/* prefetch 0 chooses from the slot size: as many slots as make 2 MiB, at
+ * least 4 and at most 8; a prefetch given is kept. */
+Test(reader, default_prefetch_is_deeper_for_small_slots)
+{
+    test_ds d = make_ds("pf", 300, 8192, 4096);
+    struct {
+        uint32_t batch, prefetch, want;
+    } cases[] = {
+        {4, 0, 8},    /* about 36 KiB a slot: 8 at most */
+        {32, 0, 7},   /* 256 KiB of records and a page of labels: 2 MiB make 7 */
+        {64, 0, 4},   /* 512 KiB and more: 4 */
+        {128, 0, 4},
+        {4, 5, 5},    /* given: kept */
+        {128, 9, 9},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sf_reader_opts o = SF_READER_OPTS_INIT;
+        o.batch_size = cases[c].batch;
+        o.prefetch = cases[c].prefetch;
+        sf_reader *r = open_reader(&d, &o);
+        sf_reader_statistics st;
+        cr_assert_eq(sf_reader_stats(&st, r), 0);
+        cr_assert_eq(st.prefetch, cases[c].want, "case %zu: prefetch %u, slot %llu bytes", c,
+                     st.prefetch, (unsigned long long)(st.slab_bytes / st.prefetch));
+        if (!cases[c].prefetch && st.prefetch > 4)
+            cr_assert_leq(st.slab_bytes, 2u << 20, "case %zu: slab over 2 MiB", c);
+        /* and the epoch reads whole */
+        const sf_batch *b;
+        uint64_t samples = 0;
+        while (sf_reader_next(&b, r) == 0 && b) {
+            samples += b->size;
+            cr_assert_eq(sf_reader_release(r, b), 0);
+        }
+        cr_assert_eq(samples, 300);
+        sf_reader_close(r);
+    }
+}
+
+/* Past 4, the slots chosen never need more shards open at once than the
+ * descriptor cap (half the soft RLIMIT_NOFILE) allows: a batch of 4 from
+ * as many shards, under a soft limit of 24 (cap 12), gets 4 slots, not 8. */
+Test(reader, default_prefetch_stays_within_the_descriptor_cap)
+{
+    test_ds d = make_ds("pffd", 300, 8192, 4096); /* 64 KiB shards: 7 records each */
+    struct rlimit rl, low;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    uint32_t want[2] = {8, 4};
+    for (int limited = 0; limited < 2; limited++) {
+        low = rl;
+        low.rlim_cur = limited ? 24 : 1024; /* the soft limit only: it may be set back */
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0, "%s", strerror(errno));
+        sf_reader_opts o = SF_READER_OPTS_INIT;
+        o.batch_size = 4;
+        o.shuffle = SF_READER_SHUFFLE_GLOBAL;
+        sf_reader *r = open_reader(&d, &o);
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "%s", strerror(errno));
+        sf_reader_statistics st;
+        cr_assert_eq(sf_reader_stats(&st, r), 0);
+        cr_assert_eq(st.prefetch, want[limited], "soft limit %llu: prefetch %u",
+                     (unsigned long long)low.rlim_cur, st.prefetch);
+        sf_reader_close(r);
+    }
+}
+
 /* ---- device delivery ------------------------------------------------------------------------- */
 
 /* The reader opens its device on the slab (prefetch slots of slot_bytes,
@@ -1269,6 +1333,7 @@ Test(reader, device_gets_the_slab_and_copies_every_batch_from_its_slot)
     test_ds d = make_ds("a", 50, 4096, 4096);
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.batch_size = 10;
+    o.prefetch = 4;
     o.device = SF_DEVICE_HOST_COPY;
     sf_reader *r = open_reader(&d, &o);
     cr_assert_eq(r->device_ops, &reader_device_host);
