@@ -225,17 +225,27 @@ static int cuda_copy(reader_device *d, uint32_t slot, const reader_copy_range *r
     const uint8_t *src = d->slab + (uint64_t)slot * d->slot_bytes;
     uint8_t *dst = d->pool + (uint64_t)slot * d->slot_bytes;
     uint64_t bytes = 0;
+    int queued = 0;
     if (e == cudaSuccess)
         e = cudaEventRecord(d->copy_from[slot], d->stream[slot]);
     for (uint32_t k = 0; e == cudaSuccess && k < n; k++) {
         e = cudaMemcpyAsync(dst + ranges[k].off, src + ranges[k].off, ranges[k].len,
                             cudaMemcpyHostToDevice, d->stream[slot]);
         bytes += ranges[k].len;
+        queued |= e == cudaSuccess;
     }
     if (e == cudaSuccess)
         e = cudaEventRecord(d->copy_to[slot], d->stream[slot]);
     if (e == cudaSuccess)
         e = cudaEventRecord(d->copied[slot], d->stream[slot]);
+    if (e != cudaSuccess && queued) {
+        /* Copies are queued but `copied` does not follow them: reuse, which
+         * waits for that event, would let the slot's host bytes be read
+         * again while they are overwritten (the fake runtime's race check
+         * caught it with cudaEventRecord failing). Wait for them here. */
+        if (cudaStreamSynchronize(d->stream[slot]) != cudaSuccess)
+            cudaDeviceSynchronize();
+    }
     if (e == cudaSuccess) {
         d->copy_timed[slot] = 1;
         pthread_mutex_lock(&d->count_lock);
