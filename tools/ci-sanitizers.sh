@@ -58,6 +58,13 @@ for engine in uring pread; do
           --epochs 2 --shuffle global --prefetch 3 >/dev/null)
 done
 "$sf" bench "$data/ds" --device host-copy --batch-size 16 --epochs 3 --prefetch 2 >/dev/null
+# Compressed records, a claim at a time (lib/reader/staged.c): the copy, the
+# hash and the decompression of each claim in the I/O threads.
+"$sf" pack "$data/npy" -o "$data/zds" -j 4 --shard-size 256KiB --compress img=zstd --quiet
+for engine in pread mmap; do
+    "$sf" bench "$data/zds" --engine "$engine" --threads 3 --batch-size 16 --epochs 3 \
+          --shuffle global --prefetch 3 >/dev/null
+done
 "$sf" bench "$data/ds" --engine pread --direct --batch-size 16 --epochs 2 >/dev/null 2>&1 || true
 # Images decoded in the I/O threads (lib/image through lib/reader/transform.c).
 rm -rf "$data/imgtree" "$data/imgds"

@@ -22,12 +22,7 @@
 
 typedef reader_copy_fn copy_fn;
 
-/* An engine's way of reaching a task's shard: `open` (NULL: nothing to open,
- * the maps) before its copies, reader_task_close after. */
-typedef struct copy_ops {
-    copy_fn copy;
-    int (*open)(sf_reader *r, reader_task *task);
-} copy_ops;
+typedef reader_copy_ops copy_ops;
 
 /* Opens task's shard for `ops`, failing the task when it cannot be. A
  * record of inline fields only has nothing to read: its shard stays shut. */
@@ -182,7 +177,7 @@ static int pread_open(sf_reader *r, reader_task *task)
     return reader_task_open(r, task, r->direct);
 }
 
-static const copy_ops pread_ops = {pread_copy, pread_open};
+static const copy_ops pread_ops = {pread_copy, pread_open, NULL};
 
 static void pread_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 {
@@ -221,11 +216,16 @@ static void copy_run(reader_io_thread *t, const copy_ops *ops, claim_copy_fn cop
 {
     sf_reader *r = t->r;
     reader_task *tasks[CLAIM_MAX];
-    unsigned want = claim_size(r), got;
+    unsigned staged = reader_staged_claim_max(r), got;
+    unsigned want = staged && staged < claim_size(r) ? staged : claim_size(r);
     int small = reader_small_records(r);
     while ((got = reader_claim(r, tasks, want, 1)) > 0) {
         if (small) {
             copy_small(t, tasks, got, copy_claim);
+            continue;
+        }
+        if (staged) {
+            reader_staged_claim(t, tasks, got, ops);
             continue;
         }
         for (unsigned i = 0; i < got; i++)
@@ -290,8 +290,6 @@ static int mmap_task_open(sf_reader *r, reader_task *task)
     return rc;
 }
 
-static const copy_ops mmap_ops = {mmap_copy, mmap_task_open};
-
 /* Shuffled records are scattered over the map: each one's lines are cache
  * (and TLB) misses that the copy would otherwise wait for one by one. */
 static void mmap_prefetch(const sf_reader *r, const reader_task *task)
@@ -303,6 +301,17 @@ static void mmap_prefetch(const sf_reader *r, const reader_task *task)
             __builtin_prefetch(p + o);
     }
 }
+
+/* A task's source ahead of its copy (reader_staged_claim): only where the
+ * maps last until close (a map that follows a pin may be gone). */
+static void mmap_prefetch_next(const sf_reader *r, const reader_task *task)
+{
+    if (!dataset_maps_follow_pins(r->ds) &&
+        atomic_load_explicit(&r->ds->shards[task->shard].map, memory_order_relaxed))
+        mmap_prefetch(r, task);
+}
+
+static const copy_ops mmap_ops = {mmap_copy, mmap_task_open, mmap_prefetch_next};
 
 /* A claim's copy from the maps, as one guarded call: `next` is the task
  * being copied (volatile: read after a fault jumps back out). */

@@ -1,6 +1,7 @@
 /* Records with compressed fields: the open-time plan (which fields, how long
  * each variable-length value is once decompressed) and the staged load of a
  * record (reader_internal.h, "staged.c"). */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@
 #include "reader_internal.h"
 
 #define CONFIRM_CHUNK (256u << 10)
+
+/* Records whose source is prefetched ahead of the copy (reader_copy_ops). */
+#define STAGED_COPY_AHEAD 2u
 
 /* Hashes record e's stored payload fields from the buffered fd, CONFIRM_CHUNK
  * bytes at a time. Returns 0 when it matches the index, SF_E_CHECKSUM when
@@ -160,11 +164,13 @@ int reader_scratch_init(reader_scratch *st, const sf_reader *r)
         return sf_fail(-ENOMEM, "out of memory");
     if (!r->compressed)
         return 0;
-    if (reader_image_scratch_init(st, r) || r->stage_bytes > SIZE_MAX ||
-        !(st->stage = malloc((size_t)r->stage_bytes)) || !(st->dctx = ZSTD_createDCtx())) {
+    unsigned claim = reader_staged_claim_max(r);
+    uint64_t bytes = r->stage_bytes * (claim ? claim : 1); /* claim: at most SF_STAGED_CLAIM_BYTES */
+    if (reader_image_scratch_init(st, r) || bytes > SIZE_MAX ||
+        !(st->stage = malloc((size_t)bytes)) || !(st->dctx = ZSTD_createDCtx())) {
         reader_scratch_fini(st);
         return sf_fail(-ENOMEM, "out of memory for a %llu-byte staging buffer",
-                       (unsigned long long)r->stage_bytes);
+                       (unsigned long long)bytes);
     }
     return 0;
 }
@@ -185,58 +191,149 @@ int reader_staged_pread(const sf_reader *r, const reader_task *task, uint8_t *ds
     return sf_pread_full(task->fd, dst, len, off);
 }
 
-int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy)
+/* Where each read of task t lands: a staged field's stored bytes at the
+ * next free byte from `stage` on, any other field straight at its slot
+ * position. Returns the staged bytes. */
+static uint64_t staged_sources(const sf_reader *r, const reader_task *t, uint8_t *stage,
+                               uint8_t *src[SF_MAX_FIELDS])
 {
-    const sf_schema *s = r->schema;
-    XXH3_state_t *xxh = st->xxh;
-    int verify = r->opts.verify == SF_VERIFY_ON;
-    uint64_t t0 = reader_now_ns(), io_ns = 0, hash_ns = 0, t1;
-    uint8_t *src[SF_MAX_FIELDS];
     uint64_t staged = 0;
-    int rc = 0;
-    if (verify)
-        XXH3_64bits_reset(xxh);
-    for (uint32_t k = 0; k < t->nreads && !rc; k++) {
-        reader_read *rd = &t->reads[k];
+    for (uint32_t k = 0; k < t->nreads; k++) {
         int z = field_staged(r, r->payload_field[k]);
         /* Sized from the index at open: every record's values fit. */
-        src[k] = z ? st->stage + staged : rd->dst;
-        staged += z ? rd->len : 0;
-        rc = copy(r, t, src[k], rd->off, rd->len);
-        if (rc)
-            break;
-        rd->done = rd->len;
-        t1 = reader_now_ns();
-        io_ns += t1 - t0;
-        t0 = t1;
-        if (verify) {
-            XXH3_64bits_update(xxh, src[k], rd->len);
-            t0 = reader_now_ns();
-            hash_ns += t0 - t1;
-        }
+        src[k] = z ? stage + staged : t->reads[k].dst;
+        staged += z ? t->reads[k].len : 0;
     }
-    if (!rc && verify) {
+    return staged;
+}
+
+/* Hashes task t's stored bytes (at src) with xxh; sets t->digest/hashed.
+ * Returns 0, or SF_E_CHECKSUM when they do not match the index. */
+static int staged_check(XXH3_state_t *xxh, reader_task *t, uint8_t *const src[SF_MAX_FIELDS])
+{
+    if (t->nreads == 1) {
+        t->digest = XXH3_64bits(src[0], t->reads[0].len);
+    } else {
+        XXH3_64bits_reset(xxh);
+        for (uint32_t k = 0; k < t->nreads; k++)
+            XXH3_64bits_update(xxh, src[k], t->reads[k].len);
         t->digest = XXH3_64bits_digest(xxh);
-        t->hashed = 1;
-        if (t->digest != t->checksum)
-            rc = SF_E_CHECKSUM; /* never decompress what fails its checksum */
     }
-    uint64_t decode_ns = 0;
+    t->hashed = 1;
+    return t->digest == t->checksum ? 0 : SF_E_CHECKSUM; /* never decompress what fails */
+}
+
+/* Decompresses (or decodes) task t's staged values from src into the slot;
+ * adds the time spent decoding images to *decode_ns. */
+static int staged_decode(reader_scratch *st, sf_reader *r, reader_task *t,
+                         uint8_t *const src[SF_MAX_FIELDS], uint64_t *decode_ns)
+{
+    int rc = 0;
     for (uint32_t k = 0; k < t->nreads && !rc; k++) {
         uint32_t fi = r->payload_field[k];
-        const sf_field *f = &s->fields[fi];
+        const sf_field *f = &r->schema->fields[fi];
         if (reader_image_field(r, fi)) {
             uint64_t d0 = reader_now_ns();
             rc = reader_image_value(st, r, t, fi, src[k], t->reads[k].len, t->reads[k].dst);
-            decode_ns += reader_now_ns() - d0;
+            *decode_ns += reader_now_ns() - d0;
         } else if (f->codec != SF_CODEC_NONE) {
             rc = sf_decompress_value(t->reads[k].dst, t->reads[k].out_len, f, src[k],
                                      t->reads[k].len, st->dctx);
         }
     }
+    return rc;
+}
+
+int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_copy_fn copy)
+{
+    int verify = r->opts.verify == SF_VERIFY_ON;
+    uint64_t t0 = reader_now_ns(), t1, hash_ns = 0, decode_ns = 0;
+    uint8_t *src[SF_MAX_FIELDS];
+    (void)staged_sources(r, t, st->stage, src);
+    int rc = 0;
+    for (uint32_t k = 0; k < t->nreads && !rc; k++) {
+        reader_read *rd = &t->reads[k];
+        if (!(rc = copy(r, t, src[k], rd->off, rd->len)))
+            rd->done = rd->len;
+    }
+    t1 = reader_now_ns();
+    if (!rc && verify) {
+        rc = staged_check(st->xxh, t, src);
+        hash_ns = reader_now_ns() - t1;
+    }
+    if (!rc)
+        rc = staged_decode(st, r, t, src, &decode_ns);
     /* Decompression counts as I/O time: it is the read of a compressed
      * field. Image decoding is a stage of its own. */
-    reader_account_time(r, io_ns + (reader_now_ns() - t0) - decode_ns, hash_ns);
+    reader_account_time(r, reader_now_ns() - t0 - hash_ns - decode_ns, hash_ns);
     reader_account_decode(r, decode_ns);
     return rc;
+}
+
+unsigned reader_staged_claim_max(const sf_reader *r)
+{
+    if (!r->compressed || r->images || r->stage_bytes > SF_STAGED_CLAIM_BYTES / 2)
+        return 0;
+    uint64_t n = SF_STAGED_CLAIM_BYTES / r->stage_bytes;
+    return n > SF_STAGED_CLAIM_MAX ? SF_STAGED_CLAIM_MAX : (unsigned)n;
+}
+
+void reader_staged_claim(reader_io_thread *io, reader_task *const *tasks, unsigned n,
+                         const reader_copy_ops *ops)
+{
+    sf_reader *r = io->r;
+    reader_scratch *st = &io->scratch;
+    uint8_t *base[SF_STAGED_CLAIM_MAX], *src[SF_MAX_FIELDS], *at = st->stage;
+    assert(n <= reader_staged_claim_max(r));
+    /* Copy: every record's stored bytes, the next one's prefetched. */
+    uint64_t t0 = reader_now_ns();
+    for (unsigned i = 0; ops->prefetch && i < n && i < STAGED_COPY_AHEAD; i++)
+        ops->prefetch(r, tasks[i]);
+    for (unsigned i = 0; i < n; i++) {
+        reader_task *t = tasks[i];
+        if (ops->prefetch && i + STAGED_COPY_AHEAD < n)
+            ops->prefetch(r, tasks[i + STAGED_COPY_AHEAD]);
+        base[i] = at;
+        int rc = ops->open && t->nreads ? ops->open(r, t) : 0;
+        if (rc) {
+            reader_task_open_failed(r, t, rc);
+            continue;
+        }
+        at += staged_sources(r, t, at, src);
+        for (uint32_t k = 0; k < t->nreads && !rc; k++) {
+            reader_read *rd = &t->reads[k];
+            if (!(rc = ops->copy(r, t, src[k], rd->off, rd->len)))
+                rd->done = rd->len;
+        }
+        reader_task_close(r, t);
+        if (rc)
+            reader_task_fail(r, t, rc, "read failed");
+    }
+    /* Check: each record hashed from the stage while the claim is in cache. */
+    uint64_t t1 = reader_now_ns(), t2 = t1;
+    if (r->opts.verify == SF_VERIFY_ON) {
+        for (unsigned i = 0; i < n; i++)
+            if (!tasks[i]->err && !tasks[i]->corrupt) {
+                (void)staged_sources(r, tasks[i], base[i], src);
+                (void)staged_check(st->xxh, tasks[i], src); /* judged when done */
+            }
+        t2 = reader_now_ns();
+    }
+    /* Decompress what checked out. */
+    uint64_t decode_ns = 0;
+    for (unsigned i = 0; i < n; i++) {
+        reader_task *t = tasks[i];
+        if (t->err || t->corrupt || (t->hashed && t->digest != t->checksum))
+            continue;
+        (void)staged_sources(r, t, base[i], src);
+        int rc = staged_decode(st, r, t, src, &decode_ns);
+        if (rc == SF_E_CORRUPT)
+            reader_task_bad_value(r, t);
+        else if (rc)
+            reader_task_fail(r, t, rc, "read failed");
+    }
+    uint64_t t3 = reader_now_ns();
+    reader_account_time(r, (t1 - t0) + (t3 - t2) - decode_ns, t2 - t1);
+    reader_account_decode(r, decode_ns);
+    reader_tasks_done(io, tasks, n);
 }
