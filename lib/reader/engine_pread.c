@@ -3,6 +3,7 @@
  * O_DIRECT fds) or memcpy from a read-only map of the shard, hashing each
  * piece as soon as it is copied (warm data is memory-bound: hashing from L2
  * instead of re-reading the slot from DRAM is most of the checksum cost). */
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -429,9 +430,37 @@ const reader_engine_ops reader_engine_mmap = {
 
 #define RANGES_REFETCH 6u
 
+/* Runs: in dataset order (shuffle none: an evaluation pass, a stream), a
+ * claim's records lie one after another in their shard, and one range
+ * request fetches a run of them (at most RANGES_RUN_BYTES, records at most
+ * RANGES_GAP bytes apart: alignment padding) into the thread's buffer, from
+ * which each record is then copied and checked as if fetched alone. Claims
+ * are RANGES_CLAIM records: with 4 slots of 256 that still leaves work for
+ * all 16 threads where records are not adjacent after all (a rank's share
+ * of world_size). The shuffles claim one record at a time: a block shuffle
+ * mixes 16 blocks in each window, so the records of one claim are seldom
+ * adjacent, and a claim of several would only serialise their requests. */
+#define RANGES_CLAIM 32u
+#define RANGES_RUN_BYTES (256u << 10)
+#define RANGES_GAP 4096u
+
+/* The run this thread fetched, which ranges_copy reads from where it covers
+ * the bytes asked for (NULL: none). */
+typedef struct fetched_run {
+    uint8_t *buf;
+    uint64_t shard, off, len;
+} fetched_run;
+static _Thread_local fetched_run *ranges_held;
+
 static int ranges_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
                        uint64_t len)
 {
+    const fetched_run *run = ranges_held;
+    if (run && task->shard == run->shard && off >= run->off && len <= run->len &&
+        off - run->off <= run->len - len) {
+        memcpy(dst, run->buf + (off - run->off), len);
+        return 0;
+    }
     return dataset_remote_read(r->ds, task->shard, dst, off, len);
 }
 
@@ -459,13 +488,16 @@ static void ranges_task(reader_io_thread *t, reader_task *task)
 {
     sf_reader *r = t->r;
     uint64_t t0 = reader_now_ns();
+    fetched_run *run = ranges_held;
     int rc = 0;
     for (uint32_t attempt = 0; attempt <= RANGES_REFETCH; attempt++) {
         task->hashed = 0;
         rc = ranges_fetch(t, task);
         if (rc != SF_E_CHECKSUM)
             break;
+        ranges_held = NULL; /* fetched again, alone: the run's copy was damaged on the way */
     }
+    ranges_held = run;
     reader_account_time(r, reader_now_ns() - t0, 0);
     if (rc == SF_E_CORRUPT) {
         reader_task_bad_value(r, task);
@@ -484,13 +516,58 @@ static void ranges_task(reader_io_thread *t, reader_task *task)
     reader_task_done(t, task);
 }
 
+/* The stored bytes of task's payload fields: [*lo, *hi). 0 when it has none. */
+static int task_span(const reader_task *task, uint64_t *lo, uint64_t *hi)
+{
+    if (!task->nreads)
+        return 0;
+    *lo = task->reads[0].off;
+    *hi = task->reads[task->nreads - 1].off + task->reads[task->nreads - 1].len;
+    return 1;
+}
+
+/* The end of the run that starts at tasks[i]: the tasks after it of the
+ * same shard, each starting at most RANGES_GAP bytes after the one before
+ * ends, within RANGES_RUN_BYTES; sets *run to its bytes. */
+static unsigned run_end(reader_task *const *tasks, unsigned i, unsigned n, fetched_run *run)
+{
+    uint64_t lo, hi, a, b;
+    if (!task_span(tasks[i], &lo, &hi))
+        return i + 1;
+    unsigned end = i + 1;
+    for (; end < n && tasks[end]->shard == tasks[i]->shard && task_span(tasks[end], &a, &b); end++)
+        if (a < hi || a - hi > RANGES_GAP || b - lo > RANGES_RUN_BYTES)
+            break;
+        else
+            hi = b;
+    run->shard = tasks[i]->shard;
+    run->off = lo;
+    run->len = hi - lo;
+    return end;
+}
+
 static void ranges_run(reader_io_thread *t)
 {
-    reader_task *tasks[CLAIM_MAX];
-    unsigned got;
-    while ((got = reader_claim(t->r, tasks, 1, 1)) > 0)
-        for (unsigned i = 0; i < got; i++)
-            ranges_task(t, tasks[i]);
+    sf_reader *r = t->r;
+    reader_task *tasks[RANGES_CLAIM];
+    fetched_run run = {0};
+    unsigned want = r->opts.shuffle == SF_READER_SHUFFLE_NONE ? RANGES_CLAIM : 1, got;
+    if (want > 1 && !(run.buf = malloc(RANGES_RUN_BYTES)))
+        want = 1; /* every record its own request, as with a global shuffle */
+    while ((got = reader_claim(r, tasks, want, 1)) > 0) {
+        for (unsigned i = 0, end; i < got; i = end) {
+            end = run_end(tasks, i, got, &run);
+            assert(end - i == 1 || run.len <= RANGES_RUN_BYTES);
+            /* A run that fails to arrive is fetched record by record (the
+             * errors then name each record's range). */
+            ranges_held = end - i > 1 && dataset_remote_read(r->ds, run.shard, run.buf, run.off,
+                                                             run.len) == 0 ? &run : NULL;
+            for (unsigned k = i; k < end; k++)
+                ranges_task(t, tasks[k]);
+            ranges_held = NULL;
+        }
+    }
+    free(run.buf);
 }
 
 const reader_engine_ops reader_engine_ranges = {

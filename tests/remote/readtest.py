@@ -70,10 +70,10 @@ def dataset_files(ds):
     return names + ["manifest.sfm"]
 
 
-def epoch(path, **kw):
-    """One global-shuffle epoch: [(ids, img bytes, label bytes)] per batch."""
+def epoch(path, shuffle="global", **kw):
+    """One epoch (global shuffle unless told): [(ids, img bytes, label bytes)] per batch."""
     out = []
-    with shardfeed.Loader(path, batch_size=32, shuffle="global", seed=5, output="numpy",
+    with shardfeed.Loader(path, batch_size=32, shuffle=shuffle, seed=5, output="numpy",
                           **kw) as loader:
         for b in loader:
             out.append((b.ids.tolist(), b["img"].tobytes(), b["label"].tobytes()))

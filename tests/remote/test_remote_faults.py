@@ -76,6 +76,35 @@ class Faults(RemoteCase):
                         self.assertGreater(proxy.counts["corrupt"], 0)
                     self.assertEqual(got, want[:len(got)], f"{mode} seed {seed}")
 
+    def test_runs_of_adjacent_records_in_mode_direct(self):
+        """Dataset order fetches adjacent records as one range request (a run): far fewer
+        requests than records, and with faults on 15% of them (a run that fails is fetched
+        record by record, a record damaged in its run alone) the local epoch. The shuffles
+        fetch record by record (block: the same bytes, one request per record)."""
+        ds, www = self.served(n=240, shard_size="24KiB")
+        with servers.Nginx(www) as ng:
+            for shuffle in ("none", "block"):
+                want = epoch(ds, shuffle=shuffle)
+                with servers.FaultProxy(ng.url, faults={}) as proxy:
+                    got = epoch(proxy.url + "/ds", shuffle=shuffle, remote_mode="direct",
+                                cache_dir=self.cache(f"runs-{shuffle}"))
+                    self.assertEqual(got, want, shuffle)
+                    if shuffle == "none":
+                        self.assertLess(proxy.requests, 240 // 4)
+                    else:
+                        self.assertGreaterEqual(proxy.requests, 240)
+                for kind in ("corrupt", "truncate", "500"):
+                    with servers.FaultProxy(ng.url, faults={kind: 0.15}, seed=3) as proxy:
+                        got = epoch(proxy.url + "/ds", shuffle=shuffle, remote_mode="direct",
+                                    cache_dir=self.cache(f"runs-{shuffle}-{kind}"))
+                        self.assertGreater(proxy.counts[kind], 0, f"{shuffle} {kind}: no fault")
+                    self.assertEqual(got, want, f"{shuffle} {kind}")
+            # A global shuffle keeps one request per record (runs would serialise them).
+            with servers.FaultProxy(ng.url, faults={}) as proxy:
+                self.assertEqual(epoch(proxy.url + "/ds", remote_mode="direct",
+                                       cache_dir=self.cache("runs-global")), epoch(ds))
+                self.assertGreaterEqual(proxy.requests, 240)
+
     def test_a_store_that_keeps_failing_is_named_with_its_status_and_message(self):
         _, www = self.served(n=64)
         with servers.Nginx(www) as ng:
