@@ -74,11 +74,13 @@ static uint32_t default_threads(const sf_reader *r, const reader_engine_ops *e)
      * requests in flight. */
     if (e == &reader_engine_ranges)
         return 16;
-    /* Small compressed records go a claim at a time too (staged.c), and
-     * decompressing them is CPU work: on the compressed Fashion-MNIST set 2
-     * threads delivered 11% more than 4 (README "Compressed records a claim
-     * at a time"). */
-    if (e == &reader_engine_uring || reader_small_records(r) || reader_staged_claim_max(r))
+    /* Small compressed records from the maps (warm) go a claim at a time
+     * too (staged.c), and decompressing them is CPU work: on the compressed
+     * Fashion-MNIST set 2 threads delivered 11% more than 4 (README
+     * "Compressed records a claim at a time"). With pread (cold data) a
+     * thread waits on the disk per record: those keep two per core. */
+    if (e == &reader_engine_uring || reader_small_records(r) ||
+        (e == &reader_engine_mmap && reader_staged_claim_max(r)))
         return n < 2 ? 2 : n > 8 ? 8 : n;
     return n < 2 ? 4 : n > 8 ? 16 : 2 * n;
 }

@@ -272,6 +272,7 @@ struct sf_reader {
     uint32_t n_zvar;
     uint32_t *zlen;       /* n × n_zvar decompressed lengths, by sample id (0: header unusable) */
     uint64_t stage_bytes; /* most compressed stored bytes in one record */
+    uint64_t stored_max;  /* most stored payload bytes in one record, staged or not */
 
     /* engine */
     const reader_engine_ops *engine;
@@ -484,14 +485,15 @@ int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_
  * uncompressed ones (engine_pread.c): taken one by one, the clock readings,
  * the shared counters and the slot's count per record cost about a tenth
  * of the reader's time on 784-byte images (README "Compressed records a
- * claim at a time"). A claim's stored bytes (at most SF_STAGED_CLAIM_BYTES,
- * the thread's staging buffer) are copied, then hashed, then decompressed,
- * each pass over what the one before left in L2. */
+ * claim at a time"). A claim's stored bytes (at most SF_STAGED_CLAIM_BYTES
+ * in all; the compressed ones in the thread's staging buffer, the others
+ * in the slot) are copied, then hashed, then decompressed, each pass over
+ * what the one before left in L2. */
 #define SF_STAGED_CLAIM_BYTES (256u << 10)
 #define SF_STAGED_CLAIM_MAX 256u
 /* The most records reader_staged_claim takes at once: 0 when records are
  * not compressed, have image fields, or store more than half of
- * SF_STAGED_CLAIM_BYTES. */
+ * SF_STAGED_CLAIM_BYTES (stored_max: all payload fields, compressed or not). */
 unsigned reader_staged_claim_max(const sf_reader *r);
 /* Loads tasks[0..n) (n <= reader_staged_claim_max) as reader_staged_load
  * does each, opening, copying with and closing through `ops`; fails or

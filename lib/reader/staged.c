@@ -141,16 +141,21 @@ int reader_staged_plan(sf_reader *r, uint64_t dec_max[SF_MAX_FIELDS])
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], size;
     sf_index_entry e;
     r->stage_bytes = 1;
+    r->stored_max = 0;
     for (uint64_t sh = 0; sh < r->ds->manifest.shard_count; sh++) {
         for (uint64_t i = 0; i < r->ds->shards[sh].meta.header.record_count; i++) {
             sf_dataset_entry(&e, r->ds, sh, i);
             (void)sf_record_layout(s, r->ds->manifest.align, e.var_len, off, len, &size);
-            uint64_t sum = 0;
-            for (k = 0; k < s->n_payload; k++)
+            uint64_t sum = 0, all = 0;
+            for (k = 0; k < s->n_payload; k++) {
+                all += len[k];
                 if (field_staged(r, r->payload_field[k]))
                     sum += len[k];
+            }
             if (sum > r->stage_bytes)
                 r->stage_bytes = sum;
+            if (all > r->stored_max)
+                r->stored_max = all;
         }
     }
     return r->n_zvar ? scan_lengths(r, dec_max) : 0;
@@ -272,9 +277,10 @@ int reader_staged_load(reader_scratch *st, sf_reader *r, reader_task *t, reader_
 
 unsigned reader_staged_claim_max(const sf_reader *r)
 {
-    if (!r->compressed || r->images || r->stage_bytes > SF_STAGED_CLAIM_BYTES / 2)
+    if (!r->compressed || r->images || r->stored_max > SF_STAGED_CLAIM_BYTES / 2)
         return 0;
-    uint64_t n = SF_STAGED_CLAIM_BYTES / r->stage_bytes;
+    /* stage_bytes <= stored_max: the staging buffer holds the claim's staged bytes. */
+    uint64_t n = SF_STAGED_CLAIM_BYTES / (r->stored_max ? r->stored_max : 1);
     return n > SF_STAGED_CLAIM_MAX ? SF_STAGED_CLAIM_MAX : (unsigned)n;
 }
 
