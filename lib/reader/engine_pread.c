@@ -558,10 +558,16 @@ static void ranges_run(reader_io_thread *t)
         for (unsigned i = 0, end; i < got; i = end) {
             end = run_end(tasks, i, got, &run);
             assert(end - i == 1 || run.len <= RANGES_RUN_BYTES);
-            /* A run that fails to arrive is fetched record by record (the
-             * errors then name each record's range). */
-            ranges_held = end - i > 1 && dataset_remote_read(r->ds, run.shard, run.buf, run.off,
-                                                             run.len) == 0 ? &run : NULL;
+            /* A run that fails to arrive (after the transport's retries)
+             * is fetched record by record: the errors then name each
+             * record's range. */
+            ranges_held = NULL;
+            if (end - i > 1) {
+                uint64_t t0 = reader_now_ns();
+                if (dataset_remote_read(r->ds, run.shard, run.buf, run.off, run.len) == 0)
+                    ranges_held = &run;
+                reader_account_time(r, reader_now_ns() - t0, 0);
+            }
             for (unsigned k = i; k < end; k++)
                 ranges_task(t, tasks[k]);
             ranges_held = NULL;
