@@ -32,9 +32,8 @@ int reader_small_records(const sf_reader *r)
 }
 
 /* Whether every record's stored payload is small (at most SF_SMALL_RECORD
- * bytes): reader_small_records, or for compressed fixed-size fields their
- * compressed bytes (stage_bytes, the largest from the index) plus the
- * uncompressed ones. Warm, such records cost a system call each with pread:
+ * bytes): reader_small_records, or for compressed fixed-size fields the
+ * most any record stores (stored_max, from the index at open). Warm, such records cost a system call each with pread:
  * the Fashion-MNIST set with its images zstd-compressed read at 258-274 k
  * samples/s with pread and 368-426 k with mmap, interleaved (README
  * "Engines"); in the profile of the pread runs the kernel takes 43% (the
@@ -45,15 +44,10 @@ static int small_stored_records(const sf_reader *r)
     if (!r->compressed)
         return reader_small_records(r);
     const sf_schema *sc = r->schema;
-    uint64_t plain = 0;
-    for (uint32_t f = 0; f < sc->field_count; f++) {
-        const sf_field *fd = &sc->fields[f];
-        if (fd->storage == SF_STORAGE_VARIABLE)
+    for (uint32_t f = 0; f < sc->field_count; f++)
+        if (sc->fields[f].storage == SF_STORAGE_VARIABLE)
             return 0;
-        if (fd->storage == SF_STORAGE_FIXED && fd->codec == SF_CODEC_NONE)
-            plain += fd->item_size;
-    }
-    return r->stage_bytes + plain <= SF_SMALL_RECORD;
+    return r->stored_max <= SF_SMALL_RECORD;
 }
 
 /* Warm (page-cache) reads are memcpy-bound, so the defaults aim at keeping
