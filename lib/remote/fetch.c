@@ -99,7 +99,11 @@ typedef struct sink {
     long status;        /* the status the body belongs to (0: not known yet) */
     int ranged_from_0;  /* a range request starting at byte 0: a 200 may answer it */
     int ranged;         /* a range request */
-    int ignored_range;  /* a 200 to a range not at byte 0: the server ignores Range */
+    int ignored_range;  /* a 200 to a range the object's size exceeds: the server ignores Range */
+    uint64_t from, to;  /* the range this attempt asked for (ranged) */
+    int range_ok;       /* the response's Content-Range names exactly [from, to] */
+    int wrong_range;    /* a 206 for another range than asked, or naming none: refused */
+    char seen_range[48]; /* that Content-Range's value, for the error ("" if none) */
     uint64_t total;     /* the object's size in a 206's Content-Range (0: none seen) */
     uint64_t expect;    /* the object's size as the caller knows it (0: unknown) */
     char err[REMOTE_ERROR_BODY_MAX + 1];
@@ -266,9 +270,19 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
         s->ignored_range = 1; /* the whole object, not the range: never copied */
         return 0;
     }
+    if (s->ranged && s->status == 206 && !s->range_ok) {
+        /* Bytes of another range (a cache keyed on the URL alone, a broken
+         * server) would land where the asked ones belong: never copied. */
+        s->wrong_range = 1;
+        return 0;
+    }
+    /* A 200 to a range from byte 0 is the whole object: longer than the
+     * range, the server ignored Range (no retry makes it honour it). */
+    int whole_object = s->ranged && s->status == 200;
     if (s->fd >= 0) {
         if (n > s->cap - s->got) {
-            s->too_long = 1;
+            s->too_long = !whole_object;
+            s->ignored_range = whole_object;
             return 0;
         }
         int rc = sink_write(s, data, n);
@@ -300,7 +314,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
         }
     } else if (n > s->cap - s->got) {
         /* More than the range asked for: never written past the buffer. */
-        s->too_long = 1;
+        s->too_long = !whole_object;
+        s->ignored_range = whole_object;
         return 0;
     }
     memcpy(s->buf + s->got, data, n);
@@ -308,23 +323,55 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* Content-Range: bytes A-B/TOTAL of a 206 gives the object's size, which
- * the caller checks against the manifest's (remote_fetch_range_sized). */
+/* A decimal number at *p (before end), at most 19 digits: 0 with *p past
+ * it, or -1 when there is none. */
+static int parse_u64(const char **p, const char *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    int digits = 0;
+    for (; *p < end && **p >= '0' && **p <= '9' && digits < 19; (*p)++)
+        v = v * 10 + (uint64_t)(**p - '0'), digits++;
+    *out = v;
+    return digits ? 0 : -1;
+}
+
+/* Content-Range: bytes A-B/TOTAL of a 206. A-B must be the range asked
+ * for (range_ok; on_body refuses the body otherwise), and TOTAL is the
+ * object's size, which the caller checks against the manifest's
+ * (remote_fetch_range_sized). */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
     sink *s = arg;
     size_t n = size * nmemb;
+    const char *end = data + n;
+    if (n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+        s->range_ok = 0; /* a status line: a new response's headers follow */
+        s->total = 0;
+        s->seen_range[0] = '\0';
+        return n;
+    }
     static const char key[] = "content-range:";
     if (n <= sizeof key - 1 || strncasecmp(data, key, sizeof key - 1) != 0)
         return n;
-    const char *slash = memchr(data, '/', n);
-    if (!slash)
+    const char *p = data + sizeof key - 1;
+    while (p < end && *p == ' ')
+        p++;
+    size_t shown = 0; /* curl's header line is not NUL-terminated */
+    while (p + shown < end && p[shown] != '\r' && p[shown] != '\n' &&
+           shown < sizeof s->seen_range - 1) {
+        char ch = p[shown]; /* untrusted: printable only */
+        s->seen_range[shown++] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+    }
+    s->seen_range[shown] = '\0';
+    uint64_t a, b, total;
+    if (end - p < 6 || strncasecmp(p, "bytes ", 6) != 0)
         return n;
-    uint64_t total = 0;
-    int digits = 0;
-    for (const char *p = slash + 1; p < data + n && *p >= '0' && *p <= '9' && digits < 19; p++)
-        total = total * 10 + (uint64_t)(*p - '0'), digits++;
-    s->total = digits ? total : 0; /* a "*" total (size unknown): none */
+    p += 6;
+    if (parse_u64(&p, end, &a) || p >= end || *p++ != '-' || parse_u64(&p, end, &b) || p >= end ||
+        *p++ != '/')
+        return n;
+    s->range_ok = s->ranged && a == s->from && b == s->to;
+    s->total = parse_u64(&p, end, &total) ? 0 : total; /* a "*" total (size unknown): none */
     return n;
 }
 
@@ -334,6 +381,7 @@ typedef struct outcome {
     long status;
     int short_body;   /* 2xx, but fewer bytes than asked for */
     int ignored_range;/* 200 to a range that is not the whole object */
+    int wrong_range;  /* 206 for another range than asked, or naming none */
     int wrong_size;   /* the store's object is not the size the caller expects */
 } outcome;
 
@@ -375,11 +423,17 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     s->ranged = ranged;
     s->ranged_from_0 = ranged && from == 0;
     s->ignored_range = 0;
+    s->from = from;
+    s->to = to;
+    s->range_ok = 0;
+    s->wrong_range = 0;
+    s->seen_range[0] = '\0';
     s->total = 0;
     memset(o, 0, sizeof *o);
     o->curl = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
     o->ignored_range = s->ignored_range;
+    o->wrong_range = s->wrong_range;
     if (s->expect && o->curl == CURLE_OK && o->status >= 200 && o->status <= 299) {
         curl_off_t whole = -1;
         if (o->status == 206)
@@ -424,6 +478,11 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
+    else if (o->wrong_range && s->seen_range[0])
+        snprintf(what, sizeof what, "HTTP 206 with Content-Range \"%s\", not the bytes asked for",
+                 s->seen_range);
+    else if (o->wrong_range)
+        snprintf(what, sizeof what, "HTTP 206 without a Content-Range naming the bytes sent");
     else if (o->curl != CURLE_OK && o->curl != CURLE_WRITE_ERROR)
         snprintf(what, sizeof what, "%s", f->curl_err[0] ? f->curl_err : curl_easy_strerror(o->curl));
     else if (s->too_long)
@@ -476,7 +535,7 @@ static int request_url(remote_fetcher *f, const char *url, const char *name, int
             o.short_body = 1;
         if (ok2xx && !o.short_body && !s->too_long)
             break; /* done */
-        int again = o.short_body || remote_retryable(o.curl, o.status) ||
+        int again = o.short_body || o.wrong_range || remote_retryable(o.curl, o.status) ||
                     (o.curl == CURLE_WRITE_ERROR && s->too_long && !s->grow);
         if (!again || tries > f->policy.retries) {
             rc = fail_request(f, name, ranged, from, last, &o, s, tries);

@@ -15,7 +15,11 @@
  * grow exponentially from REMOTE_BACKOFF_BASE_MS to REMOTE_BACKOFF_MAX_MS,
  * each a random point in its upper half (jitter: processes that failed
  * together do not retry together). A range resumes where the body stopped.
- * Anything else (403, 404, a server that ignores Range) fails at once. The
+ * A 206 whose Content-Range does not name exactly the bytes asked for (or
+ * names none) is refused before any byte is copied, and retried: a cache
+ * keyed on the URL alone may answer with another range. Anything else (403,
+ * 404, a server that ignores Range: a 200 to a range not at byte 0, or
+ * whose body is longer than the range) fails at once. The
  * final error (sf_last_error) names the object's URL as given (no secrets),
  * the byte range, the HTTP status or curl's reason, the store's message (S3's
  * XML <Message>, else the body's start) and the attempts made. */

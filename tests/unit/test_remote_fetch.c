@@ -224,8 +224,10 @@ Test(remote_fetch, a_body_longer_than_the_range_is_never_written_past_the_buffer
     static char big[4096];
     memset(big, 'Z', sizeof big);
     responder s = {0};
-    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Length: 4096", big, sizeof big);
-    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Length: 8", "12345678", 8);
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-7/9000\r\nContent-Length: 4096",
+        big, sizeof big);
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-7/9000\r\nContent-Length: 8",
+        "12345678", 8);
     responder_start(&s);
     remote_location *loc;
     remote_fetcher *f;
@@ -270,6 +272,71 @@ Test(remote_fetch, a_server_that_ignores_range_is_refused)
     char buf[20];
     cr_assert_eq(remote_fetch_range(f, "o", 5, 4, buf), SF_E_REMOTE);
     cr_assert(strstr(sf_last_error(), "Range"), "%s", sf_last_error());
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
+Test(remote_fetch, a_200_with_the_whole_object_to_a_range_from_byte_0_fails_at_once)
+{
+    responder s = {0};
+    add(&s, "HTTP/1.1 200 OK\r\nContent-Length: 20", "0123456789abcdefghij", 20);
+    add(&s, "HTTP/1.1 200 OK\r\nContent-Length: 20", "0123456789abcdefghij", 20);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 1);
+    char buf[10];
+    cr_assert_eq(remote_fetch_range(f, "o", 0, 10, buf), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "does not support Range"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "(1 attempt)"), "%s", sf_last_error());
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+    cr_assert_eq(s.served, 1, "retried a server that ignores Range");
+}
+
+Test(remote_fetch, a_206_for_other_bytes_than_asked_is_refused_unread_and_retried)
+{
+    /* A cache keyed on the URL alone answers with the range it holds. */
+    responder s = {0};
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\nContent-Length: 10",
+        "HEADERBYTE", 10);
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 50-59/100\r\nContent-Length: 10",
+        "0123456789", 10);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 3);
+    char buf[11] = {0};
+    cr_assert_eq(remote_fetch_range_sized(f, "o", 100, 50, 10, buf), 0, "%s", sf_last_error());
+    cr_assert_str_eq(buf, "0123456789");
+    cr_assert_eq(s.served, 2);
+    cr_assert_str_eq(s.ranges[1], "50-59");
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
+Test(remote_fetch, a_206_naming_no_range_or_another_one_fails_after_the_retries)
+{
+    responder s = {0};
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Length: 10", "HEADERBYTE", 10);
+    add(&s, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 40-49/100\r\nContent-Length: 10",
+        "HEADERBYTE", 10);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 1);
+    char buf[10];
+    memset(buf, '#', sizeof buf);
+    cr_assert_eq(remote_fetch_range(f, "o", 50, 10, buf), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "Content-Range \"bytes 40-49/100\", not the bytes asked for"),
+              "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "(bytes 50-59)"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "2 attempts"), "%s", sf_last_error());
+    for (size_t i = 0; i < sizeof buf; i++)
+        cr_assert_eq(buf[i], '#', "byte %zu of a refused body was written", i);
     remote_fetcher_free(f);
     remote_location_free(loc);
     responder_stop(&s);
