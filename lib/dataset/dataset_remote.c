@@ -15,6 +15,7 @@
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "fetch.h"
+#include "hash.h"
 #include "remote_url.h"
 
 /* Open reads a shard's header with one request and its tail (footer, and
@@ -331,10 +332,25 @@ typedef struct fill_job {
     uint64_t shard;
 } fill_job;
 
+/* The damage one download showed: a structure's bad offset, or each
+ * damaged record and padding folded into a digest, so that two downloads
+ * compare equal only when they show the same damage in the same places. */
+typedef struct damage {
+    uint64_t bad_offset;
+    uint64_t digest;
+} damage;
+
+static void note_damage(void *ctx, const sf_shard_problem *p)
+{
+    damage *d = ctx;
+    uint64_t what[4] = {(uint64_t)p->kind, (uint64_t)p->record, p->offset, p->field};
+    d->digest = XXH3_64bits_withSeed(what, sizeof what, d->digest);
+}
+
 /* What a downloaded shard's check found: 0 (all of it checks), a negative
- * code for damage in its structure, or the number of damaged records and
- * padding (> 0) with the first one's offset. */
-static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, uint64_t *first_bad)
+ * code for damage in its structure (its offset in d->bad_offset), or the
+ * number of damaged records and padding (> 0, each in d->digest). */
+static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, damage *d)
 {
     const sf_manifest *mf = &ds->manifest;
     const sf_shard_meta *want = &ds->shards[shard].meta;
@@ -346,17 +362,18 @@ static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, uint64_t *
                 got.footer.index_checksum != want->footer.index_checksum))
         rc = sf_fail(SF_E_CORRUPT, "its header or footer differs from the ones open read (the "
                                    "shard was replaced since): open the dataset again");
+    *d = (damage){0};
     if (rc) {
         sf_shard_meta_clear(&got);
-        *first_bad = bad;
+        d->bad_offset = bad;
         return rc;
     }
     uint8_t *buf = malloc(SCAN_BUFFER);
-    int64_t problems = buf ? sf_shard_scan_data(&got, &mf->schema, fd, buf, SCAN_BUFFER, NULL, NULL)
+    int64_t problems = buf ? sf_shard_scan_data(&got, &mf->schema, fd, buf, SCAN_BUFFER,
+                                                note_damage, d)
                            : sf_fail(-ENOMEM, "out of memory");
     free(buf);
     sf_shard_meta_clear(&got);
-    *first_bad = 0;
     return problems;
 }
 
@@ -371,23 +388,24 @@ static int fill_shard(void *arg, int fd, uint64_t size)
     dataset_remote *x = j->ds->remote;
     const char *name = j->ds->shards[j->shard].name;
     int64_t first = 0;
-    uint64_t first_bad = 0;
+    damage first_damage = {0};
     int alike = 1;
     for (uint32_t attempt = 0;; attempt++) {
         int rc = remote_pool_fetch_to_fd(x->pool, name, size, fd);
         if (rc)
             return rc;
-        uint64_t bad = 0;
-        int64_t found = check_download(j->ds, j->shard, fd, &bad);
+        damage d;
+        int64_t found = check_download(j->ds, j->shard, fd, &d);
         if (found == 0)
             return 0;
         if (found < 0 && !sf_is_data_error((int)found))
             return (int)found; /* the machine's trouble, not the bytes' */
         if (attempt == 0) {
             first = found;
-            first_bad = bad;
+            first_damage = d;
         }
-        alike &= found == first && bad == first_bad;
+        alike &= found == first && d.bad_offset == first_damage.bad_offset &&
+                 d.digest == first_damage.digest;
         if (attempt < x->policy.retries)
             continue;
         if (found > 0 && alike)

@@ -8,10 +8,16 @@ static sf_dataset *dataset_handle(const sf_py_dataset *d)
     return d->owner.handle;
 }
 
+/* The owner's free_handle, without the GIL: closing a dataset at a URL
+ * waits for its prefetcher's downloads and publishes, which may need other
+ * Python threads (a server in the same process, or anything the caller runs
+ * meanwhile). */
 static void dataset_free_handle(void *handle, void *ctx)
 {
     (void)ctx;
+    Py_BEGIN_ALLOW_THREADS
     sf_dataset_close(handle);
+    Py_END_ALLOW_THREADS
 }
 
 static int dataset_usable(sf_py_dataset *d)

@@ -54,7 +54,7 @@ STOP_DEADLINE_S = 5.0
 S3RVER_PREFIX = os.environ.get("SF_S3RVER_PREFIX", "/usr/local/lib/shardfeed-test/s3rver")
 S3RVER_KEY = "S3RVER"  # s3rver's built-in account: key id and secret are both S3RVER
 S3_REGION = "us-east-1"
-FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "truncate", "corrupt")
+FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "truncate", "corrupt", "corrupt_any")
 
 _live = []  # servers to stop if the interpreter exits with one still running
 
@@ -245,6 +245,7 @@ class _Forwarder:
         self.decide = decide
         self.done = done
         self.delay_s = delay_s
+        self._pick = random.Random(0)  # corrupt_any's positions
         forwarder = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -341,8 +342,11 @@ class _Forwarder:
             status, reason, out_headers, out_body = self._forward(h.command, raw_path, h.headers, body)
         except OSError as e:
             return self._respond(h, 502, {"content-type": "text/plain"}, f"upstream: {e}".encode())
-        if kind == "corrupt" and out_body:
-            i = random.Random(len(out_body)).randrange(len(out_body))
+        if kind in ("corrupt", "corrupt_any") and out_body:
+            # corrupt: the same byte of every body of this length (alike damage);
+            # corrupt_any: a byte drawn anew for each response.
+            pick = random.Random(len(out_body)) if kind == "corrupt" else self._pick
+            i = pick.randrange(len(out_body))
             out_body = out_body[:i] + bytes([out_body[i] ^ 0xFF]) + out_body[i + 1:]
         if kind in ("reset", "truncate"):
             return self._send_part(h, status, reason, out_headers, out_body, rst=kind == "reset")
@@ -418,7 +422,9 @@ class FaultProxy:
       delay     forwarded after sleeping `delay_s`
       500, 503, 429   that status with an S3 XML error (not forwarded)
       truncate  forwarded; headers with the full Content-Length, half the body, FIN
-      corrupt   forwarded; one byte of the body inverted (none when empty)
+      corrupt   forwarded; one byte of the body inverted (none when empty), the same
+                position in every body of the same length
+      corrupt_any   the same, at a position drawn anew for each response
     """
 
     def __init__(self, upstream_url, faults=None, seed=0, delay_s=1.0, match=None):

@@ -105,6 +105,25 @@ class Faults(RemoteCase):
                                        cache_dir=self.cache("runs-global")), epoch(ds))
                 self.assertGreaterEqual(proxy.requests, 240)
 
+    def test_downloads_damaged_in_different_places_are_never_kept(self):
+        """Every download of a shard damaged, each at another byte: not "stored so" (the same
+        number of damaged records each time is not the same damage), so nothing is published
+        under the shard's name and the error says the downloads differ."""
+        _, www = self.served(n=64, shard_size="4KiB")
+        cache = self.cache()
+        with servers.Nginx(www) as ng, servers.FaultProxy(ng.url) as proxy:
+            with shardfeed.open(proxy.url + "/ds", cache_dir=cache) as ds:
+                proxy.faults = {"corrupt_any": 1.0}  # after open: the downloads only
+                with self.assertRaises(shardfeed.Error) as e:
+                    ds[0]
+            self.assertIn("shard-000000.sfs: 7 downloads of the shard failed their record "
+                          "checksums, not alike", str(e.exception))
+            shard0 = [k for m, path, k in proxy.log if path.endswith("/shard-000000.sfs")
+                      and k == "corrupt_any"]
+            self.assertGreaterEqual(len(shard0), 7)  # the prefetcher may have tried it too
+        published = [f for _, _, fs in os.walk(cache) for f in fs if f.startswith("shard-")]
+        self.assertEqual(published, [])
+
     def test_a_store_that_keeps_failing_is_named_with_its_status_and_message(self):
         _, www = self.served(n=64)
         with servers.Nginx(www) as ng:
