@@ -39,6 +39,7 @@ struct dataset_remote {
     int mode;               /* enum sf_remote_mode */
     remote_cache *cache;    /* mode cache */
     uint64_t cache_limit;
+    uint64_t manifest_hash; /* XXH3-64 of the manifest's bytes: names the cache subfolder */
     /* the prefetcher: PREFETCH_THREADS threads fill the cache from `next`
      * while it is within reach of `reading` (positions in shard order,
      * wrapping); a shard is taken (next moves past it) when a thread starts
@@ -146,6 +147,7 @@ static int fetch_manifest_once(sf_dataset *ds, void *arg)
     if (rc)
         return rc;
     rc = sf_manifest_decode(&ds->manifest, buf, len);
+    ds->remote->manifest_hash = sf_hash(buf, len);
     free(buf);
     if (rc) {
         char where[4200];
@@ -160,8 +162,13 @@ static int fetch_manifest(sf_dataset *ds, const char *url)
     return refetch_damaged(ds, fetch_manifest_once, (void *)url);
 }
 
-/* The cache's subfolder for this dataset: the URL's hash and the dataset id,
- * so a dataset packed again at the same URL never meets the old shards. */
+/* The cache's subfolder for this dataset: the URL's hash and the manifest's.
+ * The manifest holds every shard's header and index checksums (and the
+ * index every record's), so a dataset packed again at the same URL with
+ * any byte of content changed never meets the old shards. (The dataset id
+ * named it before; it comes from keys and sizes, not content, so a
+ * re-pack with a sample's bytes changed reused the stale shards, which are
+ * opened from the cache with no check against this manifest.) */
 static int open_cache(sf_dataset *ds, const sf_remote_opts *o)
 {
     dataset_remote *x = ds->remote;
@@ -171,7 +178,7 @@ static int open_cache(sf_dataset *ds, const sf_remote_opts *o)
         return rc;
     const char *url = remote_location_display(x->loc);
     snprintf(space, sizeof space, "%016llx-%016llx", (unsigned long long)sf_hash(url, strlen(url)),
-             (unsigned long long)ds->manifest.dataset_id);
+             (unsigned long long)x->manifest_hash);
     return remote_cache_open(&x->cache, root, x->cache_limit, space);
 }
 

@@ -142,6 +142,30 @@ class Cache(RemoteCase):
         local = epoch_plain(ds)
         self.assertEqual(got, local)
 
+    def test_a_dataset_packed_again_at_the_same_url_is_not_read_from_the_old_shards(self):
+        """The same keys and sizes, other values: the same dataset_id (SPEC.md: it comes from
+        keys, sizes, schema and options), so a cache named by it served the old shards."""
+        old = pack_dataset(os.path.join(self.root, "v1"), n=64, shard_size="4KiB", seed=1)
+        new = pack_dataset(os.path.join(self.root, "v2"), n=64, shard_size="4KiB", seed=2)
+
+        def dataset_id(ds):  # SPEC.md "Manifest": offset 48
+            with open(os.path.join(ds, "manifest.sfm"), "rb") as f:
+                return f.read(56)[48:]
+        self.assertEqual(dataset_id(old), dataset_id(new))
+        want_old, want_new = epoch(old), epoch(new)
+        self.assertNotEqual(want_old, want_new)
+        www, cache = os.path.join(self.root, "www"), self.cache()
+        shutil.copytree(old, os.path.join(www, "ds"))
+        with servers.Nginx(www) as ng:
+            url = ng.url + "/ds"
+            self.assertEqual(epoch(url, cache_dir=cache), want_old)
+            for f in dataset_files(new):  # shards first, the manifest last, as push does
+                shutil.copyfile(os.path.join(new, f), os.path.join(www, "ds", f))
+            self.assertEqual(epoch(url, cache_dir=cache), want_new)
+            with shardfeed.open(url, cache_dir=cache) as ds:
+                self.assertEqual(ds[5]["img"].tobytes(), shardfeed.open(new)[5]["img"].tobytes())
+            run("verify", url, "--cache-dir", cache, check=0)
+
     def test_a_large_shard_is_downloaded_in_parts_at_once_whole(self):
         src, ds = os.path.join(self.root, "src"), os.path.join(self.root, "ds")
         write_samples(src, 300, shape=(64, 64, 4))  # 64 KiB a sample: one shard of 19 MiB
