@@ -11,8 +11,11 @@ batches before the epoch's last, partial one). A Loader with another G resumes t
   batches continue: nothing seen again, nothing skipped.
 - G changed: the new Loader resumes at the start of the global batch that holds position
   P = next_batch * G_old, i.e. batch floor(P / G_new). The samples at positions
-  [floor(P / G_new) * G_new, P) (fewer than G_new) are seen again; none is skipped. A state
-  saved after the epoch's last batch resumes at the end of the epoch.
+  [floor(P / G_new) * G_new, P) (fewer than G_new) are seen again; none is skipped.
+
+Either way a state saved after the epoch's last batch resumes at the end of the epoch, also when
+the new world size's tail rule would give that epoch one more batch (uneven="drop" with fewer
+ranks).
 
 Version 1 states (before elastic resume) load as before: only into a Loader with the same
 batch_size and world_size."""
@@ -50,10 +53,14 @@ def resume_batch(state, mine):
     g_old = plain(state["batch_size"]) * plain(state["world_size"])
     g_new = mine["batch_size"] * mine["world_size"]
     nb = plain(state["next_batch"])
-    if g_old == g_new:
-        return min(nb, mine["num_batches"])
+    # Before the G test: with the same G the new world size's tail rule may still give this
+    # Loader a batch more (uneven="drop" cuts a tail of fewer samples than there are ranks;
+    # fewer ranks keep part of it as a last batch), and a state saved after the epoch's last
+    # batch must not hand it out.
     if nb >= plain(state["num_batches"]) or nb * g_old >= mine["num_samples"]:
         return mine["num_batches"]  # the epoch was over
+    if g_old == g_new:
+        return min(nb, mine["num_batches"])
     return min(nb * g_old // g_new, mine["num_batches"])
 
 

@@ -3,8 +3,9 @@ sizes in {1, 2, 3, 4}. With batch_size * world_size unchanged the same global ba
 (nothing seen twice, nothing skipped); otherwise the epoch resumes at the global batch holding
 the first position not yet handed out: the samples seen again are exactly the positions
 [floor(P / G2) * G2, P) of the epoch's order (P = batches done * G1), fewer than G2, and the
-union before and after is every sample. Version 1 states still load. See sfpytest.py for how
-to run it by hand."""
+union before and after is every sample. A state saved after the epoch's last batch resumes at
+its end, also where the new world size's tail rule (uneven="drop") would give one batch more.
+Version 1 states still load. See sfpytest.py for how to run it by hand."""
 import itertools
 import os
 import sys
@@ -104,6 +105,26 @@ class Elastic(unittest.TestCase):
         for w1, w2 in ((1, 3), (4, 2), (3, 4)):
             self.check_pair(w1, 4, w2, 4, uneven="drop")
             self.check_pair(w1, 4, w2, 6, drop_last=True)
+
+    def test_drop_with_the_global_batch_unchanged(self):
+        # G = 10 leaves a tail of 1 sample (N = 101): uneven="drop" cuts it at 2 and 5 ranks,
+        # world 1 keeps it as a batch of its own. A state saved after the last batch at 2 or 5
+        # ranks is the end of the epoch at 1 rank too, not one batch more of that tail.
+        for (w1, b1), (w2, b2) in itertools.permutations(((1, 10), (2, 5), (5, 2)), 2):
+            self.check_pair(w1, b1, w2, b2, uneven="drop")
+            full1, _ = run_ranks(w1, b1, uneven="drop")
+            full2, _ = run_ranks(w2, b2, uneven="drop")
+            nb1 = len(loader(w1, 0, b1, uneven="drop"))
+            for k in (nb1 // 2, nb1):
+                with self.subTest(w1=w1, b1=b1, w2=w2, b2=b2, stop=k):
+                    before, state = run_ranks(w1, b1, stop=k, uneven="drop")
+                    after, _ = run_ranks(w2, b2, state=state, uneven="drop")
+                    self.assertEqual(before, full1[:k * 10])
+                    if k == nb1:
+                        self.assertEqual(after, [], "a batch of an epoch that was over")
+                    else:  # the uninterrupted order: each id once, none skipped
+                        self.assertEqual(before + after, full2)
+                    self.assertEqual(len(set(before + after)), len(before + after))
 
     def test_later_epoch_and_shuffle_block(self):
         for w1, w2 in ((2, 3), (3, 1)):
