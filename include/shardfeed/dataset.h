@@ -44,6 +44,11 @@ SF_API uint32_t sf_dataset_num_fields(const sf_dataset *ds);
 SF_API int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field);
 SF_API uint64_t sf_dataset_num_shards(const sf_dataset *ds);
 SF_API uint32_t sf_dataset_align(const sf_dataset *ds);
+/* The manifest's dataset_id (SPEC.md), which every shard repeats. shardfeed's
+ * packer makes it from the input format, keys, value sizes, schema, class
+ * names and options: it names the dataset's plan, not its values (the same
+ * inputs packed with the same options have the same id). 0 for NULL. */
+SF_API uint64_t sf_dataset_id(const sf_dataset *ds);
 
 typedef struct sf_shard_info {
     const char *name;   /* file name within the dataset directory */

@@ -254,6 +254,11 @@ uint32_t sf_dataset_align(const sf_dataset *ds)
     return ds ? ds->manifest.align : 0;
 }
 
+uint64_t sf_dataset_id(const sf_dataset *ds)
+{
+    return ds ? ds->manifest.dataset_id : 0;
+}
+
 int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
 {
     if (!out || !ds || field >= ds->manifest.schema.field_count)

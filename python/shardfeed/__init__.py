@@ -57,10 +57,13 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   order depends only on (seed, epoch, shuffle): the same on every run.
   ``len(loader)`` is the number of batches per epoch for this rank. A new
   iter() makes older iterators of the same Loader raise RuntimeError.
-- Resume: ``state_dict()`` returns a small dict (epoch, next batch, and the
-  options that decide the order); ``load_state_dict(s)`` on a new Loader with
-  the same options makes its next iter() yield exactly the batches that were
-  left in that epoch. A mismatching option raises ValueError naming it. rank is
+- Resume: ``state_dict()`` returns a small dict (epoch, next batch, the
+  options that decide the order, and the dataset's size and id,
+  ``Dataset.dataset_id``); ``load_state_dict(s)`` on a new Loader with the
+  same options makes its next iter() yield exactly the batches that were left
+  in that epoch. A mismatching option, or a state of another dataset (another
+  dataset_id, also at the same size), raises ValueError naming it; a state
+  without dataset_id (saved by an older shardfeed) loads unchecked. rank is
   not checked: every rank is at the same position, so one rank's state
   restores them all, also at another world_size or batch_size (elastic resume:
   the same global batches continue when batch_size * world_size is unchanged;
@@ -95,7 +98,7 @@ Inspecting a dataset
 --------------------
 
     ds = shardfeed.open("data/train")
-    len(ds), ds.fields, ds.shards, ds.class_names, ds.key(0), ds.keys()
+    len(ds), ds.fields, ds.shards, ds.class_names, ds.dataset_id, ds.key(0), ds.keys()
     sample = ds[0]        # {"img": ndarray (a writable copy), "label": ...}
 
 Errors from the C library raise shardfeed.Error (a RuntimeError) whose message

@@ -18,12 +18,12 @@ its first sample), num_samples, file_size (bytes)."""
 
 
 class Dataset:
-    """An opened dataset: len(ds), ds.fields, ds.shards, ds.class_names, ds.key(i),
-    ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are copies that belong to
-    the caller: writable numpy arrays (torch.from_numpy(ds[i]["img"]).add_(1) changes
-    that copy only), decompressed for compressed fields; bytes for variable-length fields
-    of dtype bytes. With verify (default) each record's checksum is checked when it is
-    read; a damaged or truncated shard raises shardfeed.Error naming it."""
+    """An opened dataset: len(ds), ds.fields, ds.shards, ds.class_names, ds.dataset_id,
+    ds.key(i), ds.keys(), ds.index(key), ds[i] -> {field: value}. Values are copies that
+    belong to the caller: writable numpy arrays (torch.from_numpy(ds[i]["img"]).add_(1)
+    changes that copy only), decompressed for compressed fields; bytes for variable-length
+    fields of dtype bytes. With verify (default) each record's checksum is checked when it
+    is read; a damaged or truncated shard raises shardfeed.Error naming it."""
 
     def __init__(self, path, verify=True, remote_mode="cache", cache_dir=None, cache_limit=None):
         self.path = os.fspath(path)
@@ -48,6 +48,15 @@ class Dataset:
     def align(self):
         """The byte alignment of the records (pack --align)."""
         return self._ds.align()
+
+    @property
+    def dataset_id(self):
+        """The manifest's dataset_id, a 64-bit int (SPEC.md) that every shard repeats. The
+        packer makes it from the input format, keys, value sizes, schema, class names and
+        options: it names the dataset's plan, not its values, so the same inputs packed with
+        the same options have the same id. A Loader's state_dict() records it and
+        load_state_dict() refuses a state of another id."""
+        return self._ds.dataset_id()
 
     @property
     def class_names(self):

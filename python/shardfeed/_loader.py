@@ -349,30 +349,29 @@ class Loader(EpochControl):
 
     # ---- resume ----
     def _options(self):
+        _, num_samples, dataset_id = self._schema()
         return {"batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
                 "drop_last": self.drop_last, "world_size": self.world_size,
                 "uneven": self.uneven, "block_size": self.block_size, "window": self.window,
                 "num_batches": self._num_batches, "samples_per_epoch": self.samples_per_epoch,
-                "num_samples": self._num_samples()}
-
-    def _num_samples(self):
-        """The dataset's size (what a state is checked against)."""
-        return self._schema()[1]
+                "num_samples": num_samples, "dataset_id": dataset_id}
 
     def _schema(self):
-        """(fields, number of samples) of the dataset, found once: from loader.dataset if it
-        is open, else from a Dataset opened and closed at once (it holds a file descriptor
-        per shard, which a Loader need not keep)."""
+        """(fields, number of samples, dataset_id) of the dataset, found once: from
+        loader.dataset if it is open, else from a Dataset opened and closed at once (it holds
+        a file descriptor per shard, which a Loader need not keep)."""
         if self._dataset_schema is None:
             if self._dataset is not None:
-                self._dataset_schema = (self._dataset.fields, len(self._dataset))
+                ds = self._dataset
+                self._dataset_schema = (ds.fields, len(ds), ds.dataset_id)
             else:
                 with Dataset(self.path, verify=False, **self._remote_names()) as ds:
-                    self._dataset_schema = (ds.fields, len(ds))
+                    self._dataset_schema = (ds.fields, len(ds), ds.dataset_id)
         return self._dataset_schema
 
     def state_dict(self):
-        """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...}. O(1).
+        """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...,
+        "num_samples" and "dataset_id" (the dataset's size and Dataset.dataset_id)}. O(1).
         Any rank's state restores every rank, also at another world size (see
         load_state_dict)."""
         pos = self._resume if self._resume is not None else self._pos
@@ -384,12 +383,15 @@ class Loader(EpochControl):
     def load_state_dict(self, state):
         """The next iter() continues from `state` (see state_dict). The options that decide
         the order (shuffle, seed, drop_last, uneven, block_size, window, the dataset's size)
-        must be the same, else ValueError naming them. batch_size and world_size may differ
+        must be the same, else ValueError naming them; so must the dataset: a state whose
+        dataset_id is not this dataset's (Dataset.dataset_id) is refused with a ValueError
+        naming both ids, also at the same size. batch_size and world_size may differ
         (elastic resume): with the same batch_size * world_size the same global batches
         continue; otherwise it resumes at the global batch holding the first sample not yet
         handed out, so fewer than batch_size * world_size samples of the interrupted epoch
         are seen again and none is skipped (README "Elastic resume"). States saved by an
-        older shardfeed (version 1) load as before: same batch_size and world_size."""
+        older shardfeed load: version 1 as before (same batch_size and world_size), and a
+        state without dataset_id (saved before it was recorded) without that check."""
         self._check_open()
         epoch, nb = _resume.check(state, self._options())
         self._seek(epoch, nb)

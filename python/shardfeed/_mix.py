@@ -219,7 +219,8 @@ class MixedLoader(EpochControl):
     # ---- resume ----
     def state_dict(self):
         """{"version", "mix", "epoch", "next_batch", "weights", "datasets": [each dataset's
-        order options], batch_size, world_size, num_batches}. O(number of datasets)."""
+        order options and dataset_id], batch_size, world_size, num_batches}. O(number of
+        datasets)."""
         pos = self._resume if self._resume is not None else self._pos
         return {"version": _resume.VERSION, "mix": True, "epoch": self._epoch,
                 "next_batch": pos, "rank": self.rank, "batch_size": self.batch_size,
@@ -229,8 +230,9 @@ class MixedLoader(EpochControl):
 
     def load_state_dict(self, state):
         """The next iter() continues from `state`. Everything that decides the batches must
-        be the same (weights, each dataset's order options, batch_size, world_size):
-        mixing resumes at the world size it was saved at."""
+        be the same (weights, each dataset's order options and dataset_id, batch_size,
+        world_size): mixing resumes at the world size it was saved at. A state without
+        dataset_id (saved before it was recorded) loads without that check."""
         self._check_open()
         if not isinstance(state, dict) or not state.get("mix"):
             raise ValueError("shardfeed: not the state of a mixing Loader (a Loader of several "
@@ -245,7 +247,7 @@ class MixedLoader(EpochControl):
             bad.append(f"{len(theirs)} datasets in the state but {len(mine['datasets'])} here")
         else:
             for i, (t, m) in enumerate(zip(theirs, mine["datasets"])):
-                bad += [f"dataset {i}: {b}" for b in
+                bad += [f"dataset {i}: {b}" for b in _resume.other_dataset(t, m) +
                         _resume.mismatches(t, m, _resume.ORDER_OPTIONS)]
         if bad:
             raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "

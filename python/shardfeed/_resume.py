@@ -18,7 +18,12 @@ the new world size's tail rule would give that epoch one more batch (uneven="dro
 ranks).
 
 Version 1 states (before elastic resume) load as before: only into a Loader with the same
-batch_size and world_size."""
+batch_size and world_size.
+
+A state also records its dataset's dataset_id (the manifest's; Dataset.dataset_id): one of
+another dataset of the same size would otherwise resume there silently, at a position in an
+order of other samples. A state without it (saved by a shardfeed before it was recorded, of
+either version) loads without that check."""
 
 VERSION = 2
 # Options that decide the order S and its tail: a state fits only a Loader with the same.
@@ -45,6 +50,19 @@ def mismatches(state, mine, names):
     """The "NAME is X in the state but Y here" list for options that differ."""
     return [f"{k} is {state[k]!r} in the state but {mine[k]!r} here"
             for k in names if plain(state[k]) != mine[k]]
+
+
+def other_dataset(state, mine):
+    """["dataset_id is X in the state but Y here ..."] when `state` records the id of another
+    dataset than `mine`'s; [] when it is the same or the state has none (an older shardfeed's)."""
+    if "dataset_id" not in state:
+        return []
+    theirs = _check_int("dataset_id", state["dataset_id"], 2 ** 64)
+    if theirs == mine["dataset_id"]:
+        return []
+    # In hex, as the packer names its temporaries with it (.NAME.<dataset_id>.tmp).
+    return [f"dataset_id is {theirs:#018x} in the state but {mine['dataset_id']:#018x} here "
+            "(a state of another dataset)"]
 
 
 def resume_batch(state, mine):
@@ -84,7 +102,8 @@ def check(state, mine, what="Loader"):
     missing = [k for k in needed if k not in state]
     if missing:
         raise ValueError(f"shardfeed: state_dict lacks {', '.join(missing)}: not a {what} state")
-    bad = mismatches(state, mine, V1_OPTIONS if version == 1 else ORDER_OPTIONS)
+    bad = other_dataset(state, mine) + mismatches(state, mine,
+                                                  V1_OPTIONS if version == 1 else ORDER_OPTIONS)
     if bad:
         raise ValueError(f"shardfeed: state_dict does not match this {what} (resuming would "
                          "give other batches): " + "; ".join(bad))

@@ -77,6 +77,14 @@ static PyObject *dataset_align(sf_py_dataset *self, PyObject *unused)
     return PyLong_FromUnsignedLong(sf_dataset_align(dataset_handle(self)));
 }
 
+static PyObject *dataset_dataset_id(sf_py_dataset *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_usable(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(sf_dataset_id(dataset_handle(self)));
+}
+
 /* fields() -> list of (name, dtype code, dtype name, npy descr, shape,
  * storage name, item_size, codec name) */
 static PyObject *dataset_fields(sf_py_dataset *self, PyObject *unused)
@@ -316,6 +324,8 @@ static PyMethodDef dataset_methods[] = {
      "source() -> str: the input format it was packed from (\"npy\", \"imagefolder\", ...)"},
     {"num_samples", (PyCFunction)dataset_num_samples, METH_NOARGS, "samples in the dataset"},
     {"align", (PyCFunction)dataset_align, METH_NOARGS, "record alignment in bytes"},
+    {"dataset_id", (PyCFunction)dataset_dataset_id, METH_NOARGS,
+     "dataset_id() -> int: the manifest's dataset_id (sf_dataset_id)"},
     {"fields", (PyCFunction)dataset_fields, METH_NOARGS,
      "fields() -> [(name, dtype code, dtype name, npy descr, shape, storage, item_size, codec)]"},
     {"shards", (PyCFunction)dataset_shards, METH_NOARGS,

@@ -64,6 +64,15 @@ def load_source(src, field, key):
     return np.load(os.path.join(src, f"{field}_{key}.npy"))
 
 
+def rekey(d, offset):
+    """Renames every FIELD_K.npy in folder `d` (write_samples) to FIELD_{K + offset}.npy, offset
+    at least the number of samples: the same fields and sizes under other keys, so another
+    dataset_id once packed (SPEC.md: it comes from the keys, sizes, schema and options)."""
+    for name in os.listdir(d):
+        field, key = name[:-len(".npy")].rsplit("_", 1)
+        os.rename(os.path.join(d, name), os.path.join(d, f"{field}_{int(key) + offset}.npy"))
+
+
 def as_numpy(x):
     if HAVE_TORCH and isinstance(x, torch.Tensor):
         return x.cpu().numpy()

@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, epoch_ids, load_source, pack,  # noqa: E402
-                      remove, scratch, shardfeed, torch, write_samples)
+                      rekey, remove, scratch, shardfeed, torch, write_samples)
 
 N = 203          # not a multiple of any batch size used
 B = 16
@@ -219,6 +219,50 @@ class Resume(unittest.TestCase):
     def test_rank_is_not_part_of_the_match(self):
         s = loader(seed=7, rank=0, world_size=2).state_dict()
         loader(seed=7, rank=1, world_size=2).load_state_dict(s)
+
+    def test_the_state_records_the_manifests_dataset_id(self):
+        with open(os.path.join(DS, "manifest.sfm"), "rb") as f:
+            dataset_id = int.from_bytes(f.read(64)[48:56], "little")  # SPEC.md, manifest header
+        with shardfeed.open(DS) as ds:
+            self.assertEqual(ds.dataset_id, dataset_id)
+        self.assertEqual(loader().state_dict()["dataset_id"], dataset_id)
+
+    def test_a_state_of_another_dataset_is_refused(self):
+        # As many samples, the same fields and options; other keys and values: only the
+        # dataset_id tells the two apart.
+        src = os.path.join(TMP, "other-npy")
+        write_samples(src, N, seed=1, extra={"flag": lambda i: np.array([i % 2 == 0, True])})
+        rekey(src, 1000)
+        other = pack(src, os.path.join(TMP, "other"), "--align", "64", "--shard-size", "40KiB")
+        with shardfeed.open(DS) as a, shardfeed.open(other) as b:
+            a_id, b_id = a.dataset_id, b.dataset_id
+            self.assertEqual(len(a), len(b))
+        self.assertNotEqual(a_id, b_id)
+        ld = loader(seed=7)
+        it = iter(ld)
+        next(it), next(it)
+        state = json.loads(json.dumps(ld.state_dict()))
+        with self.assertRaisesRegex(ValueError, "does not match this Loader.*"
+                                    f"dataset_id is {a_id:#018x} in the state but {b_id:#018x} "
+                                    "here"):
+            shardfeed.Loader(other, B, seed=7, output="numpy").load_state_dict(state)
+        # The same inputs packed again with the same options are the same dataset.
+        again = pack(SRC, os.path.join(TMP, "again"), "--align", "64", "--shard-size", "40KiB")
+        new = shardfeed.Loader(again, B, seed=7, output="numpy")
+        new.load_state_dict(state)
+        self.assertEqual(epoch_ids(new), epoch_ids(loader(seed=7))[2:])
+
+    def test_a_state_without_dataset_id_still_loads(self):
+        # as an older shardfeed saved it, before states recorded the dataset's id
+        full = epoch_ids(loader(seed=7))
+        ld = loader(seed=7)
+        it = iter(ld)
+        next(it), next(it)
+        state = ld.state_dict()
+        del state["dataset_id"]
+        new = loader(seed=7)
+        new.load_state_dict(state)
+        self.assertEqual(epoch_ids(new), full[2:])
 
 
 class Ranks(unittest.TestCase):

@@ -9,8 +9,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (HAVE_TORCH, as_numpy, pack, remove, scratch, shardfeed, torch,  # noqa: E402
-                      write_samples)
+from sfpytest import (HAVE_TORCH, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
+                      torch, write_samples)
 
 NA, NB = 997, 613   # neither a multiple of the batch size
 B = 8
@@ -142,6 +142,35 @@ class Resume(unittest.TestCase):
             plain.load_state_dict(mixed().state_dict())
         with self.assertRaisesRegex(ValueError, "not the state of a mixing Loader"):
             mixed().load_state_dict(plain.state_dict())
+
+    def test_a_state_of_other_datasets_is_refused(self):
+        # C: as many samples as BB, the same fields; other keys and values: only the
+        # dataset_id tells them apart.
+        src = os.path.join(TMP, "other-npy")
+        write_samples(src, NB, shape=(2,), seed=2, label=lambda i: 20000 + i)
+        rekey(src, 100000)
+        c = pack(src, os.path.join(TMP, "other"), "--align", "64")
+        with shardfeed.open(BB) as b, shardfeed.open(c) as other:
+            b_id, c_id = b.dataset_id, other.dataset_id
+        self.assertNotEqual(b_id, c_id)
+        full = steps(mixed(seed=2))
+        ld = mixed(seed=2)
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        state = ld.state_dict()
+        self.assertEqual([d["dataset_id"] for d in state["datasets"]],
+                         [d.dataset_id for d in ld.datasets])
+        ac = shardfeed.Loader([A, c], B, weights=[0.75, 0.25], seed=2, output="numpy")
+        with self.assertRaisesRegex(ValueError, f"dataset 1: dataset_id is {b_id:#018x} in the "
+                                    f"state but {c_id:#018x} here"):
+            ac.load_state_dict(state)
+        # as an older shardfeed saved it, without the datasets' ids: loads unchecked
+        for d in state["datasets"]:
+            del d["dataset_id"]
+        new = mixed(seed=2)
+        new.load_state_dict(state)
+        self.assertEqual(steps(new), full[3:])
 
 
 class Errors(unittest.TestCase):
