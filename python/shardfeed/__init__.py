@@ -63,7 +63,9 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   same options makes its next iter() yield exactly the batches that were left
   in that epoch. A mismatching option, or a state of another dataset (another
   dataset_id, also at the same size), raises ValueError naming it; a state
-  without dataset_id (saved by an older shardfeed) loads unchecked. rank is
+  without dataset_id (saved by an older shardfeed) loads unchecked.
+  ``state_dict()`` works after ``close()`` too, returning what it did before
+  (close the Loader, then write the checkpoint). rank is
   not checked: every rank is at the same position, so one rank's state
   restores them all, also at another world_size or batch_size (elastic resume:
   the same global batches continue when batch_size * world_size is unchanged;

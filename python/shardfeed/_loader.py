@@ -273,6 +273,9 @@ class Loader(EpochControl):
             images=_image.specs(transforms), **self._remote)
         self.transforms = dict(transforms) if transforms else {}
         self._num_batches = self._reader.num_batches()
+        # Kept, as _num_batches is, for state_dict(), which must work after close() freed
+        # the reader (a training loop may close the Loader before writing its checkpoint).
+        self._samples_per_epoch = self._reader.samples_per_epoch()
         self.prefetch = self._reader.stats()["prefetch"]  # chosen by the reader when None
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None
@@ -334,7 +337,7 @@ class Loader(EpochControl):
     @property
     def samples_per_epoch(self):
         """Samples per epoch for this rank (padding included, drops excluded)."""
-        return self._reader.samples_per_epoch()
+        return self._samples_per_epoch
 
     def __iter__(self):
         """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
@@ -359,7 +362,8 @@ class Loader(EpochControl):
     def _schema(self):
         """(fields, number of samples, dataset_id) of the dataset, found once: from
         loader.dataset if it is open, else from a Dataset opened and closed at once (it holds
-        a file descriptor per shard, which a Loader need not keep)."""
+        a file descriptor per shard, which a Loader need not keep). It needs no reader, so
+        state_dict() works after close()."""
         if self._dataset_schema is None:
             if self._dataset is not None:
                 ds = self._dataset
@@ -373,7 +377,8 @@ class Loader(EpochControl):
         """Where this Loader is: {"version", "epoch", "next_batch", "rank", options...,
         "num_samples" and "dataset_id" (the dataset's size and Dataset.dataset_id)}. O(1).
         Any rank's state restores every rank, also at another world size (see
-        load_state_dict)."""
+        load_state_dict). After close() it is still there, the same as before close(): a
+        training script may close the Loader and then write its checkpoint."""
         pos = self._resume if self._resume is not None else self._pos
         s = {"version": _resume.VERSION, "epoch": self._epoch, "next_batch": pos,
              "rank": self.rank}
@@ -391,7 +396,8 @@ class Loader(EpochControl):
         handed out, so fewer than batch_size * world_size samples of the interrupted epoch
         are seen again and none is skipped (README "Elastic resume"). States saved by an
         older shardfeed load: version 1 as before (same batch_size and world_size), and a
-        state without dataset_id (saved before it was recorded) without that check."""
+        state without dataset_id (saved before it was recorded) without that check. It
+        needs an open Loader (ValueError after close()); state_dict() does not."""
         self._check_open()
         epoch, nb = _resume.check(state, self._options())
         self._seek(epoch, nb)

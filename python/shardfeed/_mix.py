@@ -220,7 +220,7 @@ class MixedLoader(EpochControl):
     def state_dict(self):
         """{"version", "mix", "epoch", "next_batch", "weights", "datasets": [each dataset's
         order options and dataset_id], batch_size, world_size, num_batches}. O(number of
-        datasets)."""
+        datasets). After close() too, as Loader.state_dict."""
         pos = self._resume if self._resume is not None else self._pos
         return {"version": _resume.VERSION, "mix": True, "epoch": self._epoch,
                 "next_batch": pos, "rank": self.rank, "batch_size": self.batch_size,

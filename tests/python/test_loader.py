@@ -252,6 +252,32 @@ class Resume(unittest.TestCase):
         new.load_state_dict(state)
         self.assertEqual(epoch_ids(new), epoch_ids(loader(seed=7))[2:])
 
+    def test_state_dict_after_close(self):
+        # A training script may close the Loader (or leave its with block) and then write
+        # its checkpoint: the state is the one it had before close().
+        full = epoch_ids(loader(seed=7))
+        for asked_before in (False, True):  # the dataset's size and id found before or after
+            with self.subTest(asked_before=asked_before):
+                with loader(seed=7) as ld:
+                    it = iter(ld)
+                    next(it), next(it)
+                    before = ld.state_dict() if asked_before else None
+                    spe = ld.samples_per_epoch
+                self.assertTrue(ld.closed)
+                state = ld.state_dict()
+                if before is None:
+                    ref = loader(seed=7)
+                    it = iter(ref)
+                    next(it), next(it)
+                    before = ref.state_dict()
+                self.assertEqual(state, before)
+                self.assertEqual(ld.samples_per_epoch, spe)
+                new = loader(seed=7)
+                new.load_state_dict(state)
+                self.assertEqual(epoch_ids(new), full[2:])
+                with self.assertRaisesRegex(ValueError, "the Loader is closed"):
+                    ld.load_state_dict(state)
+
     def test_a_state_without_dataset_id_still_loads(self):
         # as an older shardfeed saved it, before states recorded the dataset's id
         full = epoch_ids(loader(seed=7))

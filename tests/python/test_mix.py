@@ -143,6 +143,24 @@ class Resume(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "not the state of a mixing Loader"):
             mixed().load_state_dict(plain.state_dict())
 
+    def test_state_dict_after_close(self):
+        full = steps(mixed(seed=2))
+        ld = mixed(seed=2)
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        ld.close()
+        state = ld.state_dict()  # nothing asked before close(): every dataset's found after it
+        ref = mixed(seed=2)
+        it = iter(ref)
+        for _ in range(3):
+            next(it)
+        self.assertEqual(state, ref.state_dict())
+        self.assertEqual(ld.samples_per_epoch, ref.samples_per_epoch)
+        new = mixed(seed=2)
+        new.load_state_dict(state)
+        self.assertEqual(steps(new), full[3:])
+
     def test_a_state_of_other_datasets_is_refused(self):
         # C: as many samples as BB, the same fields; other keys and values: only the
         # dataset_id tells them apart.
