@@ -12,7 +12,7 @@
 #include "error_internal.h"
 #include "reader_internal.h"
 
-#define SUBST_MAX_TRIES 4096u /* consecutive corrupt ids tried before giving up */
+#define SUBST_MAX_TRIES 4096u /* candidates tried (damaged, or too long to fit) before giving up */
 
 static void vtask_fail(sf_reader *r, reader_task *t, int err, const char *fmt, va_list ap)
 {
@@ -137,8 +137,15 @@ static int load_sync(sf_reader *r, reader_task *t, reader_scratch *st)
         return rc;
     for (uint32_t k = 0; k < t->nreads; k++)
         atomic_fetch_add_explicit(&r->st_bytes, t->reads[k].len, memory_order_relaxed);
+    if (r->opts.verify != SF_VERIFY_ON)
+        return 0;
     uint64_t got;
-    return r->opts.verify == SF_VERIFY_ON ? check_task(r, st->xxh, t, &got) : 0;
+    rc = check_task(r, st->xxh, t, &got);
+    /* The same value check as verify_task's: a substitute is handed out as
+     * any sample is, so a bool byte other than 0 or 1 makes it unusable. */
+    for (uint32_t k = 0; !rc && k < t->nreads; k++)
+        rc = sf_payload_value_check(r->schema, k, t->reads[k].dst, t->reads[k].out_len);
+    return rc;
 }
 
 /* Whether sample `cand` fits in place of position `pos` of slot s. The slot
@@ -168,12 +175,14 @@ static int substitute_fits(const sf_reader *r, const reader_slot *s, uint32_t po
  * batch is complete and packed variable-length bytes can be moved. */
 static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scratch *st)
 {
-    uint64_t bad = t->id, cand = bad;
+    uint64_t bad = t->id, cand = bad, damaged = 0, too_long = 0;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
     for (uint64_t i = 0; i < tries; i++) {
         cand = (cand + 1) % r->n;
-        if (!substitute_fits(r, s, t->pos, cand))
+        if (!substitute_fits(r, s, t->pos, cand)) {
+            too_long++;
             continue;
+        }
         reader_place_sample(r, s, t->pos, cand, 1);
         int rc = load_sync(r, t, st);
         if (rc == 0) {
@@ -187,10 +196,17 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
             task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_strerror(rc));
             return;
         }
+        damaged++;
     }
+    /* Back to the damaged sample, which the error names (shard, record and
+     * offset are the task's), not the last candidate tried. */
+    if (cand != bad)
+        reader_place_sample(r, s, t->pos, bad, 1);
     task_failf(r, t, SF_E_CHECKSUM,
-               "checksum mismatch, and no intact sample among the %llu that follow sample %llu",
-               (unsigned long long)tries, (unsigned long long)bad);
+               "checksum mismatch, and no substitute among the %llu samples that follow "
+               "sample %llu: %llu damaged, %llu too long for the room this batch has left",
+               (unsigned long long)tries, (unsigned long long)bad, (unsigned long long)damaged,
+               (unsigned long long)too_long);
 }
 
 /* Judges task t's checksum (hashing it first with `xxh` unless the engine

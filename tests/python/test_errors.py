@@ -3,6 +3,7 @@ bad options, misuse). See sfpytest.py for how to run it by hand."""
 import gc
 import os
 import shutil
+import struct
 import sys
 import unittest
 
@@ -10,6 +11,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sfpytest import as_numpy, load_source, pack, remove, scratch, shardfeed, write_samples  # noqa: E402
+import sfwrite  # noqa: E402
 
 N = 120
 B = 8
@@ -105,6 +107,55 @@ class Corrupt(unittest.TestCase):
                 np.testing.assert_array_equal(b["img"][j], load_source(SRC, "img", ds.key(int(src[j]))))
         self.assertEqual(subs, 1)
         self.assertEqual(ld.stats()["corrupt_substitutions"], 1)
+
+    def written(self, name, fields, samples):
+        """A dataset written by sfwrite, in one shard."""
+        out = os.path.join(TMP, name)
+        sfwrite.write_dataset(out, fields, samples, align=64)
+        return out
+
+    def flip(self, ds, sample, entry_size):
+        """Flips the first payload byte of `sample` of a one-shard dataset, found through the
+        index (SPEC.md: the footer gives index_offset; an entry starts with the record's
+        offset; entry_size is 32 + 8 per variable-length or inline field)."""
+        path = os.path.join(ds, "shard-000000.sfs")
+        with open(path, "r+b") as f:
+            f.seek(-64, os.SEEK_END)
+            index_offset = struct.unpack("<Q", f.read(8))[0]
+            f.seek(index_offset + sample * entry_size)
+            at = struct.unpack("<Q", f.read(8))[0]
+            f.seek(at)
+            byte = f.read(1)[0]
+            f.seek(at)
+            f.write(bytes([byte ^ 0x55]))
+
+    def test_a_substitute_passes_the_same_value_check(self):
+        # Sample 6 stores a bool byte of 2 under a good checksum: refused as any read is, also
+        # as the substitute of damaged sample 5 (it was handed out before).
+        fields = [("m", "bool", sfwrite.FIXED, (4,)), ("y", "int64", sfwrite.INLINE, ())]
+        samples = [{"m": np.array([1, 0, 1, i % 2], np.uint8), "y": np.int64(i)} for i in range(8)]
+        samples[6]["m"] = np.array([2, 0, 1, 0], np.uint8)
+        ds = self.written("bool-values", fields, samples)
+        self.flip(ds, 5, entry_size=40)
+        for engine in ("pread", "mmap"):
+            with loader(ds, on_corrupt="skip", engine=engine) as ld:
+                b = next(iter(ld))
+                self.assertEqual(as_numpy(b.source_ids).tolist(), [0, 1, 2, 3, 4, 7, 7, 7], engine)
+                self.assertLessEqual(int(b["m"].view(np.uint8).max()), 1, engine)
+
+    def test_when_nothing_can_substitute_the_error_names_the_damaged_sample(self):
+        fields = [("v", "bytes", sfwrite.VAR, ()), ("y", "int64", sfwrite.INLINE, ())]
+        samples = [{"v": bytes([65 + i]) * (10 + 10 * i), "y": np.int64(i)} for i in range(5)]
+        ds = self.written("nothing-left", fields, samples)
+        for i in range(5):
+            self.flip(ds, i, entry_size=48)
+        with loader(ds, on_corrupt="skip", batch_size=2) as ld:
+            with self.assertRaises(shardfeed.Error) as cm:
+                next(iter(ld))
+        msg = str(cm.exception)
+        self.assertIn("record 0 (sample 0)", msg)  # not the last candidate tried
+        self.assertIn("no substitute among the 4 samples that follow sample 0: 4 damaged, "
+                      "0 too long", msg)
 
     def test_verify_off_reads_the_bytes_as_they_are(self):
         ld = loader(BAD_DS, verify=False)
