@@ -338,7 +338,8 @@ SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
  * naming them when the shard file was cut short since open (every engine,
  * mmap included: never SIGBUS); -errno for an I/O error.
  * After an error the position is unchanged: calling again retries the same
- * batch. */
+ * batch, reading it then (not when the error was returned), so a cause
+ * mended between the calls is seen. */
 SF_API int sf_reader_next(const sf_batch **out, sf_reader *r);
 
 /* Gives a batch's slot back. SF_E_INVALID for a batch not held: one released

@@ -271,12 +271,11 @@ static void unlock_and_wake(sf_reader *r)
 }
 
 /* Under r->lock: moves the delivery position, dropping read-ahead that does
- * not belong to it. Loading slots give back their unclaimed tasks and are
- * freed once their reads in flight finish (batch_ready sees the old gen). */
-static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int force)
+ * not belong to it, and schedules nothing (the next sf_reader_next does).
+ * Loading slots give back their unclaimed tasks and are freed once their
+ * reads in flight finish (batch_ready sees the old gen). */
+static void drop_read_ahead_locked(sf_reader *r, uint64_t epoch, uint64_t index)
 {
-    if (!force && epoch == r->del_epoch && index == r->del_index)
-        return;
     r->gen++;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         reader_slot *s = &r->slots[i];
@@ -293,6 +292,14 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     r->del_index = r->sched_index = index;
     if (epoch != reader_sampler_epoch(r->sampler))
         enter_epoch_locked(r, epoch);
+}
+
+/* drop_read_ahead_locked, then reading from the new position at once. */
+static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int force)
+{
+    if (!force && epoch == r->del_epoch && index == r->del_index)
+        return;
+    drop_read_ahead_locked(r, epoch, index);
     schedule_locked(r);
 }
 
@@ -575,10 +582,12 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
         if (s && s->state == SLOT_READY) {
             int err = atomic_load(&s->err);
             if (err) {
-                /* Drop it and everything read ahead; the next call retries. */
+                /* Drop it and everything read ahead; the next call retries,
+                 * reading then, not now: a cause the caller mends between
+                 * the calls (a shard put back, a store recovered) is seen. */
                 rc = sf_fail(err, "%s", s->errmsg);
                 slot_set_state(r, s, SLOT_READY, SLOT_FREE);
-                reposition_locked(r, r->del_epoch, r->del_index, 1);
+                drop_read_ahead_locked(r, r->del_epoch, r->del_index);
                 break;
             }
             slot_set_state(r, s, SLOT_READY, SLOT_HELD);

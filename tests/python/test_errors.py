@@ -176,6 +176,26 @@ class Corrupt(unittest.TestCase):
                 next(it)
         self.assertEqual(ld.state_dict()["next_batch"], BAD // B)
 
+    def test_a_shard_mended_after_the_error_is_read_by_the_next_call(self):
+        # The retry reads when the next call comes, not when the error is handed out.
+        for engine in ("pread", "mmap", "uring"):
+            mended = os.path.join(TMP, "mended-" + engine)
+            shutil.copytree(BAD_DS, mended)
+            with loader(mended, engine=engine) as ld:
+                it = iter(ld)
+                for _ in range(BAD // B):
+                    next(it)
+                with self.assertRaises(shardfeed.Error):
+                    next(it)
+                with open(os.path.join(DS, BAD_SHARD), "rb") as good, \
+                        open(os.path.join(mended, BAD_SHARD), "r+b") as f:
+                    f.write(good.read())  # in place: the same inode, maps included
+                b = next(it)
+                self.assertEqual(b.index, BAD // B, engine)
+                ds = shardfeed.open(DS)
+                for j, i in enumerate(as_numpy(b.ids)):
+                    np.testing.assert_array_equal(b["img"][j], load_source(SRC, "img", ds.key(int(i))))
+
     def test_random_access_checks_the_record(self):
         ds = shardfeed.open(BAD_DS)
         with self.assertRaises(shardfeed.Error) as cm:
