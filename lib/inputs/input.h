@@ -86,7 +86,11 @@ typedef struct input_format {
      * in order, which lets streaming formats (tar) read forward. */
     int (*cursor_open)(const struct input_set *in, void **cursor);
     /* Writes exactly in->sizes[sample * field_count + field] bytes to dst.
-     * Errors name the input file. */
+     * Errors name the input file. After discovery pack may set in->sizes of
+     * values it stores re-encoded (--image-max-side) and then never reads
+     * those here; so a format that reads more than the value asked for (tar:
+     * all of a sample's members) checks the input against the sizes its own
+     * discovery found, never against in->sizes. */
     int (*read)(void *cursor, const struct input_set *in, uint64_t sample, uint32_t field,
                 uint8_t *dst);
     void (*cursor_close)(void *cursor);

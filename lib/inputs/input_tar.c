@@ -80,6 +80,12 @@ typedef struct tar_priv {
     uint32_t *tar_of; /* [sample]: index into tars */
     uint64_t *ord_of; /* [sample]: ordinal of its first member's header in its tar */
     int64_t *off_of;  /* [sample]: byte offset of that header (its pax/GNU extension headers first) */
+    /* [sample * field_count + field]: each member's size as discovery read
+     * it, what a read checks the tar against. Not in->sizes, which pack
+     * changes to the stored sizes when it re-encodes images
+     * (--image-max-side): a cursor reads a sample's members together, the
+     * re-encoded ones too, and each must still be the size it was. */
+    uint64_t *member_size;
     const uint8_t *mem; /* input_tar_open_memory: the one tar's bytes; NULL: the tars are files */
     size_t mem_len;
 } tar_priv;
@@ -508,6 +514,8 @@ static int take_samples(input_set *in, scan *sc)
     memcpy(in->sizes, sc->sizes, values * sizeof *in->sizes);
     for (uint64_t i = 0; i < values; i++)
         in->bytes_in += in->sizes[i];
+    sc->p->member_size = sc->sizes; /* kept as discovered, whatever in->sizes becomes */
+    sc->sizes = NULL;
     if ((rc = sf_schema_finish(&in->schema)))
         return sf_fail_prefix(rc, in->path);
     return 0;
@@ -632,12 +640,12 @@ static int read_sample(tar_cursor *c, const input_set *in, uint64_t s, int enter
             break;
         int f = sf_schema_find(&in->schema, field);
         if (strcmp(key, in->keys[s]) != 0 || f < 0 || (have >> f & 1) ||
-            (uint64_t)archive_entry_size(e) != in->sizes[s * nf + (uint32_t)f]) {
+            (uint64_t)archive_entry_size(e) != p->member_size[s * nf + (uint32_t)f]) {
             rc = sf_fail(SF_E_INPUT, "%s: member '%s': input changed while packing", tar, name);
             break;
         }
         have |= 1ull << f;
-        rc = read_value(c, tar, name, (uint32_t)f, in->sizes[s * nf + (uint32_t)f]);
+        rc = read_value(c, tar, name, (uint32_t)f, p->member_size[s * nf + (uint32_t)f]);
         got++;
     }
     if (rc) {
@@ -689,10 +697,16 @@ static void tar_cursor_close(void *cursor)
 static int tar_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, uint8_t *dst)
 {
     tar_cursor *c = cursor;
+    const tar_priv *p = in->priv;
+    uint64_t at = s * in->schema.field_count + f, size = in->sizes[at];
+    /* A re-encoded image is read from pack's spool, never from here. */
+    if (size != p->member_size[at])
+        return sf_fail(SF_E_STATE, "%s: sample '%s', field '%s': %llu bytes asked of a %llu-byte member",
+                       p->tars[p->tar_of[s]], in->keys[s], in->schema.fields[f].name, (unsigned long long)size,
+                       (unsigned long long)p->member_size[at]);
     int rc;
     if (c->sample != s && (rc = load_sample(c, in, s)))
         return rc;
-    uint64_t size = in->sizes[s * in->schema.field_count + f];
     if (size)
         memcpy(dst, c->buf[f], size);
     return 0;
@@ -709,6 +723,7 @@ static void tar_free(input_set *in)
     free(p->tar_of);
     free(p->ord_of);
     free(p->off_of);
+    free(p->member_size);
     free(p->plain);
     free(p);
     in->priv = NULL;

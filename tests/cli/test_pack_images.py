@@ -2,7 +2,8 @@
 are stored resized (aspect kept) and re-encoded as RGB JPEG, smaller ones byte for byte; the
 output is the same for any -j and on every run; the options are part of the pack's identity
 (a re-run with other options keeps no shard of the first); the manifest's "image_reencode"
-says what was done; a damaged image stops the pack naming its file. Checked with PIL.
+says what was done; a damaged image stops the pack naming its file; a tar's images are
+re-encoded too, its other members stored as they are. Checked with PIL.
 
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_pack_images.py -v
 """
@@ -13,6 +14,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -211,6 +213,57 @@ class PackImagesTest(ScratchTest):
         # A complete dataset of other options is not "already complete" either.
         p = self.pack("ds", "--image-max-side", 97, check=1)
         self.assertIn("different shardfeed dataset", p.stderr)
+
+    def test_tar_of_jpg_and_cls_samples(self):
+        # A tar reads a sample's members together, the re-encoded ones too: each must still be
+        # checked against the size it was planned with, not the size it is stored at (this failed
+        # as "member '000.jpg': input changed while packing" once an image was re-encoded).
+        base = Image.fromarray(skimage.data.astronaut())
+        sides = [(400, 300), (100, 80), (200, 100), (N, 90), (100, 400), (60, 60)] * 3
+        tar = os.path.join(self.tmp, "samples.tar")
+        want = []
+        with tarfile.open(tar, "w", format=tarfile.GNU_FORMAT) as t:
+            for i, size in enumerate(sides):
+                vals = {"jpg": encode(base.resize(size, Image.BILINEAR), "JPEG", quality=90),
+                        "cls": str(i * 7).encode()}
+                want.append(("%03d" % i, vals))
+                for field in ("jpg", "cls"):
+                    ti = tarfile.TarInfo("%03d.%s" % (i, field))
+                    ti.size = len(vals[field])
+                    t.addfile(ti, io.BytesIO(vals[field]))
+        self.tree = tar
+        # -j1 and -j2, and in two parts merged: the parts sample every shard's first value.
+        self.pack("ds", "--image-max-side", N, "-j", 1)
+        self.pack("ds2", "--image-max-side", N, "-j", 2)
+        d = os.path.join(self.tmp, "ds")
+        self.assertGreater(len(sfspec.read_manifest(d)["shards"]), 1)
+        got = list(sfspec.read_records(d))
+        self.assertEqual([k for k, _ in got], [k for k, _ in want])
+        resized = 0
+        for (key, rec), (_, vals), (w, h) in zip(got, want, sides):
+            self.assertEqual(bytes(rec["cls"]), vals["cls"], key)
+            out = Image.open(io.BytesIO(bytes(rec["jpg"])))
+            if max(w, h) <= N:
+                self.assertEqual(bytes(rec["jpg"]), vals["jpg"], key)
+                self.assertEqual(out.size, (w, h), key)
+                continue
+            resized += 1
+            self.assertEqual(out.size, (round(w * N / max(w, h)), round(h * N / max(w, h))), key)
+            self.assertEqual((out.format, out.mode), ("JPEG", "RGB"), key)
+        self.assertEqual(resized, 9)
+        self.assertEqual(self.reencode_entry("ds"), (N, 90, resized))
+        run("verify", d, check=0)
+        files = {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+        d2 = os.path.join(self.tmp, "ds2")
+        self.assertEqual({n: open(os.path.join(d2, n), "rb").read() for n in sorted(os.listdir(d2))}, files)
+        parts = [os.path.join(self.tmp, "part%d" % k) for k in (0, 1)]
+        for k, part in enumerate(parts):
+            run("pack", tar, "-o", part, "--shard-size", "64KiB", "--image-max-side", N, "--part", "%d/2" % k,
+                check=0)
+        merged = os.path.join(self.tmp, "merged")
+        run("merge", *parts, "-o", merged, check=0)
+        self.assertEqual({n: open(os.path.join(merged, n), "rb").read() for n in sorted(os.listdir(merged))},
+                         files)
 
     def test_damaged_image_names_its_file(self):
         self.tree = os.path.join(self.tmp, "tree")
