@@ -29,8 +29,9 @@ typedef struct sf_pack_opts {
     sf_pack_progress_fn progress; /* NULL: none */
     void *progress_ctx;
     /* "auto" or NULL (from the input: a directory of .npy files, of tar
-     * files or of class folders; a .tar file; a .csv/.tsv/.txt list),
-     * "npy", "imagefolder", "list" or "tar". */
+     * files or of class folders; a .tar file; a .csv/.tsv/.txt list; a
+     * directory holding the inputs of more than one is refused, naming
+     * them), "npy", "imagefolder", "list" or "tar". */
     const char *input_format;
     /* "FIELD=zstd[:LEVEL][,FIELD=...]", or NULL: nothing compressed. */
     const char *compress;

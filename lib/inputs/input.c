@@ -3,6 +3,7 @@
  * share is input_util.c. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,33 +38,116 @@ static void join_hints(char *buf, size_t cap, int dir)
                                  hint[i]);
 }
 
-/* A folder's format: the first format (in table order) that some entry of
- * the folder marks as its own. Stops reading at an entry of the first. */
+/* 1 when folder entry `de` is a folder (symlinks followed). */
+static int entry_is_dir(DIR *d, const struct dirent *de)
+{
+    if (de->d_type != DT_UNKNOWN && de->d_type != DT_LNK)
+        return de->d_type == DT_DIR;
+    struct stat st;
+    return fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The entries of a folder that mark one format as its own. */
+typedef struct dir_marks {
+    uint64_t count;
+    char first[256]; /* the first name in bytewise order, for messages */
+} dir_marks;
+
+/* Counts, for each format with a dir_hint, the entries of the folder it
+ * marks; with `confirm`, only those its detect_confirm (if any) keeps. */
+static int count_marks(dir_marks *m, DIR *d, const char *path, int confirm)
+{
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
+            continue;
+        int is_dir = entry_is_dir(d, de);
+        for (size_t i = 0; i < FORMAT_COUNT; i++) {
+            const input_format *f = formats[i];
+            if (!f->dir_hint || !f->detect(n, is_dir) ||
+                (confirm && f->detect_confirm && !f->detect_confirm(dirfd(d), n)))
+                continue;
+            if (m[i].count++ == 0 || strcmp(n, m[i].first) < 0)
+                snprintf(m[i].first, sizeof m[i].first, "%s", n);
+        }
+        errno = 0;
+    }
+    if (errno)
+        return sf_fail(SF_E_INPUT, "%s: reading folder: %s", path, sf_errno_text(errno));
+    return 0;
+}
+
+/* "tar (1 tar file: 'x.tar') and imagefolder (2 class folders with
+ * images, e.g. 'cat')", and "--input-format tar or --input-format
+ * imagefolder", for the formats marked. */
+static int refuse_ambiguous(const char *path, const dir_marks *m, size_t marked)
+{
+    char what[2048], names[512];
+    size_t used = 0, nused = 0, k = 0;
+    what[0] = names[0] = '\0';
+    for (size_t i = 0; i < FORMAT_COUNT; i++) {
+        if (!m[i].count)
+            continue;
+        const char *sep = k == 0 ? "" : k + 1 < marked ? ", " : " and ";
+        const char *nsep = k == 0 ? "" : k + 1 < marked ? ", " : " or ";
+        k++;
+        if (used < sizeof what)
+            used += (size_t)snprintf(what + used, sizeof what - used, "%s%s (%llu %s%s'%s')", sep,
+                                     formats[i]->name, (unsigned long long)m[i].count,
+                                     formats[i]->dir_count[m[i].count > 1], m[i].count > 1 ? ", e.g. " : ": ",
+                                     m[i].first);
+        if (nused < sizeof names)
+            nused += (size_t)snprintf(names + nused, sizeof names - nused, "%s--input-format %s", nsep,
+                                      formats[i]->name);
+    }
+    return sf_fail(SF_E_INPUT,
+                   "%s: this folder holds the inputs of more than one format: %s; cannot tell which one to "
+                   "pack: name it with %s",
+                   path, what, names);
+}
+
+/* A folder's format: the one format that some entry of the folder marks
+ * as its own. Entries of several formats are refused, naming them: picking
+ * one would drop the other's samples without a word. */
 static int detect_dir(const input_format **out, const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
         return sf_fail(SF_E_INPUT, "%s: cannot open: %s", path, sf_errno_text(errno));
-    size_t best = FORMAT_COUNT;
-    struct dirent *de;
-    while (best > 0 && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
-            continue;
-        struct stat st;
-        int is_dir = fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
-        for (size_t i = 0; i < best; i++)
-            if (formats[i]->dir_hint && formats[i]->detect(de->d_name, is_dir))
-                best = i;
+    dir_marks m[FORMAT_COUNT];
+    memset(m, 0, sizeof m);
+    int rc = count_marks(m, d, path, 0);
+    size_t marked = 0, confirmable = 0;
+    for (size_t i = 0; i < FORMAT_COUNT; i++) {
+        marked += m[i].count > 0;
+        confirmable += m[i].count > 0 && formats[i]->detect_confirm;
+    }
+    /* Several formats: the closer look of the ones that have one. */
+    if (!rc && marked > 1 && confirmable) {
+        memset(m, 0, sizeof m);
+        rewinddir(d);
+        rc = count_marks(m, d, path, 1);
+        marked = 0;
+        for (size_t i = 0; i < FORMAT_COUNT; i++)
+            marked += m[i].count > 0;
     }
     closedir(d);
-    if (best == FORMAT_COUNT) {
-        char hints[512];
-        join_hints(hints, sizeof hints, 1);
-        return sf_fail(SF_E_INPUT, "%s: no %s: cannot tell the input format (name it: the input_format option)", path,
-                       hints);
+    if (rc)
+        return rc;
+    if (marked > 1)
+        return refuse_ambiguous(path, m, marked);
+    for (size_t i = 0; i < FORMAT_COUNT; i++) {
+        if (m[i].count) {
+            *out = formats[i];
+            return 0;
+        }
     }
-    *out = formats[best];
-    return 0;
+    char hints[512];
+    join_hints(hints, sizeof hints, 1);
+    return sf_fail(SF_E_INPUT, "%s: no %s: cannot tell the input format (name it: the input_format option)", path,
+                   hints);
 }
 
 static int detect(const input_format **out, const char *path)

@@ -68,15 +68,26 @@ typedef struct input_export {
  * number_text.h) but never call back into the table. */
 typedef struct input_format {
     const char *name; /* "npy", "imagefolder", "list", "tar": --input-format and the manifest's "source" */
-    /* Detection (--input-format auto), which asks the formats in the order
-     * of INPUT_FORMAT_LIST, the first one that says yes winning. A format
-     * with a dir_hint takes a folder: it says yes when detect(name, is_dir)
-     * is 1 for any entry of the folder. One with a file_hint takes a file:
-     * yes when detect is 1 for the file's own path. The hints say what the
-     * format looks for, in messages: ".npy files", "a .csv, .tsv or .txt
-     * list". */
+    /* Detection (--input-format auto). A format with a file_hint takes a
+     * file: the first, in the order of INPUT_FORMAT_LIST, for which
+     * detect(path, 0) is 1. One with a dir_hint takes a folder: it marks
+     * the folder's entries for which detect(name, is_dir) is 1. A folder is
+     * the one format that marks any of its entries; when entries of more
+     * than one are found, detection refuses, naming each format and what
+     * marked it, rather than pick one: the user names the format. The
+     * hints say what the format looks for, in messages: ".npy files", "a
+     * .csv, .tsv or .txt list"; dir_count names a count of the entries
+     * that marked it, one and many: "tar file", "tar files". */
     const char *dir_hint, *file_hint;
+    const char *dir_count[2];
     int (*detect)(const char *name, int is_dir);
+    /* Asked only of a folder whose entries several formats mark, for each
+     * entry this format marked (`name` in the folder open at dirfd):
+     * whether it still marks the folder, 1, or not, 0. ImageFolder's: a
+     * folder holding an image file, so that a folder of tars with other
+     * folders in it is still a tar input (those folders are skipped). NULL:
+     * every entry detect marks. */
+    int (*detect_confirm)(int dirfd, const char *name);
     /* Lists the input at `path`, orders its samples, derives and finishes
      * the schema and fills keys and sizes (input_alloc); errors name the
      * input. Called on an input_set that input_open prepared; what it
@@ -102,7 +113,8 @@ typedef struct input_format {
     input_export export; /* writing a dataset back in this format's layout */
 } input_format;
 
-/* The formats, in the order detection asks them. Adding one: a file
+/* The formats, in the order detection asks them about a file (and lists
+ * them in messages). Adding one: a file
  * input_NAME.c defining `const input_format input_format_NAME`, and X(NAME)
  * here. */
 #define INPUT_FORMAT_LIST(X) X(npy) X(tar) X(imagefolder) X(list)

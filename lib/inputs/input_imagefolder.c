@@ -429,6 +429,51 @@ static int if_detect(const char *name, int is_dir)
     return is_dir;
 }
 
+/* Below folder `fd` (closed here), an image file at any depth, folders
+ * followed through symlinks as discovery follows them; `anc` holds the
+ * folders above it, so that a symlink loop ends the search. */
+static int holds_image(int fd, dev_t *anc_dev, ino_t *anc_ino, int depth)
+{
+    struct stat st;
+    DIR *d = NULL;
+    int loop = fstat(fd, &st) != 0 || depth == 64;
+    for (int i = 0; i < depth && !loop; i++)
+        loop = anc_dev[i] == st.st_dev && anc_ino[i] == st.st_ino;
+    if (loop || !(d = fdopendir(fd))) {
+        close(fd);
+        return 0;
+    }
+    anc_dev[depth] = st.st_dev;
+    anc_ino[depth] = st.st_ino;
+    int hit = 0;
+    struct dirent *de;
+    while (!hit && (de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
+            continue;
+        int sub = -1;
+        if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN || de->d_type == DT_LNK)
+            sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sub >= 0)
+            hit = holds_image(sub, anc_dev, anc_ino, depth + 1);
+        else
+            hit = de->d_type != DT_DIR && is_image_name(n);
+    }
+    closedir(d);
+    return hit;
+}
+
+/* Detection, when the root also holds another format's entries: a class
+ * folder counts only when it holds an image (a folder it cannot read holds
+ * none). Stops at the first image. */
+static int if_detect_confirm(int dirfd, const char *name)
+{
+    dev_t dev[64];
+    ino_t ino[64];
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd >= 0 && holds_image(fd, dev, ino, 0);
+}
+
 static void if_value_source(char *buf, size_t cap, const input_set *in, uint64_t sample, uint32_t field)
 {
     (void)field;
@@ -438,7 +483,9 @@ static void if_value_source(char *buf, size_t cap, const input_set *in, uint64_t
 const input_format input_format_imagefolder = {
     .name = "imagefolder",
     .dir_hint = "class folders",
+    .dir_count = {"class folder with images", "class folders with images"},
     .detect = if_detect,
+    .detect_confirm = if_detect_confirm,
     .discover = if_discover,
     .cursor_open = input_no_cursor_open,
     .read = if_read,

@@ -373,6 +373,7 @@ static int npy_detect(const char *name, int is_dir)
 const input_format input_format_npy = {
     .name = "npy",
     .dir_hint = ".npy files",
+    .dir_count = {".npy file", ".npy files"},
     .detect = npy_detect,
     .discover = npy_discover,
     .cursor_open = npy_cursor_open,

@@ -812,6 +812,7 @@ static int tar_read(void *cursor, const input_set *in, uint64_t s, uint32_t f, u
 const input_format input_format_tar = {
     .name = "tar",
     .dir_hint = "tar files",
+    .dir_count = {"tar file", "tar files"},
     .file_hint = "a .tar, .tar.gz, .tgz, .tar.zst, .tar.xz or .tar.bz2 file",
     .detect = tar_detect,
     .discover = tar_discover,

@@ -5,9 +5,11 @@ the same tree byte for byte, clear errors for bad trees.
 Run by ctest (SHARDFEED, SF_TEST_TMP in the environment) or by hand:
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_imagefolder.py -v
 """
+import io
 import json
 import os
 import sys
+import tarfile
 import unittest
 
 import numpy as np
@@ -123,6 +125,32 @@ class ImageFolder(ScratchTest):
         p = self.pack("--shard-size", "20KiB")
         self.assertIn("finished shards kept", p.stdout)
         self.assertEqual(tree_files(self.out), before)
+
+    def test_root_that_also_holds_a_tar_is_refused_until_the_format_is_named(self):
+        # Detection took the tar (.npy files, then tars, then class folders) and packed its one
+        # member, exit 0, every class dropped without a word.
+        make_tree(self.root, classes=["cat", "dog"])
+        with tarfile.open(os.path.join(self.root, "extras.tar"), "w") as t:
+            ti = tarfile.TarInfo("000.txt")
+            ti.size = 1
+            t.addfile(ti, io.BytesIO(b"z"))
+        p = self.pack(check=1)
+        self.assertIn(self.root + ": this folder holds the inputs of more than one format: tar (1 tar file: "
+                      "'extras.tar') and imagefolder (2 class folders with images, e.g. 'cat'); cannot tell which "
+                      "one to pack: name it with --input-format tar or --input-format imagefolder", p.stderr)
+        self.assertFalse(os.path.exists(self.out))
+        # Named, either packs: the classes (the tar skipped among ROOT's files), or the tar alone.
+        p = self.pack("--input-format", "imagefolder")
+        self.assertIn("skipped 4 file(s)", p.stdout)  # README, extras.tar, 2 notes.txt
+        m = sfspec.read_manifest(self.out)
+        self.assertEqual((m["metadata"]["source"], sfspec.class_names(m)), (b"imagefolder", ["cat", "dog"]))
+        files = tree_files(self.root)
+        got = {k: bytes(v["image"]) for k, v in sfspec.read_records(self.out)}
+        self.assertEqual(got, {k: v for k, v in files.items() if k.lower().endswith((".png", ".jpg"))})
+        tar_out = os.path.join(self.tmp, "tar")
+        run("pack", self.root, "-o", tar_out, "--input-format", "tar", check=0)
+        self.assertEqual(sfspec.read_manifest(tar_out)["metadata"]["source"], b"tar")
+        self.assertEqual([(k, bytes(v["txt"])) for k, v in sfspec.read_records(tar_out)], [("000", b"z")])
 
     def assert_fails(self, *needles, root=None):
         p = self.pack(check=1, root=root)

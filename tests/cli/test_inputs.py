@@ -289,6 +289,23 @@ class TarInput(Base):
             with open(os.path.join(a, name), "rb") as fa, open(os.path.join(b, name), "rb") as fb:
                 self.assertEqual(fa.read(), fb.read(), name)
 
+    def test_folder_of_tars_with_other_folders(self):
+        # Folders without images are skipped, as ever; one with an image makes the folder an
+        # ImageFolder too, which auto-detection refuses rather than drop either.
+        d, want = self.make_dir_of_tars()
+        os.makedirs(os.path.join(d, "logs", "old"))
+        with open(os.path.join(d, "logs", "old", "run.txt"), "w") as f:
+            f.write("x")
+        self.pack(d, out=os.path.join(self.tmp, "auto"))
+        self.check_dataset(os.path.join(self.tmp, "auto"), "tar", TAR_FIELDS, want)
+        with open(os.path.join(d, "logs", "old", "plot.png"), "wb") as f:
+            f.write(b"x")
+        self.assert_fails(d, d + ": this folder holds the inputs of more than one format: tar (3 tar files, e.g. "
+                          "'shard-10.tar.gz') and imagefolder (1 class folder with images: 'logs'); cannot tell "
+                          "which one to pack: name it with --input-format tar or --input-format imagefolder")
+        self.pack(d, "--input-format", "tar", out=os.path.join(self.tmp, "named"))
+        self.check_dataset(os.path.join(self.tmp, "named"), "tar", TAR_FIELDS, want)
+
     def bad(self, members, mode="w", name="bad.tar"):
         path = os.path.join(self.tmp, name)
         make_tar(path, members, mode)

@@ -1,5 +1,5 @@
-/* Unit tests of the inputs layer: the table of formats (names, detection
- * order, messages), and how the packer opens input files: an input that
+/* Unit tests of the inputs layer: the table of formats (names, detection,
+ * messages), and how the packer opens input files: an input that
  * became a FIFO (or any other non-regular file) between discovery and the
  * read of its value is refused, naming it, and never waited on. Each of
  * those tests runs discovery (input_open), swaps one of the discovered
@@ -211,23 +211,78 @@ Test(pack_inputs, an_unknown_format_lists_the_formats)
     input_free(&in);
 }
 
-/* A folder's format is the first, in the table's order, that one of its
- * entries marks: .npy files before tar files before class folders. */
-Test(pack_inputs, detection_order_in_a_folder)
+/* Detection's message for the folder `rel`, which it must refuse. */
+static const char *refused(const char *rel)
+{
+    static char msg[4096];
+    char p[4200];
+    path_of(p, sizeof p, rel);
+    input_set in;
+    cr_assert_eq(input_open(&in, p, "auto"), SF_E_INPUT, "%s was not refused", rel);
+    cr_assert_null(in.ops, "%s: detection picked %s", rel, in.ops ? in.ops->name : "");
+    snprintf(msg, sizeof msg, "%s", sf_last_error());
+    input_free(&in);
+    return msg;
+}
+
+/* A folder is the one format whose entries it holds: .npy files, tar
+ * files or class folders. Entries of several are refused, naming each
+ * format and what marked it; a folder without images does not count as a
+ * class then (a folder of tars may hold other folders). */
+Test(pack_inputs, detection_in_a_folder)
 {
     make_dir("d1");
     make_dir("d1/c");
     write_rel("d1/x.npy", "not npy", 7);
     write_rel("d1/t.tar", "not tar", 7);
-    cr_assert_eq(detected("d1"), &input_format_npy);
+    const char *msg = refused("d1");
+    cr_assert(strstr(msg, "d1: this folder holds the inputs of more than one format: npy (1 .npy file: 'x.npy') "
+                          "and tar (1 tar file: 't.tar'); cannot tell which one to pack: name it with "
+                          "--input-format npy or --input-format tar"),
+              "message: %s", msg);
     make_dir("d2");
     make_dir("d2/c");
+    make_dir("d2/logs");
+    write_rel("d2/logs/run.txt", "x", 1);
     write_rel("d2/t.TAR.GZ", "not tar", 7);
     cr_assert_eq(detected("d2"), &input_format_tar);
+    /* A class folder with an image, however deep: an ImageFolder too. */
+    make_dir("d2/c/sub");
+    write_rel("d2/c/sub/1.JPG", "x", 1);
+    make_dir("d2/b");
+    write_rel("d2/b/2.png", "x", 1);
+    write_rel("d2/a.tar", "not tar", 7);
+    msg = refused("d2");
+    cr_assert(strstr(msg, "d2: this folder holds the inputs of more than one format: tar (2 tar files, e.g. "
+                          "'a.tar') and imagefolder (2 class folders with images, e.g. 'b'); cannot tell which "
+                          "one to pack: name it with --input-format tar or --input-format imagefolder"),
+              "message: %s", msg);
+    /* .npy files, tar files and classes: all three named. */
+    write_rel("d2/x_0.npy", "not npy", 7);
+    msg = refused("d2");
+    cr_assert(strstr(msg, ": npy (1 .npy file: 'x_0.npy'), tar (2 tar files, e.g. 'a.tar') and imagefolder (2 "
+                          "class folders with images, e.g. 'b'); ") &&
+                  strstr(msg, "name it with --input-format npy, --input-format tar or --input-format imagefolder"),
+              "message: %s", msg);
+    /* A symlink loop in a folder without images ends the look. */
+    make_dir("d4");
+    make_dir("d4/c");
+    char p[4200];
+    path_of(p, sizeof p, "d4/c/up");
+    cr_assert_eq(symlink("..", p), 0);
+    write_rel("d4/t.tar", "not tar", 7);
+    cr_assert_eq(detected("d4"), &input_format_tar);
+    /* One format's entries alone: that format, as ever. */
     make_dir("d3");
     make_dir("d3/x.npy"); /* a folder, however it is named: a class */
     write_rel("d3/notes.csv", "a,b\n", 4);
     cr_assert_eq(detected("d3"), &input_format_imagefolder);
+    make_dir("d5");
+    write_rel("d5/x_0.npy", "not npy", 7);
+    write_rel("d5/notes.txt", "x", 1);
+    cr_assert_eq(detected("d5"), &input_format_npy);
+    make_dir("d5/c"); /* no image: not a class, as before */
+    cr_assert_eq(detected("d5"), &input_format_npy);
 }
 
 Test(pack_inputs, detection_of_a_file_by_its_name)
