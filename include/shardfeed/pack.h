@@ -88,15 +88,16 @@ SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const 
 
 /* sf_pack_merge flags. */
 #define SF_MERGE_FORCE 1u         /* replace a shardfeed dataset already in OUTPUT_DIR */
-#define SF_MERGE_IGNORE_MTIMES 2u /* parts whose inputs' modification times differ merge */
+#define SF_MERGE_IGNORE_MTIMES 2u /* parts whose inputs differ only in modification times merge */
 
 /* Joins the parts of one --part run (their directories, in any order)
  * into OUTPUT_DIR: shards are copied and only their headers and footers
  * rewritten, so the result is byte for byte what a single pack of the
  * whole input writes. Fails, naming the part, when a part is missing,
  * repeated, from another run, or planned from another input (its
- * "part_input": the input files' names, sizes and modification times,
- * and a sample of values). `flags`: SF_MERGE_*. result->bytes_in is 0. */
+ * "part_input" and "part_files": the input files' names, sizes and
+ * modification times, a list input's list file, and a sample of values;
+ * the message says which differ). `flags`: SF_MERGE_*. result->bytes_in is 0. */
 SF_API int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_parts,
                          const char *output_dir, unsigned flags);
 

@@ -16,7 +16,7 @@
 
 /* ---- version (SPEC.md "Versions") ---- */
 #define SF_FORMAT_MAJOR 1
-#define SF_FORMAT_MINOR 2
+#define SF_FORMAT_MINOR 3
 
 /* ---- file names inside a dataset directory ---- */
 #define SF_MANIFEST_NAME "manifest.sfm"
@@ -223,6 +223,11 @@ void sf_manifest_clear(sf_manifest *m);
 /* "part_input" (1.2): u64 files hash, u64 values hash of the input the
  * part was planned from; merge compares them across parts. */
 #define SF_PART_INPUT_SIZE 16
+/* "part_files" (1.3): u64 names hash, u64 names-and-sizes hash; for a list
+ * input then u64 list size, u64 list hash and the list's base name (1 to
+ * 255 bytes, no NUL). */
+#define SF_PART_FILES_SIZE 16
+#define SF_PART_FILES_LIST_SIZE 32
 /* Bytes of the "image_reencode" metadata value (SPEC.md "Metadata"). */
 #define SF_IMAGE_REENCODE_SIZE 16
 

@@ -96,6 +96,11 @@ static int check_known(const uint8_t *key, uint32_t klen, const uint8_t *v, uint
     }
     if (key_is(key, klen, "part_input") && vlen != SF_PART_INPUT_SIZE)
         return sf_fail(SF_E_CORRUPT, "metadata part_input: %u bytes, not %u", vlen, SF_PART_INPUT_SIZE);
+    if (key_is(key, klen, "part_files") && vlen != SF_PART_FILES_SIZE &&
+        (vlen <= SF_PART_FILES_LIST_SIZE || vlen > SF_PART_FILES_LIST_SIZE + 255 ||
+         memchr(v + SF_PART_FILES_LIST_SIZE, '\0', vlen - SF_PART_FILES_LIST_SIZE)))
+        return sf_fail(SF_E_CORRUPT, "metadata part_files: %u bytes, not %u or %u plus a name of 1 to 255 bytes without NUL",
+                       vlen, SF_PART_FILES_SIZE, SF_PART_FILES_LIST_SIZE);
     if (key_is(key, klen, "image_reencode")) {
         if (vlen != SF_IMAGE_REENCODE_SIZE)
             return sf_fail(SF_E_CORRUPT, "metadata image_reencode: %u bytes, not %u", vlen,
@@ -265,11 +270,14 @@ int sf_metadata_class_names(sf_class_name **out, uint32_t *n, const sf_manifest 
     return 0;
 }
 
-/* ---- "part" and "part_input" ---- */
+/* ---- "part", "part_input" and "part_files" ---- */
 
 int sf_metadata_add_part(sf_metadata_builder *b, const sf_part_info *p)
 {
-    uint8_t part[SF_PART_INFO_SIZE], input[SF_PART_INPUT_SIZE];
+    uint8_t part[SF_PART_INFO_SIZE], input[SF_PART_INPUT_SIZE], files[SF_PART_FILES_LIST_SIZE + 255];
+    size_t name = p->has_files && p->has_list ? strnlen(p->list_name, sizeof p->list_name) : 0;
+    if (p->has_files && p->has_list && (name == 0 || name > 255))
+        return sf_fail(SF_E_INVALID, "part_files: a list name of %zu bytes (1 to 255)", name);
     sf_put_le32(part, p->index);
     sf_put_le32(part + 4, p->count);
     sf_put_le64(part + 8, p->whole_dataset_id);
@@ -280,7 +288,20 @@ int sf_metadata_add_part(sf_metadata_builder *b, const sf_part_info *p)
     sf_put_le64(input, p->files_hash);
     sf_put_le64(input + 8, p->values_hash);
     int rc = sf_metadata_add(b, "part", part, sizeof part);
-    return rc ? rc : sf_metadata_add(b, "part_input", input, sizeof input);
+    if (!rc)
+        rc = sf_metadata_add(b, "part_input", input, sizeof input);
+    if (rc || !p->has_files)
+        return rc;
+    uint32_t len = SF_PART_FILES_SIZE;
+    sf_put_le64(files, p->names_hash);
+    sf_put_le64(files + 8, p->sizes_hash);
+    if (p->has_list) {
+        sf_put_le64(files + 16, p->list_size);
+        sf_put_le64(files + 24, p->list_hash);
+        memcpy(files + SF_PART_FILES_LIST_SIZE, p->list_name, name);
+        len = SF_PART_FILES_LIST_SIZE + (uint32_t)name;
+    }
+    return sf_metadata_add(b, "part_files", files, len);
 }
 
 int sf_metadata_part(sf_part_info *out, const sf_manifest *m)
@@ -303,12 +324,24 @@ int sf_metadata_part(sf_part_info *out, const sf_manifest *m)
         out->files_hash = sf_get_le64(v);
         out->values_hash = sf_get_le64(v + 8);
     }
+    if (sf_metadata_find(&v, &len, m, "part_files")) {
+        out->has_files = 1;
+        out->names_hash = sf_get_le64(v);
+        out->sizes_hash = sf_get_le64(v + 8);
+        if (len > SF_PART_FILES_LIST_SIZE) {
+            out->has_list = 1;
+            out->list_size = sf_get_le64(v + 16);
+            out->list_hash = sf_get_le64(v + 24);
+            memcpy(out->list_name, v + SF_PART_FILES_LIST_SIZE, len - SF_PART_FILES_LIST_SIZE);
+        }
+    }
     return 1;
 }
 
 int sf_metadata_is_part_key(const uint8_t *key, uint32_t key_len)
 {
-    return key_is(key, key_len, "part") || key_is(key, key_len, "part_input");
+    return key_is(key, key_len, "part") || key_is(key, key_len, "part_input") ||
+           key_is(key, key_len, "part_files");
 }
 
 /* ---- "image_reencode" ---- */

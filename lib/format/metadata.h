@@ -64,7 +64,7 @@ int sf_metadata_add_class_names(sf_metadata_builder *b, char *const *names, uint
  * it) pointing into m->metadata, or NULL and 0 when there are none. */
 int sf_metadata_class_names(sf_class_name **out, uint32_t *n, const sf_manifest *m);
 
-/* ---- "part" and "part_input" ---- */
+/* ---- "part", "part_input" and "part_files" ---- */
 
 /* One part K of N of a --part run (SPEC.md "Metadata", "Parts"). */
 typedef struct sf_part_info {
@@ -77,15 +77,23 @@ typedef struct sf_part_info {
     int has_input;
     uint64_t files_hash;  /* names, sizes and modification times */
     uint64_t values_hash; /* a sample of the values */
+    /* "part_files" (format 1.3): the same files' names, and names and
+     * sizes, apart from their times, so that merge can ignore only the
+     * times and say what differs; for a list input, its list file. */
+    int has_files;
+    uint64_t names_hash, sizes_hash;
+    int has_list;
+    uint64_t list_size, list_hash; /* bytes, XXH3-64 of them */
+    char list_name[256];           /* base name, 1 to 255 bytes */
 } sf_part_info;
 
-/* Appends "part" and "part_input". */
+/* Appends "part", "part_input" and (has_files) "part_files". */
 int sf_metadata_add_part(sf_metadata_builder *b, const sf_part_info *p);
 /* The part a decoded manifest describes: 1 with *out set, 0 when it is not
  * a part (no "part" entry). */
 int sf_metadata_part(sf_part_info *out, const sf_manifest *m);
-/* 1 for the keys only a part has ("part", "part_input"): a merged dataset
- * drops them. */
+/* 1 for the keys only a part has ("part", "part_input", "part_files"): a
+ * merged dataset drops them. */
 int sf_metadata_is_part_key(const uint8_t *key, uint32_t key_len);
 
 /* ---- "image_reencode" ---- */

@@ -136,11 +136,18 @@ typedef struct input_set {
     uint32_t class_count;
     uint64_t skipped;       /* files found but not packed (ImageFolder: no image extension) */
     char skipped_example[512];
-    /* Every input file discovery stat'ed, as an order-free sum of a hash
-     * of each one's name, size and modification time (input_note_file),
-     * so that every machine of a --part run gets the same value whatever
-     * order its directories list in. */
-    uint64_t files_sum, file_count;
+    /* Every input file discovery stat'ed, as order-free sums of a hash
+     * of each one's name, size and modification time (files_sum), of its
+     * name and size (sizes_sum) and of its name alone (names_sum)
+     * (input_note_file), so that every machine of a --part run gets the
+     * same values whatever order its directories list in, and merge can
+     * tell which of them differ. */
+    uint64_t files_sum, sizes_sum, names_sum, file_count;
+    /* A list input: its list file (base name, size, XXH3-64 of its bytes),
+     * which alone holds the labels and other columns. */
+    int has_list;
+    uint64_t list_size, list_hash;
+    char list_name[256];
 } input_set;
 
 /* The format called `name`; NULL when there is none. */
@@ -154,7 +161,9 @@ void input_free(input_set *in);
 /* Where the value of `field` of `sample` comes from, for messages: its
  * file's path where the format knows it (input_format.value_source). */
 void input_value_source(char *buf, size_t cap, const input_set *in, uint64_t sample, uint32_t field);
-/* The identity of the input's files: a hash of files_sum and file_count. */
-uint64_t input_files_hash(const input_set *in);
+/* The identity of the input's files: a hash of file_count with files_sum
+ * (names, sizes and modification times), sizes_sum (names and sizes) and
+ * names_sum (names), SPEC.md "part_input" and "part_files". */
+void input_files_hashes(const input_set *in, uint64_t *files, uint64_t *sizes, uint64_t *names);
 
 #endif

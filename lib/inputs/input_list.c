@@ -600,7 +600,14 @@ static int list_discover(input_set *in, const char *path)
     if (rc)
         return rc;
     const char *base = strrchr(path, '/');
-    input_note_file(in, base ? base + 1 : path, (uint64_t)st.st_size, input_mtime_ns(&st));
+    base = base ? base + 1 : path;
+    input_note_file(in, base, (uint64_t)st.st_size, input_mtime_ns(&st));
+    /* The list alone holds the labels (the dataset_id has only their
+     * sizes): a part records its bytes' hash, for merge to compare. */
+    in->has_list = 1;
+    in->list_size = (uint64_t)len;
+    in->list_hash = sf_hash(buf, len);
+    snprintf(in->list_name, sizeof in->list_name, "%s", base);
     return parse_list(in, path, buf, len, 1);
 }
 

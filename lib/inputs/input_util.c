@@ -106,20 +106,30 @@ uint64_t input_mtime_ns(const struct stat *st)
 void input_note_file(input_set *in, const char *name, uint64_t size, uint64_t mtime_ns)
 {
     uint8_t num[16];
+    size_t len = strlen(name);
     sf_put_le64(num, size);
     sf_put_le64(num + 8, mtime_ns);
-    /* A sum: the same for any order of discovery (readdir's order differs
+    /* Sums: the same for any order of discovery (readdir's order differs
      * between machines and file systems). */
-    in->files_sum += XXH3_64bits_withSeed(name, strlen(name), sf_hash(num, sizeof num));
+    in->files_sum += XXH3_64bits_withSeed(name, len, sf_hash(num, sizeof num));
+    in->sizes_sum += XXH3_64bits_withSeed(name, len, sf_hash(num, 8));
+    in->names_sum += sf_hash(name, len);
     in->file_count++;
 }
 
-uint64_t input_files_hash(const input_set *in)
+static uint64_t sum_hash(uint64_t sum, uint64_t count)
 {
     uint8_t buf[16];
-    sf_put_le64(buf, in->files_sum);
-    sf_put_le64(buf + 8, in->file_count);
+    sf_put_le64(buf, sum);
+    sf_put_le64(buf + 8, count);
     return sf_hash(buf, sizeof buf);
+}
+
+void input_files_hashes(const input_set *in, uint64_t *files, uint64_t *sizes, uint64_t *names)
+{
+    *files = sum_hash(in->files_sum, in->file_count);
+    *sizes = sum_hash(in->sizes_sum, in->file_count);
+    *names = sum_hash(in->names_sum, in->file_count);
 }
 
 int input_data_file_layout(input_layout *l)

@@ -63,9 +63,50 @@ static int whole_metadata(uint8_t **out, uint32_t *size, const sf_manifest *m)
     return 0;
 }
 
+/* What a part of format 1.3 records of its input's files (part_files) and
+ * a part of 1.2 does not: names and sizes apart from modification times,
+ * and a list input's list file. The first difference found, naming both
+ * parts (b is part 0). Refused also under ignore_mtimes. */
+static int check_same_files(const part *a, const part *b)
+{
+    const sf_part_info *x = &a->info, *y = &b->info;
+    if (x->has_list != y->has_list)
+        return sf_fail(SF_E_INPUT, "%s and %s were packed from different inputs (only %s from a list file); refusing to merge them",
+                       b->dir, a->dir, x->has_list ? a->dir : b->dir);
+    if (x->has_list && strcmp(x->list_name, y->list_name) != 0)
+        return sf_fail(SF_E_INPUT, "%s and %s were packed from list files of different names ('%s' and '%s'); refusing to merge them",
+                       b->dir, a->dir, y->list_name, x->list_name);
+    if (x->has_list && x->list_size != y->list_size)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from different versions of the list file '%s' (%llu bytes "
+                       "for %s, %llu bytes for %s): their labels or other columns differ; refusing to "
+                       "merge them, also with the ignore_mtimes option",
+                       b->dir, a->dir, x->list_name, (unsigned long long)y->list_size, b->dir,
+                       (unsigned long long)x->list_size, a->dir);
+    if (x->has_list && x->list_hash != y->list_hash)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from different versions of the list file '%s' (the same "
+                       "size, %llu bytes, other bytes): their labels or other columns differ; refusing "
+                       "to merge them, also with the ignore_mtimes option",
+                       b->dir, a->dir, x->list_name, (unsigned long long)x->list_size);
+    if (x->names_hash != y->names_hash)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from inputs whose file names differ (a file added, removed "
+                       "or renamed between the parts); refusing to merge them, also with the ignore_mtimes option",
+                       b->dir, a->dir);
+    if (x->sizes_hash != y->sizes_hash)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from input files with the same names but different sizes "
+                       "(an input changed between the parts); refusing to merge them, also with the "
+                       "ignore_mtimes option",
+                       b->dir, a->dir);
+    return 0;
+}
+
 /* The parts were planned from one input: the same files (names, sizes and,
- * unless ignore_mtimes, modification times) and the same sampled values.
- * The whole dataset_id already covers names, sizes, schema and options. */
+ * unless ignore_mtimes, modification times; for a list input, the list's
+ * bytes) and the same sampled values. The whole dataset_id already covers
+ * the keys, value sizes, schema and options. */
 static int check_same_input(const part *a, const part *b, unsigned flags)
 {
     const part *old = !a->info.has_input ? a : !b->info.has_input ? b : NULL;
@@ -75,18 +116,40 @@ static int check_same_input(const part *a, const part *b, unsigned flags)
                        "before format 1.2), so it cannot be told from a part of another input; pack the "
                        "parts again",
                        old->dir);
+    int files = a->info.has_files && b->info.has_files;
+    int rc = files ? check_same_files(a, b) : 0;
+    if (rc)
+        return rc;
     if (a->info.values_hash != b->info.values_hash)
         return sf_fail(SF_E_INPUT,
                        "%s and %s were packed from inputs with the same names and sizes but different "
                        "contents (their samples of values differ); refusing to merge them",
                        b->dir, a->dir);
-    if (a->info.files_hash != b->info.files_hash && !(flags & SF_MERGE_IGNORE_MTIMES))
+    if (a->info.files_hash == b->info.files_hash || (files && (flags & SF_MERGE_IGNORE_MTIMES)))
+        return 0;
+    if (files)
         return sf_fail(SF_E_INPUT,
-                       "%s and %s were packed from input files with different modification times (an "
-                       "input changed between the parts, or was copied without keeping times: then "
-                       "the ignore_mtimes option, SF_MERGE_IGNORE_MTIMES, merges them)",
+                       "%s and %s were packed from input files with the same names and sizes but "
+                       "different modification times (an input changed between the parts, or was "
+                       "copied without keeping times: then the ignore_mtimes option, "
+                       "SF_MERGE_IGNORE_MTIMES, merges them)",
                        b->dir, a->dir);
-    return 0;
+    /* A part of format 1.2 has one hash of names, sizes and times: which
+     * of them differ is unknown, so the times cannot be ignored alone. */
+    old = !a->info.has_files ? a : b;
+    if (flags & SF_MERGE_IGNORE_MTIMES)
+        return sf_fail(SF_E_INPUT,
+                       "%s and %s were packed from input files that differ in names, sizes or "
+                       "modification times, and %s was packed by a shardfeed before format 1.3 (no "
+                       "'part_files' entry), which does not record which: the ignore_mtimes option "
+                       "cannot tell that only the times differ; pack the parts again",
+                       b->dir, a->dir, old->dir);
+    return sf_fail(SF_E_INPUT,
+                   "%s and %s were packed from input files that differ in names, sizes or modification "
+                   "times (an input changed between the parts, or was copied without keeping times; %s "
+                   "was packed by a shardfeed before format 1.3, which does not record which: pack the "
+                   "parts again to merge parts of a copy without times)",
+                   b->dir, a->dir, old->dir);
 }
 
 /* Every part of one run, each once, consistent with each other. */

@@ -216,8 +216,13 @@ static int take_part(pack_plan *plan, sf_part_info *part, const input_set *in, c
         .first_record = plan->shards[first].first,
         .first_shard = first,
         .has_input = 1,
-        .files_hash = input_files_hash(in),
+        .has_files = 1,
+        .has_list = in->has_list,
+        .list_size = in->list_size,
+        .list_hash = in->list_hash,
     };
+    input_files_hashes(in, &part->files_hash, &part->sizes_hash, &part->names_hash);
+    memcpy(part->list_name, in->list_name, sizeof part->list_name);
     int rc = pack_plan_values_hash(&part->values_hash, plan, in, images);
     if (rc)
         return rc;

@@ -53,6 +53,35 @@ def write_imagefolder(root, n_per_class=40):
                 f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 3000))))
 
 
+def drop_metadata(dataset_dir, key):
+    """Rewrites DATASET_DIR's manifest without the metadata entry KEY, as a shardfeed that
+    did not write it would have (the manifest checksum made again)."""
+    import ctypes
+    import struct
+    xxh = ctypes.CDLL("libxxhash.so.0")
+    xxh.XXH3_64bits.restype = ctypes.c_uint64
+    xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    path = os.path.join(dataset_dir, "manifest.sfm")
+    with open(path, "rb") as f:
+        b = bytearray(f.read())
+    meta_size, = struct.unpack_from("<I", b, 44)
+    m = sfspec.read_manifest(dataset_dir)
+    assert key in m["metadata"]
+    start = len(b) - 8 - meta_size
+    entries = b"".join(struct.pack("<II", len(k), len(v)) + k.encode() + v
+                       for k, v in m["metadata"].items() if k != key)
+    b = b[:start] + entries
+    struct.pack_into("<I", b, 44, len(entries))
+    b += struct.pack("<Q", xxh.XXH3_64bits(bytes(b), len(b)))
+    with open(path, "wb") as f:
+        f.write(b)
+
+
+def set_mtime(path, delta_ns=1):
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + delta_ns))
+
+
 class Parts(ScratchTest):
     SHARD = "24KiB"
 
@@ -215,45 +244,167 @@ class Parts(ScratchTest):
         os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
         p1 = self.pack_parts(2, tag="n")[1]
         out, p = self.merge([p0, p1], check=1)
-        self.assertIn("modification times", p.stderr)
+        self.assertIn("the same names and sizes but different modification times", p.stderr)
         self.assertIn("ignore_mtimes", p.stderr)
         run("merge", p0, p1, "-o", out, "--ignore-mtimes", check=0)
         self.assertEqual(files(out), files(self.whole))
 
     def test_part_without_input_identity_is_refused(self):
         """A part as shardfeed wrote them before format 1.2: no part_input."""
-        import ctypes
-        import struct
-        xxh = ctypes.CDLL("libxxhash.so.0")
-        xxh.XXH3_64bits.restype = ctypes.c_uint64
-        xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         write_samples(self.inp, 200, **MNIST_LIKE)
         dirs = self.pack_parts(2)
-        path = os.path.join(dirs[1], "manifest.sfm")
-        with open(path, "rb") as f:
-            b = bytearray(f.read())
-        meta_size, = struct.unpack_from("<I", b, 44)
-        m = sfspec.read_manifest(dirs[1])
-        start = len(b) - 8 - meta_size
-        entries = b"".join(struct.pack("<II", len(k), len(v)) + k.encode() + v
-                           for k, v in m["metadata"].items() if k != "part_input")
-        b = b[:start] + entries
-        struct.pack_into("<I", b, 44, len(entries))
-        b += struct.pack("<Q", xxh.XXH3_64bits(bytes(b), len(b)))
-        with open(path, "wb") as f:
-            f.write(b)
+        drop_metadata(dirs[1], "part_input")
         run("verify", dirs[1], check=0)
         out, p = self.merge(dirs, check=1)
         self.assertIn(f"{dirs[1]}: part without an input identity", p.stderr)
+
+    def test_parts_of_format_1_2_merge_only_when_their_files_agree(self):
+        """A part as shardfeed wrote them in format 1.2: part_input, no part_files. Parts
+        whose one hash of names, sizes and times agree merge as before; when it differs,
+        nothing tells whether only the times do, so --ignore-mtimes refuses them too."""
+        write_samples(self.inp, 200, **MNIST_LIKE)
+        self.pack_whole()
+        a = self.pack_parts(2, tag="a")
+        for d in a:
+            drop_metadata(d, "part_files")
+        out, _ = self.merge(a)
+        self.assertEqual(files(out), files(self.whole))
+        set_mtime(os.path.join(self.inp, "img_199.npy"))
+        b = self.pack_parts(2, tag="b")
+        for old, mixed in ((a[0], [a[0], b[1]]), (a[1], [b[0], a[1]])):
+            out, p = self.merge(mixed, check=1)
+            self.assertIn("differ in names, sizes or modification times", p.stderr)
+            self.assertIn(f"{old} was packed by a shardfeed before format 1.3", p.stderr)
+            p = run("merge", *mixed, "-o", out, "--ignore-mtimes", check=1)
+            self.assertIn(f"{old} was packed by a shardfeed before format 1.3", p.stderr)
+            self.assertIn("cannot tell that only the times differ", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
     def test_a_part_carries_its_input_identity(self):
         write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         for d in self.pack_parts(2):
-            meta = sfspec.read_manifest(d)["metadata"]
-            self.assertEqual(list(meta), ["source", "part", "part_input"])
+            m = sfspec.read_manifest(d)
+            self.assertEqual(m["version"], (1, 3))
+            meta = m["metadata"]
+            self.assertEqual(list(meta), ["source", "part", "part_input", "part_files"])
             self.assertEqual(len(meta["part_input"]), 16)
-        self.assertNotIn("part_input", sfspec.read_manifest(self.whole)["metadata"])
+            self.assertEqual(len(meta["part_files"]), 16)
+        meta = sfspec.read_manifest(self.whole)["metadata"]
+        self.assertNotIn("part_input", meta)
+        self.assertNotIn("part_files", meta)
+        # A list input: the list file's size, hash and base name too.
+        lst = self.write_list([i % 3 for i in range(40)])
+        run("pack", lst, "-o", os.path.join(self.tmp, "l0"), "--part", "0/2", "--shard-size", "4096",
+            "--align", "64", check=0)
+        v = sfspec.read_manifest(os.path.join(self.tmp, "l0"))["metadata"]["part_files"]
+        self.assertEqual(len(v), 32 + len("list.csv"))
+        self.assertEqual(int.from_bytes(v[16:24], "little"), os.path.getsize(lst))
+        self.assertEqual(v[32:], b"list.csv")
+
+    def write_list(self, labels, name="list.csv"):
+        """40 files of 100 bytes each under self.tmp/ml, and a list of them with LABELS."""
+        d = os.path.join(self.tmp, "ml")
+        os.makedirs(d, exist_ok=True)
+        for i in range(40):
+            with open(os.path.join(d, f"{i:03d}.bin"), "wb") as f:
+                f.write(bytes([i]) * 100)
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write("path,label\n" + "".join(f"{i:03d}.bin,{labels[i]}\n" for i in range(40)))
+        return path
+
+    def pack_list_part(self, lst, k, tag):
+        d = os.path.join(self.tmp, f"{tag}{k}")
+        run("pack", lst, "-o", d, "--part", f"{k}/2", "--shard-size", "4096", "--align", "64", check=0)
+        return d
+
+    def test_parts_of_two_versions_of_a_list_are_refused(self):
+        """Part 0 packed from a list, part 1 from the list with other labels (the same paths,
+        so the same dataset_id; labels changed only outside each shard's first record, so
+        the sampled values agree): refused with and without --ignore-mtimes, naming the list
+        file and how it differs. Was: merge blamed the modification times, and
+        --ignore-mtimes merged labels of neither list."""
+        v1 = [i % 3 for i in range(40)]
+        lst = self.write_list(v1)
+        whole = os.path.join(self.tmp, "whole")
+        run("pack", lst, "-o", whole, "--shard-size", "4096", "--align", "64", check=0)
+        firsts = {s["first"] for s in sfspec.read_manifest(whole)["shards"]}
+        self.assertGreater(len(firsts), 1)
+        p0 = self.pack_list_part(lst, 0, "a")
+        size1 = os.path.getsize(lst)
+        # Another size: labels 100 and up.
+        self.write_list([x if i in firsts else x + 100 for i, x in enumerate(v1)])
+        size2 = os.path.getsize(lst)
+        self.assertNotEqual(size1, size2)
+        p1 = self.pack_list_part(lst, 1, "b")
+        # The same size: labels 0 and 1 swapped.
+        self.write_list([x if i in firsts or x == 2 else 1 - x for i, x in enumerate(v1)])
+        self.assertEqual(os.path.getsize(lst), size1)
+        q1 = self.pack_list_part(lst, 1, "c")
+        out = os.path.join(self.tmp, "merged")
+        for second, needle in ((p1, f"'list.csv' ({size1} bytes for {p0}, {size2} bytes for {p1})"),
+                               (q1, f"'list.csv' (the same size, {size1} bytes, other bytes)")):
+            for extra in ([], ["--ignore-mtimes"]):
+                p = run("merge", p0, second, "-o", out, *extra, check=1)
+                self.assertIn("different versions of the list file", p.stderr)
+                self.assertIn(needle, p.stderr)
+                self.assertNotIn("modification times", p.stderr)
+                self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+        # A list of another name with the same rows: its name is what differs.
+        other = self.write_list(v1, name="other.csv")
+        p = run("merge", p0, self.pack_list_part(other, 1, "d"), "-o", out, "--ignore-mtimes", check=1)
+        self.assertIn("list files of different names ('list.csv' and 'other.csv')", p.stderr)
+
+    def test_a_list_copied_without_times_merges_with_ignore_mtimes(self):
+        """The same list and files, the list's and one file's times changed (a copy without
+        -p): refused as differing in modification times only; --ignore-mtimes merges them
+        into the single pack's bytes."""
+        lst = self.write_list([i % 3 for i in range(40)])
+        whole = os.path.join(self.tmp, "whole")
+        run("pack", lst, "-o", whole, "--shard-size", "4096", "--align", "64", check=0)
+        p0 = self.pack_list_part(lst, 0, "a")
+        set_mtime(lst)
+        set_mtime(os.path.join(os.path.dirname(lst), "039.bin"))
+        p1 = self.pack_list_part(lst, 1, "b")
+        out = os.path.join(self.tmp, "merged")
+        p = run("merge", p0, p1, "-o", out, check=1)
+        self.assertIn("the same names and sizes but different modification times", p.stderr)
+        self.assertIn("ignore_mtimes", p.stderr)
+        run("merge", p0, p1, "-o", out, "--ignore-mtimes", check=0)
+        self.assertEqual(files(out), files(whole))
+
+    def test_input_files_of_other_sizes_are_refused_also_with_ignore_mtimes(self):
+        """A .tar.gz compressed again at another level: the same members (so the same
+        dataset_id and values), another file size. Refused, also under --ignore-mtimes."""
+        import gzip
+        import io
+        import tarfile
+        os.makedirs(self.inp)
+        buf = io.BytesIO()
+        rng = random.Random(3)
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+            for i in range(60):
+                data = bytes(rng.randrange(4) for _ in range(rng.randrange(100, 900)))
+                ti = tarfile.TarInfo(f"s/{i:04d}.bin")
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+        tar = os.path.join(self.inp, "s.tar.gz")
+        with open(tar, "wb") as f:
+            f.write(gzip.compress(buf.getvalue(), compresslevel=1, mtime=0))
+        self.SHARD = "8KiB"
+        a = self.pack_parts(2, tag="a")
+        size1 = os.path.getsize(tar)
+        with open(tar, "wb") as f:
+            f.write(gzip.compress(buf.getvalue(), compresslevel=9, mtime=0))
+        self.assertNotEqual(os.path.getsize(tar), size1)
+        b = self.pack_parts(2, tag="b")
+        for extra in ([], ["--ignore-mtimes"]):
+            out = os.path.join(self.tmp, "merged")
+            p = run("merge", a[0], b[1], "-o", out, *extra, check=1)
+            self.assertIn("the same names but different sizes", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+        out, _ = self.merge(b)
 
     def test_bad_part_options(self):
         write_samples(self.inp, 20, **MNIST_LIKE)

@@ -155,6 +155,85 @@ Test(metadata, untrusted_framing_is_refused)
     cr_assert_eq(sf_metadata_check(e, 16), SF_E_CORRUPT);
 }
 
+/* "part_files" (format 1.3): the names and sizes hashes, and a list
+ * input's list file, read back as written and dropped by a merge; a value
+ * of another length, or a list name that is empty, too long or holds a
+ * NUL, is corrupt. */
+Test(metadata, part_files_reads_back_and_bad_values_are_corrupt)
+{
+    sf_part_info part = {.index = 0, .count = 2, .whole_dataset_id = 7, .whole_records = 10,
+                         .whole_shards = 2, .has_input = 1, .files_hash = 1, .values_hash = 2,
+                         .has_files = 1, .names_hash = 3, .sizes_hash = 4},
+                 got;
+    for (int list = 0; list < 2; list++) {
+        sf_metadata_builder b = {0};
+        if (list) {
+            part.has_list = 1;
+            part.list_size = 1234;
+            part.list_hash = 5;
+            strcpy(part.list_name, "list.csv");
+        }
+        cr_assert_eq(sf_metadata_add_part(&b, &part), 0);
+        cr_assert_eq(sf_metadata_check(b.buf, b.size), 0, "%s", sf_last_error());
+        sf_manifest m = with(&b);
+        const uint8_t *v;
+        uint32_t len;
+        cr_assert_eq(sf_metadata_find(&v, &len, &m, "part_files"), 1);
+        cr_assert_eq(len, list ? 32 + strlen("list.csv") : 16);
+        cr_assert_eq(sf_metadata_is_part_key((const uint8_t *)"part_files", 10), 1);
+        cr_assert_eq(sf_metadata_part(&got, &m), 1);
+        cr_assert_eq(got.has_files, 1);
+        cr_assert_eq(got.names_hash, 3);
+        cr_assert_eq(got.sizes_hash, 4);
+        cr_assert_eq(got.has_list, list);
+        cr_assert_eq(got.list_size, list ? 1234 : 0);
+        cr_assert_eq(got.list_hash, list ? 5 : 0);
+        cr_assert_str_eq(got.list_name, list ? "list.csv" : "");
+        sf_metadata_builder_free(&b);
+    }
+    /* Without has_files (a writer of 1.2): no entry, and read back so. */
+    sf_metadata_builder b = {0};
+    part.has_files = 0;
+    cr_assert_eq(sf_metadata_add_part(&b, &part), 0);
+    sf_manifest m = with(&b);
+    cr_assert_eq(sf_metadata_part(&got, &m), 1);
+    cr_assert_eq(got.has_input, 1);
+    cr_assert_eq(got.has_files, 0);
+    cr_assert_eq(got.has_list, 0);
+    sf_metadata_builder_free(&b);
+
+    uint8_t v[40] = {0};
+    uint32_t bad[] = {0, 8, 24, 32};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        sf_metadata_builder c = {0};
+        cr_assert_eq(sf_metadata_add(&c, "part_files", v, bad[i]), 0);
+        cr_assert_eq(sf_metadata_check(c.buf, c.size), SF_E_CORRUPT, "%u bytes", bad[i]);
+        cr_assert(strstr(sf_last_error(), "part_files"), "%s", sf_last_error());
+        sf_metadata_builder_free(&c);
+    }
+    memcpy(v + 32, "a\0c", 3); /* a NUL in the name */
+    sf_metadata_builder d = {0};
+    cr_assert_eq(sf_metadata_add(&d, "part_files", v, 35), 0);
+    cr_assert_eq(sf_metadata_check(d.buf, d.size), SF_E_CORRUPT);
+    sf_metadata_builder_free(&d);
+    uint8_t *big = calloc(1, 32 + 256);
+    memset(big + 32, 'n', 256);
+    sf_metadata_builder e = {0};
+    cr_assert_eq(sf_metadata_add(&e, "part_files", big, 32 + 255), 0);
+    cr_assert_eq(sf_metadata_check(e.buf, e.size), 0, "%s", sf_last_error());
+    sf_metadata_builder_free(&e);
+    cr_assert_eq(sf_metadata_add(&e, "part_files", big, 32 + 256), 0);
+    cr_assert_eq(sf_metadata_check(e.buf, e.size), SF_E_CORRUPT);
+    sf_metadata_builder_free(&e);
+    free(big);
+    /* A writer never writes a name it could not read back. */
+    sf_metadata_builder f = {0};
+    part.has_files = part.has_list = 1;
+    part.list_name[0] = '\0';
+    cr_assert_eq(sf_metadata_add_part(&f, &part), SF_E_INVALID);
+    sf_metadata_builder_free(&f);
+}
+
 /* "image_reencode" (pack --image-max-side): read back as written; a value of
  * another length, a side of 0 or a quality outside 1..100 is corrupt. */
 Test(metadata, image_reencode_reads_back_and_bad_values_are_corrupt)
