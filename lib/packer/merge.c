@@ -19,6 +19,10 @@
 #include "pack_internal.h"
 #include "shardfeed/pack.h"
 
+/* The buffer a part's shard is read through while its records are
+ * checked, as verify's. */
+#define MERGE_SCAN_BUFFER (256u << 10)
+
 typedef struct part {
     const char *dir;
     sf_manifest m;
@@ -219,20 +223,79 @@ static int copy_all(int in, int out, uint64_t size, const char *src)
     return 0;
 }
 
-/* Copies shard `local` of part p as shard `global` of the whole, with its
- * header and footer rewritten. */
-static int merge_shard(const part *p, uint64_t local, uint64_t global, const char *out,
+/* DIR/shard-NNNNNN.sfs of the whole, and its temporary name. */
+static void whole_shard_paths(char *tmp, char *dst, size_t cap, const char *out, uint64_t global,
+                              uint64_t whole_id)
+{
+    char name[SF_SHARD_NAME_MAX];
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
+    pack_temp_path(tmp, cap, out, name, whole_id);
+    snprintf(dst, cap, "%s/%s", out, name);
+}
+
+/* What sf_shard_scan_data found first in a part's shard, and how much. */
+typedef struct scan_found {
+    sf_shard_problem first;
+    int64_t count;
+} scan_found;
+
+static void on_scan_problem(void *ctx, const sf_shard_problem *p)
+{
+    scan_found *f = ctx;
+    if (f->count++ == 0)
+        f->first = *p;
+}
+
+/* Checks every record of the part's shard open on `in` as verify does
+ * (payload checksums, zero padding, bool values): a damaged part is
+ * refused, naming its file, the record and the byte offset, before any of
+ * it is copied. */
+static int check_shard_data(const part *p, const sf_shard_meta *meta, int in, const char *src, uint8_t *buf)
+{
+    scan_found f = {.count = 0};
+    int64_t n = sf_shard_scan_data(meta, &p->m.schema, in, buf, MERGE_SCAN_BUFFER, on_scan_problem, &f);
+    if (n < 0)
+        return sf_fail_prefix((int)n, src);
+    if (n == 0)
+        return 0;
+    const sf_shard_problem *q = &f.first;
+    char what[400];
+    switch (q->kind) {
+    case SF_PROBLEM_CHECKSUM:
+        snprintf(what, sizeof what, "record %lld: checksum mismatch in its payload at bytes %llu..",
+                 (long long)q->record, (unsigned long long)q->offset);
+        break;
+    case SF_PROBLEM_VALUE:
+        snprintf(what, sizeof what, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
+                 (long long)q->record, p->m.schema.fields[q->field].name, (unsigned long long)q->offset);
+        break;
+    case SF_PROBLEM_PADDING:
+    default:
+        if (q->record >= 0)
+            snprintf(what, sizeof what, "record %lld: padding between fields is not zero at byte %llu",
+                     (long long)q->record, (unsigned long long)q->offset);
+        else
+            snprintf(what, sizeof what, "padding is not zero at byte %llu", (unsigned long long)q->offset);
+        break;
+    }
+    return sf_fail(q->code, "%s: %s (%lld problem%s in this shard; verify %s lists them): a damaged part, refusing to merge it",
+                   src, what, (long long)n, n == 1 ? "" : "s", p->dir);
+}
+
+/* Checks shard `local` of part p and copies it as shard `global` of the
+ * whole, with its header and footer rewritten, under its temporary name
+ * (the caller renames every shard once all are written). */
+static int merge_shard(const part *p, uint64_t local, uint64_t global, const char *out, uint8_t *scan,
                        sf_shard_desc *desc)
 {
-    char src[4096], name[SF_SHARD_NAME_MAX], tmp[4096], dst[4096];
+    char src[4096], tmp[4096], dst[4096];
     snprintf(src, sizeof src, "%s/" SF_SHARD_NAME_FMT, p->dir, (unsigned)local);
-    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
-    pack_temp_path(tmp, sizeof tmp, out, name, p->info.whole_dataset_id);
-    snprintf(dst, sizeof dst, "%s/%s", out, name);
+    whole_shard_paths(tmp, dst, sizeof tmp, out, global, p->info.whole_dataset_id);
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
         return sf_fail(errno == EMFILE || errno == ENFILE ? -errno : SF_E_INPUT, "%s: %s", src,
                        sf_errno_text(errno));
+    posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
     sf_shard_expect exp = {&p->m.schema, local, p->m.dataset_id, p->m.align, &p->m.shards[local]};
     sf_shard_meta meta;
     uint64_t bad = 0;
@@ -243,8 +306,9 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
         snprintf(where, sizeof where, "%s (byte %llu)", src, (unsigned long long)bad);
         return sf_fail_prefix(rc, where);
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
+    rc = check_shard_data(p, &meta, in, src, scan);
+    int fd = -1;
+    if (!rc && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0)
         rc = sf_fail(-errno, "%s: cannot create: %s", tmp, sf_errno_text(errno));
     if (!rc)
         rc = copy_all(in, fd, meta.file_size, src);
@@ -267,9 +331,7 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     }
     if (fd >= 0 && close(fd) != 0 && !rc)
         rc = sf_fail(-errno, "%s: close failed: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, dst) != 0)
-        rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
-    if (rc)
+    if (rc && fd >= 0)
         unlink(tmp);
     sf_shard_meta_clear(&meta);
     close(in);
@@ -333,12 +395,33 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
             rc = sf_fail(SF_E_EXISTS, "%s: already holds a complete dataset of this run (the force option, SF_MERGE_FORCE, replaces it)",
                          output_dir);
     }
-    uint64_t g = 0, bytes = 0;
+    /* Every shard is checked and written under its temporary name first;
+     * only when all are do they take their names, so a damaged part leaves
+     * no shard of the merge behind (a crash among the renames leaves no
+     * manifest: not a dataset, and the next run starts again). */
+    uint64_t written = 0, renamed = 0, bytes = 0;
+    uint8_t *scan = NULL;
+    if (!rc && !(scan = malloc(MERGE_SCAN_BUFFER)))
+        rc = sf_fail(-ENOMEM, "out of memory");
     for (size_t k = 0; k < n_parts && !rc; k++)
-        for (uint64_t s = 0; s < p[k].m.shard_count && !rc; s++, g++) {
-            rc = merge_shard(&p[k], s, g, output_dir, &whole.shards[g]);
-            bytes += whole.shards[g].file_size;
+        for (uint64_t s = 0; s < p[k].m.shard_count && !rc; s++) {
+            rc = merge_shard(&p[k], s, written, output_dir, scan, &whole.shards[written]);
+            if (!rc)
+                bytes += whole.shards[written++].file_size;
         }
+    free(scan);
+    char tmp[4096], dst[4096];
+    while (renamed < written && !rc) {
+        whole_shard_paths(tmp, dst, sizeof tmp, output_dir, renamed, whole.dataset_id);
+        if (rename(tmp, dst) != 0)
+            rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
+        else
+            renamed++;
+    }
+    for (uint64_t i = renamed; i < written; i++) {
+        whole_shard_paths(tmp, dst, sizeof tmp, output_dir, i, whole.dataset_id);
+        unlink(tmp);
+    }
     if (!rc)
         rc = sf_fsync_dir(output_dir);
     uint64_t msize = 0;

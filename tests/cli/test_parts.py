@@ -210,6 +210,37 @@ class Parts(ScratchTest):
         self.assertIn("shard-000000.sfs", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
+    def test_a_part_with_a_damaged_record_is_refused(self):
+        """One payload byte flipped in the last part's first shard: header, index and footer
+        are intact, only the record's checksum tells. merge refuses it as verify does (exit
+        2), naming the shard file, the record and the byte offset, and leaves no shard or
+        manifest under its final name (nor a temporary) in the output folder. Was: merged
+        with exit 0 into a dataset that verify refused."""
+        write_samples(self.inp, 200, **MNIST_LIKE)
+        self.pack_whole()
+        dirs = self.pack_parts(3)
+        shard = os.path.join(dirs[2], "shard-000000.sfs")
+        with open(shard, "r+b") as f:
+            f.seek(130)  # record 0's image: data starts at 128 (--align 64)
+            b = f.read(1)
+            f.seek(130)
+            f.write(bytes([b[0] ^ 0xFF]))
+        v = run("verify", dirs[2], check=2)
+        self.assertIn("record 0", v.stdout + v.stderr)
+        out = os.path.join(self.tmp, "merged")
+        os.makedirs(out)  # made beforehand, so merge leaves the folder itself
+        for order in (dirs, dirs[::-1]):
+            p = run("merge", *order, "-o", out, check=2)
+            self.assertIn(f"{shard}: record 0: checksum mismatch in its payload at bytes 128..", p.stderr)
+            self.assertIn("a damaged part", p.stderr)
+            self.assertEqual(os.listdir(out), [])
+        # The part mended: the merge goes through and writes the single pack's bytes.
+        with open(shard, "r+b") as f:
+            f.seek(130)
+            f.write(b)
+        run("merge", *dirs, "-o", out, check=0)
+        self.assertEqual(files(out), files(self.whole))
+
     def test_parts_of_different_inputs_with_equal_names_and_sizes_are_refused(self):
         """Part 0 of input A and part 1 of input B, B being A with other
         values (so the same dataset_id): refused, naming both parts."""
