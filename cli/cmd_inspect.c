@@ -174,10 +174,11 @@ int cmd_inspect(int argc, char **argv)
     int rc = sf_dataset_open_ex(&ds, argv[optind], &remote);
     if (rc)
         return cli_fail("inspect", rc);
+    char shown[4200];
     if (json)
-        print_json(ds, argv[optind]);
+        print_json(ds, cli_shown(shown, sizeof shown, argv[optind]));
     else
-        print_text(ds, argv[optind]);
+        print_text(ds, cli_shown(shown, sizeof shown, argv[optind]));
     sf_dataset_close(ds);
     return EXIT_OK;
 }

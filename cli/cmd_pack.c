@@ -212,7 +212,8 @@ static int pack_and_push(const char *input, const char *tmp, const char *url, sf
 static int pack_to_url(const char *input, const char *url, const char *tmp_parent, sf_pack_opts *opts,
                        int retries, int quiet)
 {
-    char tmp[4200];
+    char tmp[4200], shown[4200];
+    cli_shown(shown, sizeof shown, url); /* messages never show a password */
     if (snprintf(tmp, sizeof tmp, "%s/shardfeed-pack-XXXXXX", tmp_parent) >= (int)sizeof tmp)
         return cli_usage_error("pack", "--tmp-dir: path too long");
     if (!mkdtemp(tmp)) {
@@ -228,7 +229,7 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
         fprintf(stderr, "shardfeed pack: packing into the temporary folder %s (%s free there; it needs room "
                 "for the whole packed dataset, about the size of the input's values, less with --compress "
                 "or --image-max-side), then uploading it to %s; the folder is removed at the end\n",
-                tmp, room, url);
+                tmp, room, shown);
     sigset_t stop, old;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
@@ -267,14 +268,14 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
     }
     if (WIFSIGNALED(wstatus)) {
         fprintf(stderr, "shardfeed pack: stopped by signal %d: no manifest was uploaded to %s (it is not a "
-                "dataset); the temporary folder is removed\n", WTERMSIG(wstatus), url);
+                "dataset); the temporary folder is removed\n", WTERMSIG(wstatus), shown);
         raise(WTERMSIG(wstatus)); /* the handlers are restored: exit as the signal says */
         return EXIT_USAGE;
     }
     int status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : EXIT_USAGE;
     if (status != EXIT_OK)
         fprintf(stderr, "shardfeed pack: nothing was uploaded to %s as a dataset (no manifest); the temporary "
-                "folder is removed\n", url);
+                "folder is removed\n", shown);
     return status;
 }
 
@@ -381,9 +382,10 @@ int cmd_pack(int argc, char **argv)
                                    "from folders (pack the parts into folders, merge them, then 'shardfeed "
                                    "push' the result)", opts.part_index, opts.part_count, from);
         opts.part_count = opts.part_index = 0;
+        char shown[4200];
         if (!sf_has_feature("remote")) /* say so before packing, not after */
             return cli_usage_error("pack", "-o %s: this shardfeed was built without libcurl: no uploads "
-                                   "(pack into a folder)", out);
+                                   "(pack into a folder)", cli_shown(shown, sizeof shown, out));
         if (!tmp_dir)
             tmp_dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
         return pack_to_url(argv[optind], out, tmp_dir, &opts, retries, quiet);

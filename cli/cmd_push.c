@@ -40,8 +40,9 @@ int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *op
     if (rc)
         return cli_fail(cmd, rc);
     if (!quiet) {
-        char b[32];
-        printf("pushed %s to %s (%s in %.1f s)\n", dir, url, cli_bytes(b, sizeof b, (double)progress.bytes),
+        char b[32], shown[4200];
+        printf("pushed %s to %s (%s in %.1f s)\n", dir, cli_shown(shown, sizeof shown, url),
+               cli_bytes(b, sizeof b, (double)progress.bytes),
                now_s() - t0);
     }
     return EXIT_OK;

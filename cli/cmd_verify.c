@@ -7,6 +7,7 @@
 
 typedef struct verify_out {
     const char *dir;
+    char dir_shown[4200]; /* dir without a URL's password: what is printed */
     int json;
     uint64_t shown;
 } verify_out;
@@ -24,7 +25,7 @@ static void on_problem(void *ctx, const sf_verify_problem *p)
         cli_json_string(stdout, p->message);
         printf("}");
     } else {
-        printf("CORRUPT %s/%s", o->dir, p->file);
+        printf("CORRUPT %s/%s", o->dir_shown, p->file);
         if (p->record >= 0)
             printf(" record %lld", (long long)p->record);
         printf(" byte %llu: %s\n", (unsigned long long)p->offset, p->message);
@@ -75,6 +76,7 @@ int cmd_verify(int argc, char **argv)
         return cli_usage_error("verify", optind == argc ? "no DATASET_DIR given" : "one DATASET_DIR, not %d",
                                argc - optind);
     o.dir = argv[optind];
+    cli_shown(o.dir_shown, sizeof o.dir_shown, o.dir);
     if (o.json)
         printf("{\"problems\":[");
     sf_verify_summary s;
@@ -101,11 +103,11 @@ int cmd_verify(int argc, char **argv)
     char b[32];
     double rate = s.seconds > 0 ? (double)s.bytes / s.seconds : 0;
     if (status == EXIT_OK)
-        printf("OK %s: %llu shards, %llu records, %s verified in %.2f s (%s/s)\n", o.dir,
+        printf("OK %s: %llu shards, %llu records, %s verified in %.2f s (%s/s)\n", o.dir_shown,
                (unsigned long long)s.shards, (unsigned long long)s.records,
                cli_bytes(b, sizeof b, (double)s.bytes), s.seconds, cli_bytes((char[32]){0}, 32, rate));
     if (s.problems)
-        printf("CORRUPT %s: %llu problem(s)\n", o.dir, (unsigned long long)s.problems);
+        printf("CORRUPT %s: %llu problem(s)\n", o.dir_shown, (unsigned long long)s.problems);
     if (is_http_url(o.dir) && !stopped)
         printf("note: stray files cannot be checked over HTTP (a web server has no listing): only the "
                "manifest's files were checked\n");

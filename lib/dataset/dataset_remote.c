@@ -201,7 +201,7 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     if (!x->cache_limit)
         x->cache_limit = SF_REMOTE_DEFAULT_CACHE_LIMIT;
     if ((rc = remote_location_open(&x->loc, url)) ||
-        (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, url)))
+        (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, remote_location_display(x->loc))))
         return rc;
     /* verify reads every shard whole through the cache, in either mode. */
     return open_cache(ds, o);

@@ -19,6 +19,7 @@
 #include "key_table.h"
 #include "le.h"
 #include "remote_list.h"
+#include "remote_url.h"
 #include "shard_file.h"
 #include "shardfeed/dataset.h"
 #include "shardfeed/params.h"
@@ -35,6 +36,7 @@ typedef struct shard_keys {
 
 typedef struct verify_run {
     const char *dir;
+    const char *shown; /* dir as messages name it: a URL without its password */
     sf_dataset *remote; /* a dataset at a URL: its shards come from the cache */
     const sf_manifest *m;
     shard_keys *keys; /* [shard]; area NULL for a shard that did not load */
@@ -69,7 +71,7 @@ static void environment_error(verify_run *v, int rc, const char *file)
     pthread_mutex_lock(&v->lock);
     if (!v->io_error) {
         v->io_error = rc;
-        snprintf(v->io_message, sizeof v->io_message, "%s/%s: %s", v->dir, file, sf_last_error());
+        snprintf(v->io_message, sizeof v->io_message, "%s/%s: %s", v->shown, file, sf_last_error());
     }
     pthread_mutex_unlock(&v->lock);
 }
@@ -445,7 +447,7 @@ static int open_remote(verify_run *v, sf_manifest *m)
         sf_verify_problem p = {rc, SF_MANIFEST_NAME, -1, -1, 0, sf_last_error()};
         v->cb(v->ctx, &p);
     }
-    return sf_fail(SF_E_CORRUPT, "%s: 1 problem(s) found", v->dir);
+    return sf_fail(SF_E_CORRUPT, "%s: 1 problem(s) found", v->shown);
 }
 
 int sf_verify(sf_verify_summary *summary, const char *dir, unsigned jobs, sf_verify_fn cb, void *ctx)
@@ -471,7 +473,12 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
     unsigned jobs = opts->jobs;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    verify_run v = {.dir = dir, .cb = cb, .ctx = ctx, .decompress = opts->decompress};
+    char shown[4200];
+    if (sf_is_url(dir))
+        remote_url_redact(shown, sizeof shown, dir);
+    else
+        snprintf(shown, sizeof shown, "%s", dir);
+    verify_run v = {.dir = dir, .shown = shown, .cb = cb, .ctx = ctx, .decompress = opts->decompress};
     sf_manifest m;
     memset(&m, 0, sizeof m);
     int rc;
@@ -536,7 +543,7 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
     if (v.io_error)
         return sf_fail(v.io_error, "%s", v.io_message);
     if (v.problems)
-        return sf_fail(SF_E_CORRUPT, "%s: %llu problem(s) found", dir, (unsigned long long)v.problems);
+        return sf_fail(SF_E_CORRUPT, "%s: %llu problem(s) found", v.shown, (unsigned long long)v.problems);
     if (rc < 0 && !sf_is_data_error(rc))
         return rc;
     return 0;

@@ -39,6 +39,13 @@ typedef struct remote_location remote_location; /* opaque */
  * (a local path; NULL is not a URL). */
 int remote_is_url(const char *path);
 
+/* `url` as messages may show it, whether or not it parses: a password
+ * between "://" and the last '@' before the next '/' shown as "***"
+ * ("https://user:***@host/path"), the rest as given; cut to cap - 1 bytes
+ * (never inside the password). NULL is "(null)". What
+ * remote_location_display gives, for a URL not (yet) opened. */
+void remote_url_redact(char *out, size_t cap, const char *url);
+
 /* Parses `url` and, for s3://, resolves endpoint, region and credentials
  * (above). 0, or SF_E_INVALID (a malformed URL, a bad setting) /
  * SF_E_UNSUPPORTED (another scheme) / -errno (a file that exists but cannot

@@ -24,6 +24,32 @@ int remote_is_url(const char *path)
                     starts_with_nocase(path, "https://"));
 }
 
+void remote_url_redact(char *out, size_t cap, const char *url)
+{
+    if (!cap)
+        return;
+    if (!url) {
+        snprintf(out, cap, "(null)");
+        return;
+    }
+    const char *auth = strstr(url, "://");
+    auth = auth ? auth + 3 : url;
+    size_t auth_len = strcspn(auth, "/");
+    const char *at = NULL;
+    for (const char *c = auth; c < auth + auth_len; c++)
+        if (*c == '@')
+            at = c;
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    if (!colon) {
+        snprintf(out, cap, "%s", url);
+        return;
+    }
+    size_t head = (size_t)(colon + 1 - url);
+    if (head >= cap)
+        head = cap - 1; /* cut before the password: never a piece of it */
+    snprintf(out, cap, "%.*s***%s", (int)head, url, at);
+}
+
 #if SF_HAVE_REMOTE
 #include <curl/curl.h>
 
@@ -145,12 +171,13 @@ static char *strip_trailing_slashes(char *s)
 int remote_endpoint_check(char **out, const char *endpoint, const char *source, const char *url)
 {
     *out = NULL;
-    char where[600];
+    char where[600], shown[201];
     snprintf(where, sizeof where, "%s (endpoint from %s)", url, source);
     if (strlen(endpoint) > URL_MAX)
         return sf_fail(SF_E_INVALID, "%s: longer than %u bytes", where, URL_MAX);
+    remote_url_redact(shown, sizeof shown, endpoint); /* a key:secret@ in it is refused, never shown */
     char what[300];
-    snprintf(what, sizeof what, "bad endpoint URL '%.200s'", endpoint);
+    snprintf(what, sizeof what, "bad endpoint URL '%s'", shown);
     int rc = check_http_url(endpoint, false, what, where);
     if (rc)
         return rc;
@@ -164,20 +191,10 @@ int remote_endpoint_check(char **out, const char *endpoint, const char *source, 
 /* "scheme://user:***@rest" for a URL with a password; the URL otherwise. */
 static char *display_without_password(const char *url)
 {
-    const char *auth = strstr(url, "://");
-    auth = auth ? auth + 3 : url;
-    size_t auth_len = strcspn(auth, "/");
-    const char *at = NULL;
-    for (const char *c = auth; c < auth + auth_len; c++)
-        if (*c == '@')
-            at = c;
-    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-    if (!colon)
-        return strdup(url);
-    size_t head = (size_t)(colon + 1 - url);
-    char *d = malloc(head + 3 + strlen(at) + 1);
+    size_t cap = strlen(url) + 4;
+    char *d = malloc(cap);
     if (d)
-        sprintf(d, "%.*s***%s", (int)head, url, at);
+        remote_url_redact(d, cap, url);
     return d;
 }
 
@@ -219,9 +236,13 @@ static int s3_open(remote_location *loc, const char *url)
     const char *b = url + strlen("s3://");
     size_t bn = strcspn(b, "/");
     const char *problem = bucket_problem(b, bn);
-    if (problem)
-        return sf_fail(SF_E_INVALID, "%s: bad bucket name '%.*s': %s", url, (int)(bn > 64 ? 64 : bn), b,
-                       problem);
+    const char *shown = loc->display; /* errors name the URL without a password */
+    if (problem) {
+        const char *db = shown + strlen("s3://");
+        size_t dbn = strcspn(db, "/");
+        return sf_fail(SF_E_INVALID, "%s: bad bucket name '%.*s': %s", shown, (int)(dbn > 64 ? 64 : dbn),
+                       db, problem);
+    }
     char bucket[64];
     memcpy(bucket, b, bn);
     bucket[bn] = '\0';
@@ -231,14 +252,14 @@ static int s3_open(remote_location *loc, const char *url)
     strip_trailing_slashes(prefix);
     int rc = 0;
     if (*prefix && (problem = key_problem(prefix)) != NULL)
-        rc = sf_fail(SF_E_INVALID, "%s: the key prefix has %s", url, problem);
+        rc = sf_fail(SF_E_INVALID, "%s: the key prefix has %s", shown, problem);
     if (!rc && !(loc->key_prefix = malloc(3 * strlen(prefix) + 1)))
         rc = -ENOMEM;
     if (!rc)
         append_encoded(loc->key_prefix, prefix);
     free(prefix);
     if (!rc)
-        rc = remote_aws_resolve(&loc->aws, url);
+        rc = remote_aws_resolve(&loc->aws, shown); /* url: only for messages */
     if (!rc)
         rc = s3_base_url(loc, bucket);
     if (rc || !loc->aws.access_key)
@@ -269,7 +290,7 @@ static int s3_open(remote_location *loc, const char *url)
 
 static int http_open(remote_location *loc, const char *url)
 {
-    int rc = check_http_url(url, true, "bad URL", url);
+    int rc = check_http_url(url, true, "bad URL", loc->display);
     if (rc)
         return rc;
     loc->base = strdup(url);
@@ -285,11 +306,12 @@ static int http_open(remote_location *loc, const char *url)
 int remote_location_open(remote_location **out, const char *url)
 {
     *out = NULL;
+    char shown[4200];
+    remote_url_redact(shown, sizeof shown, url); /* before parsing: never the password */
     if (!remote_is_url(url))
-        return sf_fail(SF_E_UNSUPPORTED, "%s: not a dataset URL (s3://, http:// or https://)",
-                       url ? url : "(null)");
+        return sf_fail(SF_E_UNSUPPORTED, "%s: not a dataset URL (s3://, http:// or https://)", shown);
     if (strlen(url) > URL_MAX)
-        return sf_fail(SF_E_INVALID, "%.64s...: a URL longer than %u bytes", url, URL_MAX);
+        return sf_fail(SF_E_INVALID, "%.64s...: a URL longer than %u bytes", shown, URL_MAX);
     remote_location *loc = calloc(1, sizeof *loc);
     if (!loc)
         return -ENOMEM;
@@ -439,16 +461,20 @@ int remote_endpoint_check(char **out, const char *endpoint, const char *source, 
 {
     (void)endpoint, (void)source;
     *out = NULL;
-    return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no libcurl", url);
+    char shown[4200];
+    remote_url_redact(shown, sizeof shown, url);
+    return sf_fail(SF_E_UNSUPPORTED, "%s: this build has no libcurl", shown);
 }
 
 int remote_location_open(remote_location **out, const char *url)
 {
     *out = NULL;
+    char shown[4200];
+    remote_url_redact(shown, sizeof shown, url);
     return sf_fail(SF_E_UNSUPPORTED,
                    "%s: this shardfeed was built without libcurl: s3:// and http(s):// datasets are "
                    "compiled out (install libcurl4-openssl-dev and build again)",
-                   url ? url : "(null)");
+                   shown);
 }
 
 void remote_location_free(remote_location *loc)

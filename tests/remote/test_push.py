@@ -270,6 +270,40 @@ class HttpPushTest(unittest.TestCase):
         run("push", self.ds, self.nginx.url + "/sets/one", "--overwrite", "-q", check=0, timeout=120)
         self.assert_same_files(os.path.join(self.www, "sets", "one"))
 
+    def test_password_never_shown(self):
+        # README: a password in the URL is sent as basic authentication, never shown in messages.
+        url = self.nginx.url.replace("http://", "http://alice:TOPSECRET@")
+        shown = self.nginx.url.replace("http://", "http://alice:***@")
+        outs = [run("push", self.ds, url + "/secret/one", check=0, timeout=120)]
+        self.assertIn(f"pushed {self.ds} to {shown}/secret/one", outs[-1].stdout)
+        self.assert_same_files(os.path.join(self.www, "secret", "one"))
+        outs.append(run("push", self.ds, url + "/secret/one", check=1, timeout=120))  # refused
+        self.assertIn("already there", outs[-1].stderr)
+        src = os.path.join(self.tmp, "npy")
+        outs.append(run("pack", src, "-o", url + "/secret/two", "--tmp-dir", self.tmp, check=0, timeout=120))
+        self.assertIn(f"uploading it to {shown}/secret/two", outs[-1].stderr)
+        outs.append(run("pack", src, "-o", url + "/secret/two", "--tmp-dir", self.tmp, check=1, timeout=120))
+        outs.append(run("verify", url + "/secret/two", check=0, timeout=120))
+        self.assertIn(f"OK {shown}/secret/two", outs[-1].stdout)
+        outs.append(run("inspect", url + "/secret/two", check=0, timeout=120))
+        # URLs that do not parse: a bad port, a fragment, a query, too long.
+        for bad in ("http://alice:TOPSECRET@127.0.0.1:99999999/x", "http://alice:TOPSECRET@127.0.0.1:1/x#y",
+                    "http://alice:TOPSECRET@127.0.0.1:1/x?y", "http://alice:TOPSECRET@h/" + "a" * 9000):
+            outs.append(run("push", self.ds, bad, check=1, timeout=60))
+            self.assertIn("http://alice:***@", outs[-1].stderr)
+            outs.append(run("pack", src, "-o", bad, "--tmp-dir", self.tmp, "-q", check=1, timeout=60))
+            outs.append(run("verify", bad, check=1, timeout=60))
+        # An endpoint with a key:secret@ is refused without showing the secret.
+        env = dict(os.environ, HOME=self.tmp, AWS_ENDPOINT_URL="http://AKIAEXAMPLE:TOPSECRET@127.0.0.1:9000")
+        env.pop("AWS_PROFILE", None)
+        outs.append(run("push", self.ds, "s3://bkt/x", check=1, env=env, timeout=60))
+        self.assertIn("AKIAEXAMPLE:***@127.0.0.1:9000", outs[-1].stderr)
+        outs.append(run("pack", src, "-o", "s3://bkt/x", "--tmp-dir", self.tmp, "-q", check=1, env=env,
+                        timeout=60))
+        for out in outs:
+            self.assertNotIn("TOPSECRET", out.stdout + out.stderr, out.args)
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("shardfeed-pack-")], [])
+
     def test_server_without_put(self):
         plain = servers.Nginx(self.www, work=os.path.join(self.tmp, "plain.nginx"))
         with plain:

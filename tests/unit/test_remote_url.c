@@ -120,6 +120,59 @@ Test(remote_url, http_password_not_displayed)
     remote_location_free(loc);
 }
 
+/* A URL that does not open names itself without its password too. */
+static void open_fails_hiding(const char *url, const char *secret, int code, const char *why)
+{
+    open_fails(url, code, why);
+    cr_assert_null(strstr(sf_last_error(), secret), "%s: '%s' shows the password", url, sf_last_error());
+}
+
+Test(remote_url, password_never_in_errors)
+{
+    open_fails_hiding("http://alice:TOPSECRET@127.0.0.1:99999999/ds", "TOPSECRET", SF_E_INVALID,
+                      "http://alice:***@127.0.0.1:99999999/ds");
+    open_fails_hiding("http://alice:TOPSECRET@127.0.0.1/ds#frag", "TOPSECRET", SF_E_INVALID, "fragment");
+    open_fails_hiding("http://alice:TOPSECRET@127.0.0.1/ds?x@y", "TOPSECRET", SF_E_INVALID, "alice:***@");
+    open_fails_hiding("https://alice:TOP:SECRET@h/ds#x", "SECRET", SF_E_INVALID, "https://alice:***@h/ds");
+    open_fails_hiding("s3://alice:TOPSECRET@bucket/ds", "TOPSECRET", SF_E_INVALID, "bad bucket name");
+    size_t n = 9000;
+    char *lng = malloc(n + 1);
+    cr_assert_not_null(lng);
+    memset(lng, 'a', n);
+    memcpy(lng, "http://alice:TOPSECRET@h/", 25);
+    lng[n] = '\0';
+    open_fails_hiding(lng, "TOPSECRET", SF_E_INVALID, "longer than");
+    memset(lng, 'p', n); /* a password longer than the message shows */
+    memcpy(lng, "http://alice:", 13);
+    memcpy(lng + 8000, "@h/", 3);
+    memset(lng + 8003, 'a', n - 8003);
+    open_fails_hiding(lng, "pppp", SF_E_INVALID, "http://alice:***@");
+    free(lng);
+    setenv("AWS_ENDPOINT_URL", "http://AKIAEXAMPLE:wJalrSECRETKEY@127.0.0.1:9000", 1);
+    open_fails_hiding("s3://bucket/ds", "wJalrSECRETKEY", SF_E_INVALID, "AKIAEXAMPLE:***@127.0.0.1:9000");
+    setenv("AWS_ENDPOINT_URL", "http://k:SECRETKEY@127.0.0.1:9000/x#y", 1);
+    open_fails_hiding("s3://bucket/ds", "SECRETKEY", SF_E_INVALID, "AWS_ENDPOINT_URL");
+}
+
+Test(remote_url, redact)
+{
+    char out[64];
+    remote_url_redact(out, sizeof out, "http://alice:pw@h:1/a@b");
+    cr_assert_str_eq(out, "http://alice:***@h:1/a@b");
+    remote_url_redact(out, sizeof out, "http://alice@h/ds");
+    cr_assert_str_eq(out, "http://alice@h/ds");
+    remote_url_redact(out, sizeof out, "http://a:p@q@h/ds"); /* the last '@' of the authority */
+    cr_assert_str_eq(out, "http://a:***@h/ds");
+    remote_url_redact(out, sizeof out, "s3://bucket/k:v@x");
+    cr_assert_str_eq(out, "s3://bucket/k:v@x");
+    remote_url_redact(out, sizeof out, NULL);
+    cr_assert_str_eq(out, "(null)");
+    remote_url_redact(out, 10, "http://alice:pw@h/ds"); /* cut short: never inside the password */
+    cr_assert_str_eq(out, "http://al");
+    remote_url_redact(out, 15, "http://alice:pw@h/ds");
+    cr_assert_str_eq(out, "http://alice:*");
+}
+
 Test(remote_url, bad_http_urls)
 {
     open_fails("ftp://host/ds", SF_E_UNSUPPORTED, "not a dataset URL");
