@@ -68,8 +68,9 @@ const char *cli_shown(char *out, size_t cap, const char *path);
 /* Uploads dataset folder `dir` to `url` with sf_push (push and pack -o URL):
  * a line per object and a summary unless `quiet`. EXIT_OK, or the failure
  * printed (as command `cmd`'s) and its exit status. Sets opts' progress
- * callback. */
-int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet);
+ * callback; one set there before is called first with each object.
+ * sf_push's code in *push_rc unless NULL. */
+int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet, int *push_rc);
 /* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a non-negative integer; 0 on success. */

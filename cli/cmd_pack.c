@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -118,8 +119,9 @@ static char *expand_out(const char *out, uint32_t k)
     return r;
 }
 
-/* Packs `input` into folder `out_dir` and prints the summary. */
-static int run_pack(const char *input, const char *out_dir, sf_pack_opts *opts, int quiet)
+/* Packs `input` into folder `out_dir` and prints the summary; its shard
+ * count in *shards unless NULL. */
+static int run_pack(const char *input, const char *out_dir, sf_pack_opts *opts, int quiet, uint64_t *shards)
 {
     progress prog = {now_s()};
     if (!quiet && isatty(STDERR_FILENO)) {
@@ -133,6 +135,8 @@ static int run_pack(const char *input, const char *out_dir, sf_pack_opts *opts, 
         cli_error("pack", rc);
         return EXIT_USAGE;
     }
+    if (shards)
+        *shards = r.shards;
     if (!quiet && r.already_complete) {
         if (r.part_count)
             printf("part %u of %u: ", r.part_index, r.part_count);
@@ -190,25 +194,76 @@ static void remove_tree(const char *dir)
                 dir, strerror(remove_failed));
 }
 
+/* How far the child got, in memory shared with the parent, so that the
+ * parent's last line says only what is known of the URL however the child
+ * ended (a signal included). */
+enum {
+    STAGE_PACKING,  /* nothing uploaded */
+    STAGE_SHARDS,   /* uploading shards: no manifest put by this run */
+    STAGE_MANIFEST, /* the manifest's PUT may have started: it may or may not be there */
+    STAGE_DONE      /* the push finished: the URL holds the dataset */
+};
+typedef struct upload_state {
+    volatile int stage;
+    volatile int refused; /* push refused: a dataset is already there (SF_E_EXISTS) */
+} upload_state;
+
+static void track_upload(void *ctx, uint64_t done, uint64_t total, const char *name, uint64_t bytes)
+{
+    (void)name, (void)bytes;
+    upload_state *s = ctx;
+    s->stage = done == total ? STAGE_DONE : done + 1 == total ? STAGE_MANIFEST : STAGE_SHARDS;
+}
+
 /* The child: pack into `tmp`, then upload it as push does (manifest last). */
 static int pack_and_push(const char *input, const char *tmp, const char *url, sf_pack_opts *opts, int retries,
-                         int quiet)
+                         int quiet, upload_state *state)
 {
-    int status = run_pack(input, tmp, opts, quiet);
+    uint64_t shards = 0;
+    int status = run_pack(input, tmp, opts, quiet, &shards);
     if (status != EXIT_OK)
         return status;
     sf_push_opts push = SF_PUSH_OPTS_INIT;
     push.overwrite = opts->force;
     push.retries = retries;
-    return cli_push("pack", tmp, url, &push, quiet);
+    push.progress = track_upload;
+    push.progress_ctx = state;
+    /* No shard: the manifest is the first object put. */
+    state->stage = shards ? STAGE_SHARDS : STAGE_MANIFEST;
+    int rc = 0;
+    status = cli_push("pack", tmp, url, &push, quiet, &rc);
+    state->refused = rc == SF_E_EXISTS;
+    return status;
+}
+
+/* What the URL holds after the child ended at `s`: the end of the last line. */
+static void say_what_is_there(const char *how, const upload_state *s, const char *shown)
+{
+    if (s->refused)
+        fprintf(stderr, "shardfeed pack: %s: %s already holds a dataset: nothing was uploaded (--force replaces "
+                "it); the temporary folder is removed\n", how, shown);
+    else if (s->stage == STAGE_PACKING)
+        fprintf(stderr, "shardfeed pack: %s before the upload: nothing was uploaded to %s; the temporary "
+                "folder is removed\n", how, shown);
+    else if (s->stage == STAGE_SHARDS)
+        fprintf(stderr, "shardfeed pack: %s before the manifest was uploaded: this run put no manifest at %s "
+                "(what it uploaded is not a dataset); the temporary folder is removed\n", how, shown);
+    else if (s->stage == STAGE_MANIFEST)
+        fprintf(stderr, "shardfeed pack: %s while the manifest was being uploaded: %s may or may not hold it "
+                "(run 'shardfeed verify %s' to see whether it is a dataset); the temporary folder is "
+                "removed\n", how, shown, shown);
+    else
+        fprintf(stderr, "shardfeed pack: %s after the upload finished: %s holds the dataset; the temporary "
+                "folder is removed\n", how, shown);
 }
 
 /* Runs pack_and_push in a child process so that the temporary folder is
  * removed however it ends: success, failure, or SIGINT/SIGTERM/SIGHUP (the
  * parent forwards them and cleans up; only SIGKILL of the parent leaves the
  * folder, named shardfeed-pack-*). The upload puts the manifest last and
- * deletes it when its own upload failed, so an interrupted or failed run
- * never leaves a dataset under the URL. */
+ * deletes it when its own upload failed; a run stopped while the manifest's
+ * PUT was under way may have stored it, and the last line says so (the
+ * child's stage, in shared memory, tells what is known). */
 static int pack_to_url(const char *input, const char *url, const char *tmp_parent, sf_pack_opts *opts,
                        int retries, int quiet)
 {
@@ -235,12 +290,20 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGHUP);
+    upload_state *state = mmap(NULL, sizeof *state, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (state == MAP_FAILED) {
+        fprintf(stderr, "shardfeed pack: out of memory: %s\n", strerror(errno));
+        remove_tree(tmp);
+        return EXIT_USAGE;
+    }
+    state->stage = STAGE_PACKING;
+    state->refused = 0;
     sigprocmask(SIG_BLOCK, &stop, &old); /* until the handlers are in place */
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        int status = pack_and_push(input, tmp, url, opts, retries, quiet);
+        int status = pack_and_push(input, tmp, url, opts, retries, quiet, state);
         fflush(NULL);
         _exit(status);
     }
@@ -262,20 +325,22 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
     remove_tree(tmp);
     for (int i = 0; i < 3; i++)
         sigaction(sigs[i], &saved[i], NULL);
+    upload_state end = *state;
+    munmap(state, sizeof *state);
     if (pid < 0) {
         fprintf(stderr, "shardfeed pack: cannot start the packing process: %s\n", strerror(fork_errno));
         return EXIT_USAGE;
     }
     if (WIFSIGNALED(wstatus)) {
-        fprintf(stderr, "shardfeed pack: stopped by signal %d: no manifest was uploaded to %s (it is not a "
-                "dataset); the temporary folder is removed\n", WTERMSIG(wstatus), shown);
+        char how[64];
+        snprintf(how, sizeof how, "stopped by signal %d", WTERMSIG(wstatus));
+        say_what_is_there(how, &end, shown);
         raise(WTERMSIG(wstatus)); /* the handlers are restored: exit as the signal says */
         return EXIT_USAGE;
     }
     int status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : EXIT_USAGE;
     if (status != EXIT_OK)
-        fprintf(stderr, "shardfeed pack: nothing was uploaded to %s as a dataset (no manifest); the temporary "
-                "folder is removed\n", shown);
+        say_what_is_there("failed", &end, shown);
     return status;
 }
 
@@ -410,7 +475,7 @@ int cmd_pack(int argc, char **argv)
     char *out_dir = expand_out(out, opts.part_index);
     if (!out_dir)
         return EXIT_USAGE;
-    int status = run_pack(argv[optind], out_dir, &opts, quiet);
+    int status = run_pack(argv[optind], out_dir, &opts, quiet, NULL);
     free(out_dir);
     return status;
 }

@@ -9,12 +9,16 @@
 typedef struct push_progress {
     int quiet;
     uint64_t bytes;
+    sf_push_progress_fn next; /* the caller's own callback, or NULL */
+    void *next_ctx;
 } push_progress;
 
 static void print_progress(void *ctx, uint64_t done, uint64_t total, const char *name, uint64_t bytes)
 {
     push_progress *p = ctx;
     p->bytes += bytes;
+    if (p->next)
+        p->next(p->next_ctx, done, total, name, bytes);
     if (p->quiet)
         return;
     char b[32];
@@ -30,13 +34,15 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet)
+int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet, int *push_rc)
 {
-    push_progress progress = {quiet, 0};
+    push_progress progress = {quiet, 0, opts->progress, opts->progress_ctx};
     opts->progress = print_progress;
     opts->progress_ctx = &progress;
     double t0 = now_s();
     int rc = sf_push(dir, url, opts);
+    if (push_rc)
+        *push_rc = rc;
     if (rc)
         return cli_fail(cmd, rc);
     if (!quiet) {
@@ -82,5 +88,5 @@ int cmd_push(int argc, char **argv)
     if (argc - optind != 2)
         return cli_usage_error("push", "needs DATASET_DIR and a URL (s3://BUCKET/PREFIX or http(s)://...), got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
-    return cli_push("push", argv[optind], argv[optind + 1], &opts, quiet);
+    return cli_push("push", argv[optind], argv[optind + 1], &opts, quiet, NULL);
 }

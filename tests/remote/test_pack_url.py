@@ -78,6 +78,8 @@ class PackToUrl(RemoteCase):
         # A dataset is there now: refused (after packing: nothing uploaded), --force replaces it.
         out = self.pack(f"s3://{self.bkt}/sets/train", "-q", check=1)
         self.assertIn("already there", out.stderr)
+        self.assertIn(f"failed: s3://{self.bkt}/sets/train already holds a dataset: nothing was uploaded "
+                      "(--force replaces it)", out.stderr)
         self.assert_no_temporary_folder()
         self.pack(f"s3://{self.bkt}/sets/train", "-q", "--force", check=0)
         self.assertEqual(run("verify", f"s3://{self.bkt}/sets/train", env=self.env).returncode, 0)
@@ -86,7 +88,14 @@ class PackToUrl(RemoteCase):
         out = self.pack("s3://no-such-bucket/ds", check=1)
         self.assertIn("s3://no-such-bucket/ds/", out.stderr)
         self.assertIn("NoSuchBucket", out.stderr)
-        self.assertIn("nothing was uploaded to s3://no-such-bucket/ds", out.stderr)
+        self.assertIn("failed before the manifest was uploaded: this run put no manifest at "
+                      "s3://no-such-bucket/ds", out.stderr)
+        self.assert_no_temporary_folder()
+        # The packing itself fails: nothing was uploaded.
+        out = run("pack", os.path.join(self.root, "missing-input"), "-o", f"s3://{self.bkt}/none", "--tmp-dir",
+                  self.tmp_parent, env=self.env, check=1, timeout=60)
+        self.assertIn(f"failed before the upload: nothing was uploaded to s3://{self.bkt}/none", out.stderr)
+        self.assertEqual(self.s3.list_keys(self.bkt, "none/"), [])
         self.assert_no_temporary_folder()
         # The store failing every PUT of the manifest beyond the retries: shards are up, no manifest.
         manifest_put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
@@ -95,8 +104,24 @@ class PackToUrl(RemoteCase):
             out = self.pack(f"s3://{self.bkt}/ds", "--retries", "2", env=env, check=1)
         self.assertEqual(p.counts["500"], 3)
         self.assertIn(f"s3://{self.bkt}/ds/manifest.sfm", out.stderr)
+        self.assertIn(f"failed while the manifest was being uploaded: s3://{self.bkt}/ds may or may not hold it "
+                      f"(run 'shardfeed verify s3://{self.bkt}/ds'", out.stderr)
         self.assertIsNone(self.s3.get_object(self.bkt, "ds/manifest.sfm"))
         self.assertTrue(self.s3.list_keys(self.bkt, "ds/"), "the shards went up first")
+        self.assert_no_temporary_folder()
+        # The manifest's PUT stored but its answer lost, and the DELETE after it failing: it is there,
+        # and pack does not say it is not.
+        put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        dele = lambda m, path: m == "DELETE" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=dele) as p2, \
+                servers.FaultProxy(p2.url, {"reset": 1.0}, match=put) as p1:
+            env = dict(self.env, AWS_ENDPOINT_URL=p1.url, AWS_ENDPOINT_URL_S3=p1.url)
+            out = self.pack(f"s3://{self.bkt}/kept", "--retries", "1", "-q", env=env, check=1)
+        self.assertIn(f"s3://{self.bkt}/kept may or may not hold it", out.stderr)
+        self.assertNotIn("nothing was uploaded", out.stderr)
+        self.assertNotIn("no manifest", out.stderr)
+        self.assertIsNotNone(self.s3.get_object(self.bkt, "kept/manifest.sfm"))
+        self.assertEqual(run("verify", f"s3://{self.bkt}/kept", env=self.env).returncode, 0)
         self.assert_no_temporary_folder()
 
     def test_interrupted_upload_removes_the_temporary_folder(self):
@@ -115,9 +140,31 @@ class PackToUrl(RemoteCase):
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=20)
         self.assertEqual(proc.returncode, -signal.SIGTERM, err)
-        self.assertIn("stopped by signal", err)
+        self.assertIn(f"stopped by signal {int(signal.SIGTERM)} before the manifest was uploaded: this run put no "
+                      f"manifest at s3://{self.bkt}/cut", err)
         self.assert_no_temporary_folder()
         self.assertIsNone(self.s3.get_object(self.bkt, "cut/manifest.sfm"))
+
+    def test_interrupted_manifest_upload_is_not_called_missing(self):
+        # SIGTERM while the manifest's PUT is held at the proxy (its body sent, the answer pending):
+        # the store may keep it, and pack says so instead of "no manifest".
+        man = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=2.0, match=man) as p:
+            env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            proc = subprocess.Popen([clitest.SHARDFEED, "pack", self.src, "-o", f"s3://{self.bkt}/late",
+                                     "--shard-size", "16KiB", "--tmp-dir", self.tmp_parent], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not any(man(m, path) for m, path, _ in p.log) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertTrue(any(man(m, path) for m, path, _ in p.log), "the manifest's PUT never came")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, -signal.SIGTERM, err)
+        self.assertIn(f"stopped by signal {int(signal.SIGTERM)} while the manifest was being uploaded: "
+                      f"s3://{self.bkt}/late may or may not hold it", err)
+        self.assertNotIn("no manifest", err)
+        self.assert_no_temporary_folder()
 
     def test_pack_to_a_web_server_taking_put(self):
         # As push: an http(s):// URL of a server taking PUT (nginx's WebDAV), every file in one PUT.
