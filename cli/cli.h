@@ -60,10 +60,8 @@ int cli_is_remote_option(int c);
  * call takes no options, as verify's and export's do): NULL, or what is
  * wrong with it. */
 const char *cli_remote_option(sf_remote_opts *r, int c, const char *arg);
-/* `path` as messages show it: for a URL (sf_is_url) the password between
- * "://" and the last '@' before the next '/' shown as "***"
- * ("http://alice:***@host/ds", what the library's messages show), a local
- * path as given; cut to cap - 1 bytes, never inside the password. Returns out. */
+/* `path` as messages show it (sf_url_shown: a URL's password as "***",
+ * what the library's messages show). Returns out. */
 const char *cli_shown(char *out, size_t cap, const char *path);
 /* Uploads dataset folder `dir` to `url` with sf_push (push and pack -o URL):
  * a line per object and a summary unless `quiet`. EXIT_OK, or the failure

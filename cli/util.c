@@ -27,28 +27,7 @@ int cli_fail(const char *cmd, int rc)
 
 const char *cli_shown(char *out, size_t cap, const char *path)
 {
-    if (!cap)
-        return out;
-    if (!path || !sf_is_url(path)) {
-        snprintf(out, cap, "%s", path ? path : "(null)");
-        return out;
-    }
-    const char *auth = strstr(path, "://") + 3; /* sf_is_url: there is one */
-    size_t auth_len = strcspn(auth, "/");
-    const char *at = NULL;
-    for (const char *c = auth; c < auth + auth_len; c++)
-        if (*c == '@')
-            at = c;
-    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-    if (!colon) {
-        snprintf(out, cap, "%s", path);
-        return out;
-    }
-    size_t head = (size_t)(colon + 1 - path);
-    if (head >= cap)
-        head = cap - 1;
-    snprintf(out, cap, "%.*s***%s", (int)head, path, at);
-    return out;
+    return sf_url_shown(out, cap, path);
 }
 
 int cli_parse_uint(const char *s, uint64_t *out)

@@ -61,6 +61,12 @@ typedef struct sf_remote_opts {
 /* 1 when `path` is a dataset URL (s3://, http://, https://), else 0. */
 SF_API int sf_is_url(const char *path);
 
+/* `path` as a message may show it, into out[0..cap): a URL with a password
+ * (between "://" and the last '@' of its authority) shown as "***", cut to
+ * cap - 1 bytes but never inside the password; anything else as given.
+ * Returns out. */
+SF_API const char *sf_url_shown(char *out, size_t cap, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

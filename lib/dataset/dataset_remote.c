@@ -66,6 +66,17 @@ int sf_is_url(const char *path)
     return path && remote_is_url(path);
 }
 
+const char *sf_url_shown(char *out, size_t cap, const char *path)
+{
+    if (!cap)
+        return out;
+    if (sf_is_url(path))
+        remote_url_redact(out, cap, path);
+    else
+        snprintf(out, cap, "%s", path ? path : "(null)");
+    return out;
+}
+
 /* ---- options ---- */
 
 static uint64_t env_u64(const char *name)
