@@ -661,9 +661,13 @@ static int push_manifest(push_ctx *p, const local_dataset *d)
         del = request(p, r, "DELETE", url, what, NULL, true);
     free(r);
     free(url);
-    if (del)
+    if (del) {
+        /* sf_fail writes the buffer sf_last_error() returns: the DELETE's reason is copied first. */
+        char why[2048];
+        snprintf(why, sizeof why, "%s", sf_last_error());
         return sf_fail(rc, "%s; deleting a manifest the store may have kept also failed (%s): %s may "
-                       "hold the manifest", detail, sf_last_error(), what);
+                       "hold the manifest", detail, why, what);
+    }
     return sf_fail(rc, "%s", detail);
 }
 

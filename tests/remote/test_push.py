@@ -178,6 +178,18 @@ class PushTest(unittest.TestCase):
         self.assertEqual(self.s3.list_keys(bucket), [])
         shutil.rmtree(broken)
 
+    def test_failed_manifest_delete_names_its_own_reason(self):
+        # The manifest's PUT fails and so does the DELETE after it: both reasons are named.
+        bucket = self.new_bucket()
+        manifest = lambda m, path: m in ("PUT", "DELETE") and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=manifest) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "0", endpoint=p.url, check=1)
+        self.assertEqual(p.counts["500"], 2)
+        injected = "HTTP 500 InternalError: injected by FaultProxy (500) (after 1 attempt)"
+        self.assertIn(f"PUT s3://{bucket}/ds/manifest.sfm: {injected}; deleting a manifest the store may have "
+                      f"kept also failed (DELETE s3://{bucket}/ds/manifest.sfm: {injected}): "
+                      f"s3://{bucket}/ds/manifest.sfm may hold the manifest", out.stderr)
+
     def test_existing_dataset_refused_then_overwritten(self):
         bucket = self.new_bucket()
         self.push(self.ds, f"s3://{bucket}/ds", "-q", check=0)
