@@ -1,8 +1,10 @@
 /* shardfeed — push: upload a local dataset to an S3 (or S3-compatible) store,
  * or to a web server that takes PUT and DELETE (WebDAV: nginx's dav_methods).
  *
- * sf_push checks the dataset first (its manifest, and every shard's header,
- * footer and index against it: what opening it checks), then uploads every
+ * sf_push checks the dataset first (its manifest, every shard's header,
+ * footer and index against it, and every record's checksum, padding and
+ * bool values, as verify does), so a damaged dataset uploads nothing, then
+ * uploads every
  * shard file, and the manifest LAST, so a reader never finds a manifest
  * whose shards are not all there. Shards larger than multipart_threshold go
  * up to S3 as multipart uploads of part_size parts (to a web server, every

@@ -4,8 +4,10 @@
  * The manifest's bytes are read once, at the start, and those bytes are
  * what goes up last; every shard is checked against them (header, footer,
  * index: sf_shard_load_meta) twice: all of them before anything is
- * uploaded, and each again on the descriptor it is uploaded from, so a
- * folder re-packed during the push fails it instead of mixing two datasets.
+ * uploaded, every record's bytes then too (sf_shard_scan_data, as verify
+ * does), so a damaged dataset uploads nothing; and each again on the
+ * descriptor it is uploaded from (header, footer, index), so a folder
+ * re-packed during the push fails it instead of mixing two datasets.
  * A pack or merge writing the folder (its .shardfeed.lock held) is refused.
  */
 #include <errno.h>
@@ -524,9 +526,57 @@ static int read_manifest(local_dataset *d)
     return rc;
 }
 
+/* The first problem sf_shard_scan_data reports in a shard's data area. */
+typedef struct first_problem {
+    int64_t count;
+    sf_shard_problem first;
+} first_problem;
+
+static void keep_first_problem(void *ctx, const sf_shard_problem *pr)
+{
+    first_problem *f = ctx;
+    if (f->count++ == 0)
+        f->first = *pr;
+}
+
+/* A problem in a shard's records, as an error naming the file, the record and the byte. */
+static int data_problem(const char *path, const sf_schema *schema, const first_problem *f)
+{
+    const sf_shard_problem *pr = &f->first;
+    char what[256];
+    switch (pr->kind) {
+    case SF_PROBLEM_CHECKSUM:
+        snprintf(what, sizeof what, "record %lld: checksum mismatch in its payload (which starts at byte %llu)",
+                 (long long)pr->record, (unsigned long long)pr->offset);
+        break;
+    case SF_PROBLEM_VALUE:
+        snprintf(what, sizeof what, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
+                 (long long)pr->record, pr->field < schema->field_count ? schema->fields[pr->field].name : "?",
+                 (unsigned long long)pr->offset);
+        break;
+    case SF_PROBLEM_PADDING:
+    default:
+        if (pr->record >= 0)
+            snprintf(what, sizeof what, "record %lld: padding between fields is not zero at byte %llu",
+                     (long long)pr->record, (unsigned long long)pr->offset);
+        else
+            snprintf(what, sizeof what, "padding is not zero at byte %llu", (unsigned long long)pr->offset);
+        break;
+    }
+    char more[64] = "";
+    if (f->count > 1)
+        snprintf(more, sizeof more, " (and %lld more problem%s)", (long long)(f->count - 1),
+                 f->count > 2 ? "s" : "");
+    return sf_fail(pr->code ? pr->code : SF_E_CORRUPT, "%s: %s%s: the dataset is damaged, nothing was "
+                   "uploaded (shardfeed verify lists every problem)", path, what, more);
+}
+
 /* Opens shard `i` and checks its header, footer and index against the
- * manifest. The descriptor in *fd_out on success. */
-static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, char *name, size_t cap)
+ * manifest; with `scan_buf` (SCAN_BUFFER bytes), every record's bytes too
+ * (sf_shard_scan_data, as verify does). The descriptor in *fd_out on success. */
+#define SCAN_BUFFER (256u << 10)
+static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, char *name, size_t cap,
+                              uint8_t *scan_buf)
 {
     snprintf(name, cap, SF_SHARD_NAME_FMT, (unsigned)i);
     char path[4200];
@@ -545,21 +595,41 @@ static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, c
         close(fd);
         return sf_fail_prefix(rc, path);
     }
+    if (scan_buf) {
+        first_problem f = {0};
+        int64_t n = sf_shard_scan_data(&meta, &m->schema, fd, scan_buf, SCAN_BUFFER, keep_first_problem, &f);
+        if (n < 0)
+            rc = sf_fail((int)n, "%s: reading its records: %s", path, sf_strerror((int)n));
+        else if (n > 0 || f.count > 0)
+            rc = data_problem(path, &m->schema, &f);
+    }
     sf_shard_meta_clear(&meta);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
     *fd_out = fd;
     return 0;
 }
 
+/* Every shard, every record, before the first byte is uploaded: a damaged
+ * dataset uploads nothing. This reads the whole dataset once more than the
+ * upload does (README "Uploading": the cost, measured). */
 static int check_all_shards(const local_dataset *d)
 {
-    for (uint64_t i = 0; i < d->manifest.shard_count; i++) {
+    uint8_t *buf = malloc(SCAN_BUFFER);
+    if (!buf)
+        return sf_fail(-ENOMEM, "sf_push: out of memory");
+    int rc = 0;
+    for (uint64_t i = 0; !rc && i < d->manifest.shard_count; i++) {
         char name[64];
-        int fd = -1, rc = open_checked_shard(&fd, d, i, name, sizeof name);
-        if (rc)
-            return rc;
-        close(fd);
+        int fd = -1;
+        rc = open_checked_shard(&fd, d, i, name, sizeof name, buf);
+        if (!rc)
+            close(fd);
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 static void local_close(local_dataset *d)
@@ -624,7 +694,7 @@ static int push_shard(push_ctx *p, const local_dataset *d, const sf_push_opts *o
                       uint64_t *bytes, char *name, size_t cap)
 {
     int fd = -1;
-    int rc = open_checked_shard(&fd, d, i, name, cap);
+    int rc = open_checked_shard(&fd, d, i, name, cap, NULL);
     if (rc)
         return rc;
     uint64_t size = d->manifest.shards[i].file_size;

@@ -1,8 +1,8 @@
 """shardfeed push against the local S3 server (tests/remote/servers.py): every object
 arrives byte for byte (read back with curl's own SigV4), large shards go up as multipart
 uploads, 10% of requests failing with 500 still completes, a manifest upload that fails
-leaves no manifest, an incomplete dataset uploads nothing, and errors name the URL, the
-HTTP status and the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
+leaves no manifest, an incomplete or damaged dataset uploads nothing, and errors name the URL,
+the HTTP status and the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
 
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/remote/test_push.py -v
 """
@@ -175,6 +175,27 @@ class PushTest(unittest.TestCase):
             f.write(bytes([b[0] ^ 1]))
         out = self.push(broken, f"s3://{bucket}/ds", check=2)
         self.assertIn(last, out.stderr)
+        self.assertEqual(self.s3.list_keys(bucket), [])
+        shutil.rmtree(broken)
+
+    def test_damaged_record_uploads_nothing(self):
+        # Header, footer and index intact, one record's bytes damaged in the LAST shard:
+        # every record is checked before the first byte goes up, so nothing is uploaded.
+        bucket = self.new_bucket()
+        broken = os.path.join(self.tmp, "damaged")
+        shutil.copytree(self.ds, broken)
+        last = [f for f in dataset_files(broken) if f.endswith(".sfs")][-1]
+        with open(os.path.join(broken, last), "r+b") as f:
+            f.seek(128 + 4096 + 100)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with servers.FaultProxy(self.s3.endpoint) as p:
+            out = self.push(broken, f"s3://{bucket}/ds", endpoint=p.url, check=2)
+        self.assertRegex(out.stderr, rf"{os.path.join(broken, last)}: record \d+: checksum mismatch"
+                                     r" in its payload \(which starts at byte \d+\)")
+        self.assertIn("nothing was uploaded", out.stderr)
+        self.assertEqual(p.log, [])
         self.assertEqual(self.s3.list_keys(bucket), [])
         shutil.rmtree(broken)
 
