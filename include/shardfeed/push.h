@@ -6,7 +6,10 @@
  * bool values, as verify does), so a damaged dataset uploads nothing, then
  * uploads every
  * shard file, and the manifest LAST, so a reader never finds a manifest
- * whose shards are not all there. Shards larger than multipart_threshold go
+ * whose shards are not all there. After the manifest, shard objects an
+ * earlier, larger dataset left under the destination (shard-NNNNNN.sfs at
+ * or past the new shard count; nothing else) are deleted; a failure of
+ * that still returns 0, with a warning on stderr naming what is left. Shards larger than multipart_threshold go
  * up to S3 as multipart uploads of part_size parts (to a web server, every
  * file in one PUT). Each request is retried
  * with exponential backoff and jitter on a 5xx or 429 status and on a

@@ -24,9 +24,11 @@
 
 #include "error_internal.h"
 #include "format.h"
+#include "remote_list.h"
 #include "remote_url.h"
 #include "shard_file.h"
 #include "shardfeed/push.h"
+#include "shardfeed/remote.h"
 #include "shardfeed_config.h"
 
 #if SF_HAVE_REMOTE
@@ -741,6 +743,139 @@ static int push_manifest(push_ctx *p, const local_dataset *d)
     return sf_fail(rc, "%s", detail);
 }
 
+/* ---- Shards an earlier dataset left past this one's last ----------------------- */
+
+/* Whether `name` is exactly a shard file's name (SF_SHARD_NAME_FMT), its index in *index. */
+static bool shard_name_index(const char *name, uint64_t *index)
+{
+    unsigned n;
+    int end = 0;
+    char again[64];
+    if (sscanf(name, "shard-%6u.sfs%n", &n, &end) != 1 || name[end] != '\0')
+        return false;
+    snprintf(again, sizeof again, SF_SHARD_NAME_FMT, n);
+    if (strcmp(again, name) != 0) /* "shard-+00001.sfs", " 1", fewer digits: not ours */
+        return false;
+    *index = n;
+    return true;
+}
+
+typedef struct stale_list {
+    uint64_t first; /* the new dataset's shard count */
+    uint64_t *index;
+    size_t n, cap;
+} stale_list;
+
+static int on_listed(void *ctx, const char *name, uint64_t size)
+{
+    (void)size;
+    stale_list *s = ctx;
+    uint64_t i;
+    if (!shard_name_index(name, &i) || i < s->first)
+        return 0;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        uint64_t *grown = realloc(s->index, cap * sizeof *grown);
+        if (!grown)
+            return sf_fail(-ENOMEM, "out of memory");
+        s->index = grown;
+        s->cap = cap;
+    }
+    s->index[s->n++] = i;
+    return 0;
+}
+
+static int by_index_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int delete_object(push_ctx *p, response *r, const char *name, bool *was_there)
+{
+    char *url = NULL, what[4400];
+    object_what(what, sizeof what, p->loc, name);
+    int rc = remote_object_url(&url, p->loc, name);
+    if (!rc)
+        rc = request(p, r, "DELETE", url, what, NULL, true);
+    free(url);
+    if (!rc && was_there)
+        *was_there = r->status != 404;
+    return rc;
+}
+
+static void stale_warning(const push_ctx *p, const char *left, const char *why)
+{
+    const char *url = remote_location_display(p->loc);
+    fprintf(stderr, "shardfeed: push: warning: %s is pushed and complete, but removing the shards an "
+            "earlier dataset left there past this one's last failed (%s); left there: %s; `shardfeed verify "
+            "%s` reports such shards as extra until they are deleted\n", url, why, left, url);
+}
+
+/* After the new manifest is up: deletes shard-NNNNNN.sfs objects under the
+ * destination whose index is >= its shard count (an earlier, larger
+ * dataset's), and nothing else. After, not before: a reader of the new
+ * manifest never reads past its count, while a push that fails before its
+ * manifest is up deletes nothing more than --overwrite's manifest. On S3 the
+ * prefix is listed (ListObjectsV2) and the highest index is deleted first,
+ * so a cleanup that stops leaves a run of shards after the new ones; a web
+ * server has no listing: shards are deleted from the count up until one is
+ * not there (404). A failure here does not fail the push (the dataset is
+ * complete and consistent): a warning on stderr names what is left. */
+static void remove_stale_shards(push_ctx *p, uint64_t count)
+{
+    response *r = malloc(sizeof *r);
+    if (!r) {
+        char left[96];
+        snprintf(left, sizeof left, "any shard from " SF_SHARD_NAME_FMT " on", (unsigned)count);
+        stale_warning(p, left, "out of memory");
+        return;
+    }
+    char name[64], left[192], why[2048];
+    if (remote_location_kind(p->loc) != REMOTE_S3) {
+        for (uint64_t i = count; i <= 999999; i++) {
+            snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+            bool there = false;
+            if (delete_object(p, r, name, &there)) {
+                snprintf(why, sizeof why, "%s", sf_last_error());
+                snprintf(left, sizeof left, "%s and any later shard", name);
+                stale_warning(p, left, why);
+                break;
+            }
+            if (!there)
+                break;
+        }
+        free(r);
+        return;
+    }
+    stale_list s = {.first = count};
+    remote_policy policy = {(uint32_t)p->retries, SF_REMOTE_DEFAULT_TIMEOUT_MS};
+    int rc = remote_list(p->loc, &policy, on_listed, &s);
+    if (rc) {
+        snprintf(why, sizeof why, "listing it: %s", sf_last_error());
+        snprintf(left, sizeof left, "any shard from " SF_SHARD_NAME_FMT " on", (unsigned)count);
+        stale_warning(p, left, why);
+    } else {
+        qsort(s.index, s.n, sizeof *s.index, by_index_desc);
+        for (size_t k = 0; k < s.n; k++) {
+            snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)s.index[k]);
+            if (delete_object(p, r, name, NULL)) {
+                snprintf(why, sizeof why, "%s", sf_last_error());
+                char lowest[64];
+                snprintf(lowest, sizeof lowest, SF_SHARD_NAME_FMT, (unsigned)s.index[s.n - 1]);
+                if (k == s.n - 1)
+                    snprintf(left, sizeof left, "%s", name);
+                else
+                    snprintf(left, sizeof left, "%zu shards, %s to %s", s.n - k, lowest, name);
+                stale_warning(p, left, why);
+                break;
+            }
+        }
+    }
+    free(s.index);
+    free(r);
+}
+
 int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
 {
     if (!dataset_dir || !url)
@@ -777,6 +912,8 @@ int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
         rc = push_manifest(&p, &d);
     if (!rc && o.progress)
         o.progress(o.progress_ctx, total, total, SF_MANIFEST_NAME, d.manifest_len);
+    if (!rc)
+        remove_stale_shards(&p, d.manifest.shard_count);
     if (p.curl)
         curl_easy_cleanup(p.curl);
     local_close(&d);

@@ -1,8 +1,9 @@
 """shardfeed push against the local S3 server (tests/remote/servers.py): every object
 arrives byte for byte (read back with curl's own SigV4), large shards go up as multipart
 uploads, 10% of requests failing with 500 still completes, a manifest upload that fails
-leaves no manifest, an incomplete or damaged dataset uploads nothing, and errors name the URL,
-the HTTP status and the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
+leaves no manifest, an incomplete or damaged dataset uploads nothing, a re-push with
+fewer shards leaves exactly the new dataset, and errors name the URL, the HTTP status and
+the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
 
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/remote/test_push.py -v
 """
@@ -199,6 +200,62 @@ class PushTest(unittest.TestCase):
         self.assertEqual(self.s3.list_keys(bucket), [])
         shutil.rmtree(broken)
 
+    def small_dataset(self):
+        """A dataset of one or two shards (fewer than self.ds has), packed once."""
+        small = os.path.join(self.tmp, "small")
+        if not os.path.exists(small):
+            write_samples(os.path.join(self.tmp, "small-npy"), 40, shape=(3, 32, 32), seed=1)
+            run("pack", os.path.join(self.tmp, "small-npy"), "-o", small, "--shard-size", "1MiB", "-q",
+                check=0)
+        return small
+
+    def verify_url(self, url, check):
+        env = dict(os.environ, **self.s3.env())
+        env.pop("AWS_PROFILE", None)
+        env["HOME"] = self.tmp
+        return run("verify", url, env=env, check=check, timeout=120)
+
+    def test_overwrite_with_fewer_shards_leaves_only_the_new_dataset(self):
+        bucket = self.new_bucket()
+        small = self.small_dataset()
+        n_small = len([f for f in dataset_files(small) if f.endswith(".sfs")])
+        self.assertLess(n_small, len([f for f in self.files if f.endswith(".sfs")]))
+        self.push(self.ds, f"s3://{bucket}/ds", "-q", check=0)
+        # Objects that are not shards of this dataset are never deleted.
+        others = ["ds/notes.txt", "ds/shard-000099.sfs.old", "ds/sub/shard-000009.sfs"]
+        for key in others:
+            self.assertEqual(self.s3.request("PUT", f"/{bucket}/{key}", b"x")[0], 200)
+        with servers.FaultProxy(self.s3.endpoint) as p:
+            self.push(small, f"s3://{bucket}/ds", "-q", "--overwrite", endpoint=p.url, check=0)
+        self.assertEqual(self.s3.list_keys(bucket, "ds/"),
+                         sorted([f"ds/{f}" for f in dataset_files(small)] + others))
+        self.verify_url(f"s3://{bucket}/ds", check=0)
+        # The old shards go after the new manifest is up, the highest first.
+        methods = [(m, path.split("/")[-1]) for m, path, _ in p.log if m in ("PUT", "DELETE")]
+        deletes = [name for m, name in methods if m == "DELETE" and name.startswith("shard-")]
+        old = [f for f in self.files if f.endswith(".sfs")][n_small:]
+        self.assertEqual(deletes, sorted(old, reverse=True))
+        self.assertLess(methods.index(("PUT", "manifest.sfm")), methods.index(("DELETE", deletes[0])))
+
+    def test_failed_removal_of_old_shards_still_pushes(self):
+        # Every DELETE of a shard fails: the push succeeded (the new dataset is complete), and
+        # the warning names what is left and that verify reports it.
+        bucket = self.new_bucket()
+        small = self.small_dataset()
+        self.push(self.ds, f"s3://{bucket}/ds", "-q", check=0)
+        shard_delete = lambda m, path: m == "DELETE" and "/shard-" in path  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=shard_delete) as p:
+            out = self.push(small, f"s3://{bucket}/ds", "-q", "--overwrite", "--retries", "0",
+                            endpoint=p.url, check=0)
+        self.assertEqual(p.counts["500"], 1)
+        old = [f for f in self.files if f.endswith(".sfs")][len(dataset_files(small)) - 1:]
+        self.assertIn(f"warning: s3://{bucket}/ds is pushed and complete", out.stderr)
+        self.assertIn(f"{len(old)} shards, {old[0]} to {old[-1]}", out.stderr)
+        self.assertIn("HTTP 500 InternalError: injected by FaultProxy", out.stderr)
+        self.assertIn(f"shardfeed verify s3://{bucket}/ds", out.stderr)
+        out = self.verify_url(f"s3://{bucket}/ds", check=2)
+        self.assertIn("extra shard", out.stdout + out.stderr)
+
     def test_failed_manifest_delete_names_its_own_reason(self):
         # The manifest's PUT fails and so does the DELETE after it: both reasons are named.
         bucket = self.new_bucket()
@@ -296,7 +353,8 @@ class HttpPushTest(unittest.TestCase):
         with servers.FaultProxy(self.nginx.url, {"500": 0.1}, seed=2) as p:
             run("push", self.ds, p.url + "/sets/one", "-q", check=0, timeout=120)
         self.assertGreater(p.counts["500"], 0)
-        self.assertEqual(p.log[-1][:2], ("PUT", "/sets/one/manifest.sfm"))
+        puts = [path for m, path, _ in p.log if m == "PUT"]
+        self.assertEqual(puts[-1], "/sets/one/manifest.sfm")
         self.assert_same_files(os.path.join(self.www, "sets", "one"))
         out = run("push", self.ds, self.nginx.url + "/sets/one", check=1, timeout=120)
         self.assertIn("already there", out.stderr)
@@ -336,6 +394,19 @@ class HttpPushTest(unittest.TestCase):
         for out in outs:
             self.assertNotIn("TOPSECRET", out.stdout + out.stderr, out.args)
         self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("shardfeed-pack-")], [])
+
+    def test_overwrite_with_fewer_shards(self):
+        # A web server has no listing: old shards are deleted from the new count up to the
+        # first that is not there.
+        small = os.path.join(self.tmp, "small")
+        write_samples(os.path.join(self.tmp, "small-npy"), 20, shape=(3, 32, 32), seed=1)
+        run("pack", os.path.join(self.tmp, "small-npy"), "-o", small, "--shard-size", "256KiB", "-q", check=0)
+        run("push", self.ds, self.nginx.url + "/fewer", "-q", check=0, timeout=120)
+        with open(os.path.join(self.www, "fewer", "notes.txt"), "w") as f:
+            f.write("kept")
+        run("push", small, self.nginx.url + "/fewer", "-q", "--overwrite", check=0, timeout=120)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.www, "fewer"))),
+                         sorted(dataset_files(small) + ["notes.txt"]))
 
     def test_server_without_put(self):
         plain = servers.Nginx(self.www, work=os.path.join(self.tmp, "plain.nginx"))
