@@ -791,16 +791,25 @@ static int by_index_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* DELETEs object `name`. With `was_there`, asks first (a one-byte GET)
+ * and deletes only what is there: a web server may answer a DELETE of a
+ * missing file 2xx, which would keep remove_stale_shards' walk going. */
 static int delete_object(push_ctx *p, response *r, const char *name, bool *was_there)
 {
     char *url = NULL, what[4400];
     object_what(what, sizeof what, p->loc, name);
     int rc = remote_object_url(&url, p->loc, name);
+    if (!rc && was_there) {
+        rc = request(p, r, "GET", url, what, NULL, true);
+        *was_there = !rc && r->status != 404;
+        if (!rc && !*was_there) {
+            free(url);
+            return 0;
+        }
+    }
     if (!rc)
         rc = request(p, r, "DELETE", url, what, NULL, true);
     free(url);
-    if (!rc && was_there)
-        *was_there = r->status != 404;
     return rc;
 }
 
@@ -820,7 +829,7 @@ static void stale_warning(const push_ctx *p, const char *left, const char *why)
  * prefix is listed (ListObjectsV2) and the highest index is deleted first,
  * so a cleanup that stops leaves a run of shards after the new ones; a web
  * server has no listing: shards are deleted from the count up until one is
- * not there (404). A failure here does not fail the push (the dataset is
+ * not there (a GET answers 404). A failure here does not fail the push (the dataset is
  * complete and consistent): a warning on stderr names what is left. */
 static void remove_stale_shards(push_ctx *p, uint64_t count)
 {
