@@ -297,6 +297,8 @@ struct sf_reader {
     uint32_t threads_inited;
     uint64_t gen;
     int started;          /* the first sf_reader_next has scheduled */
+    int retry_waits;      /* a batch failed: nothing is scheduled until the next
+                           * sf_reader_next (or a reposition) retries it */
     /* delivery position: the batch sf_reader_next returns next */
     uint64_t del_epoch, del_index;
     int restored;             /* sf_reader_restore moved the position and nothing was

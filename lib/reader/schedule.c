@@ -214,7 +214,7 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
  * runs on into the next epoch, so epochs follow each other without a gap. */
 static void schedule_locked(sf_reader *r)
 {
-    if (!r->started || r->stop || r->num_batches == 0)
+    if (!r->started || r->stop || r->num_batches == 0 || r->retry_waits)
         return;
     int any = 0;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
@@ -300,6 +300,7 @@ static void reposition_locked(sf_reader *r, uint64_t epoch, uint64_t index, int 
     if (!force && epoch == r->del_epoch && index == r->del_index)
         return;
     drop_read_ahead_locked(r, epoch, index);
+    r->retry_waits = 0;
     schedule_locked(r);
 }
 
@@ -549,6 +550,7 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
     pthread_mutex_lock(&r->lock);
     if (!r->st_first_ns)
         r->st_first_ns = reader_now_ns();
+    r->retry_waits = 0; /* a failed batch is read again from here on */
     if (!r->started) {
         r->started = 1;
         schedule_locked(r);
@@ -584,10 +586,13 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
             if (err) {
                 /* Drop it and everything read ahead; the next call retries,
                  * reading then, not now: a cause the caller mends between
-                 * the calls (a shard put back, a store recovered) is seen. */
+                 * the calls (a shard put back, a store recovered) is seen.
+                 * Until then nothing schedules (read-ahead still landing
+                 * and releases would read the failed batch at once). */
                 rc = sf_fail(err, "%s", s->errmsg);
                 slot_set_state(r, s, SLOT_READY, SLOT_FREE);
                 drop_read_ahead_locked(r, r->del_epoch, r->del_index);
+                r->retry_waits = 1;
                 break;
             }
             slot_set_state(r, s, SLOT_READY, SLOT_HELD);
