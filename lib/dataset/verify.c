@@ -87,26 +87,9 @@ static void on_scan_problem(void *arg, const sf_shard_problem *p)
 {
     scan_ctx *c = arg;
     char msg[256];
-    switch (p->kind) {
-    case SF_PROBLEM_CHECKSUM:
-        snprintf(msg, sizeof msg, "record %lld: checksum mismatch in its payload at bytes %llu..",
-                 (long long)p->record, (unsigned long long)p->offset);
-        if (c->bad)
-            c->bad[p->record / 8] |= (uint8_t)(1u << (p->record % 8));
-        break;
-    case SF_PROBLEM_VALUE:
-        snprintf(msg, sizeof msg, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
-                 (long long)p->record, c->v->m->schema.fields[p->field].name, (unsigned long long)p->offset);
-        break;
-    case SF_PROBLEM_PADDING:
-    default:
-        if (p->record >= 0)
-            snprintf(msg, sizeof msg, "record %lld: padding between fields is not zero at byte %llu",
-                     (long long)p->record, (unsigned long long)p->offset);
-        else
-            snprintf(msg, sizeof msg, "padding is not zero at byte %llu", (unsigned long long)p->offset);
-        break;
-    }
+    sf_shard_problem_text(msg, sizeof msg, p, &c->v->m->schema);
+    if (p->kind == SF_PROBLEM_CHECKSUM && c->bad)
+        c->bad[p->record / 8] |= (uint8_t)(1u << (p->record % 8));
     report(c->v, p->code, c->file, c->shard, p->record, p->offset, msg);
 }
 

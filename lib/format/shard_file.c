@@ -321,3 +321,33 @@ int sf_manifest_load(sf_manifest *m, const char *dir)
     close(fd);
     return rc;
 }
+
+void sf_shard_problem_text(char *out, size_t cap, const sf_shard_problem *p, const sf_schema *s)
+{
+    switch (p->kind) {
+    case SF_PROBLEM_CHECKSUM:
+        snprintf(out, cap, "record %lld: checksum mismatch in its payload at bytes %llu..",
+                 (long long)p->record, (unsigned long long)p->offset);
+        break;
+    case SF_PROBLEM_VALUE:
+        snprintf(out, cap, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
+                 (long long)p->record, p->field < s->field_count ? s->fields[p->field].name : "?",
+                 (unsigned long long)p->offset);
+        break;
+    case SF_PROBLEM_PADDING:
+    default:
+        if (p->record >= 0)
+            snprintf(out, cap, "record %lld: padding between fields is not zero at byte %llu",
+                     (long long)p->record, (unsigned long long)p->offset);
+        else
+            snprintf(out, cap, "padding is not zero at byte %llu", (unsigned long long)p->offset);
+        break;
+    }
+}
+
+void sf_keep_first_problem(void *ctx, const sf_shard_problem *p)
+{
+    sf_first_problem *f = ctx;
+    if (f->count++ == 0)
+        f->first = *p;
+}

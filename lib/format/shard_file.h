@@ -58,6 +58,20 @@ typedef struct sf_shard_problem {
 
 typedef void (*sf_shard_problem_fn)(void *ctx, const sf_shard_problem *p);
 
+/* Problem p of a shard of schema s in words, into out[0..cap): "record 3:
+ * checksum mismatch in its payload at bytes 4096..", "record 3: bool field
+ * 'mask' holds a byte other than 0 and 1 at byte 4100", "padding is not
+ * zero at byte 130". Verify, merge and push name problems with it. */
+void sf_shard_problem_text(char *out, size_t cap, const sf_shard_problem *p, const sf_schema *s);
+
+/* An sf_shard_problem_fn (ctx: an sf_first_problem) that keeps the first
+ * problem reported and counts them all. */
+typedef struct sf_first_problem {
+    sf_shard_problem first;
+    int64_t count;
+} sf_first_problem;
+void sf_keep_first_problem(void *ctx, const sf_shard_problem *p);
+
 /* Streams the data area [128, index_offset) of a shard whose metadata was
  * loaded: hashes every record's payload and compares it with its index
  * entry, checks that every padding byte is zero, and that the stored

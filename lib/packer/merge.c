@@ -233,51 +233,21 @@ static void whole_shard_paths(char *tmp, char *dst, size_t cap, const char *out,
     snprintf(dst, cap, "%s/%s", out, name);
 }
 
-/* What sf_shard_scan_data found first in a part's shard, and how much. */
-typedef struct scan_found {
-    sf_shard_problem first;
-    int64_t count;
-} scan_found;
-
-static void on_scan_problem(void *ctx, const sf_shard_problem *p)
-{
-    scan_found *f = ctx;
-    if (f->count++ == 0)
-        f->first = *p;
-}
-
 /* Checks every record of the part's shard open on `in` as verify does
  * (payload checksums, zero padding, bool values): a damaged part is
  * refused, naming its file, the record and the byte offset, before any of
  * it is copied. */
 static int check_shard_data(const part *p, const sf_shard_meta *meta, int in, const char *src, uint8_t *buf)
 {
-    scan_found f = {.count = 0};
-    int64_t n = sf_shard_scan_data(meta, &p->m.schema, in, buf, MERGE_SCAN_BUFFER, on_scan_problem, &f);
+    sf_first_problem f = {.count = 0};
+    int64_t n = sf_shard_scan_data(meta, &p->m.schema, in, buf, MERGE_SCAN_BUFFER, sf_keep_first_problem, &f);
     if (n < 0)
         return sf_fail_prefix((int)n, src);
     if (n == 0)
         return 0;
     const sf_shard_problem *q = &f.first;
     char what[400];
-    switch (q->kind) {
-    case SF_PROBLEM_CHECKSUM:
-        snprintf(what, sizeof what, "record %lld: checksum mismatch in its payload at bytes %llu..",
-                 (long long)q->record, (unsigned long long)q->offset);
-        break;
-    case SF_PROBLEM_VALUE:
-        snprintf(what, sizeof what, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
-                 (long long)q->record, p->m.schema.fields[q->field].name, (unsigned long long)q->offset);
-        break;
-    case SF_PROBLEM_PADDING:
-    default:
-        if (q->record >= 0)
-            snprintf(what, sizeof what, "record %lld: padding between fields is not zero at byte %llu",
-                     (long long)q->record, (unsigned long long)q->offset);
-        else
-            snprintf(what, sizeof what, "padding is not zero at byte %llu", (unsigned long long)q->offset);
-        break;
-    }
+    sf_shard_problem_text(what, sizeof what, q, &p->m.schema);
     return sf_fail(q->code, "%s: %s (%lld problem%s in this shard; verify %s lists them): a damaged part, refusing to merge it",
                    src, what, (long long)n, n == 1 ? "" : "s", p->dir);
 }

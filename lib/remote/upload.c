@@ -528,43 +528,12 @@ static int read_manifest(local_dataset *d)
     return rc;
 }
 
-/* The first problem sf_shard_scan_data reports in a shard's data area. */
-typedef struct first_problem {
-    int64_t count;
-    sf_shard_problem first;
-} first_problem;
-
-static void keep_first_problem(void *ctx, const sf_shard_problem *pr)
-{
-    first_problem *f = ctx;
-    if (f->count++ == 0)
-        f->first = *pr;
-}
-
 /* A problem in a shard's records, as an error naming the file, the record and the byte. */
-static int data_problem(const char *path, const sf_schema *schema, const first_problem *f)
+static int data_problem(const char *path, const sf_schema *schema, const sf_first_problem *f)
 {
     const sf_shard_problem *pr = &f->first;
     char what[256];
-    switch (pr->kind) {
-    case SF_PROBLEM_CHECKSUM:
-        snprintf(what, sizeof what, "record %lld: checksum mismatch in its payload (which starts at byte %llu)",
-                 (long long)pr->record, (unsigned long long)pr->offset);
-        break;
-    case SF_PROBLEM_VALUE:
-        snprintf(what, sizeof what, "record %lld: bool field '%s' holds a byte other than 0 and 1 at byte %llu",
-                 (long long)pr->record, pr->field < schema->field_count ? schema->fields[pr->field].name : "?",
-                 (unsigned long long)pr->offset);
-        break;
-    case SF_PROBLEM_PADDING:
-    default:
-        if (pr->record >= 0)
-            snprintf(what, sizeof what, "record %lld: padding between fields is not zero at byte %llu",
-                     (long long)pr->record, (unsigned long long)pr->offset);
-        else
-            snprintf(what, sizeof what, "padding is not zero at byte %llu", (unsigned long long)pr->offset);
-        break;
-    }
+    sf_shard_problem_text(what, sizeof what, pr, schema);
     char more[64] = "";
     if (f->count > 1)
         snprintf(more, sizeof more, " (and %lld more problem%s)", (long long)(f->count - 1),
@@ -598,8 +567,8 @@ static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, c
         return sf_fail_prefix(rc, path);
     }
     if (scan_buf) {
-        first_problem f = {0};
-        int64_t n = sf_shard_scan_data(&meta, &m->schema, fd, scan_buf, SCAN_BUFFER, keep_first_problem, &f);
+        sf_first_problem f = {0};
+        int64_t n = sf_shard_scan_data(&meta, &m->schema, fd, scan_buf, SCAN_BUFFER, sf_keep_first_problem, &f);
         if (n < 0)
             rc = sf_fail((int)n, "%s: reading its records: %s", path, sf_strerror((int)n));
         else if (n > 0 || f.count > 0)
