@@ -834,7 +834,8 @@ static void remove_stale_shards(push_ctx *p, uint64_t count)
         snprintf(left, sizeof left, "any shard from " SF_SHARD_NAME_FMT " on", (unsigned)count);
         stale_warning(p, left, why);
     } else {
-        qsort(s.index, s.n, sizeof *s.index, by_index_desc);
+        if (s.n) /* qsort of NULL, even of 0 items, is undefined */
+            qsort(s.index, s.n, sizeof *s.index, by_index_desc);
         for (size_t k = 0; k < s.n; k++) {
             snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)s.index[k]);
             if (delete_object(p, r, name, NULL)) {
