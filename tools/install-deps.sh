@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a job needs, by group:
-#   build   compiler, CMake and the libraries shardfeed links (image codecs, libcurl)
+#   build   compiler, CMake and the libraries shardfeed links (image codecs, libcurl,
+#           libcrypto)
 #   python  the Python module's build (headers, DLPack), numpy, and what
 #           `pip install --no-build-isolation .` needs offline (setuptools,
 #           wheel, pip, venv)
@@ -17,13 +18,13 @@
 # Run as root (CI is root); otherwise it prints the apt-get command to run.
 set -euo pipefail
 declare -A group=(
-    [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libcurl4-openssl-dev"
+    [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libcurl4-openssl-dev libssl-dev"
     [python]="python3 python3-dev libdlpack-dev python3-numpy python3-setuptools python3-wheel python3-pip python3-venv"
     [demo]="python3-torch dataset-fashion-mnist"
     [test]="libcriterion-dev python3-torch python3-torchvision python3-pil python3-skimage dataset-fashion-mnist openmpi-bin bc python3-build man-db"
     [ci]="clang-14 libclang-rt-14-dev valgrind"
     [bench]="fio python3-h5py python3-lmdb python3-matplotlib"
-    [remote]="nginx-light curl libcurl4-openssl-dev"
+    [remote]="nginx-light curl libcurl4-openssl-dev libssl-dev"
 )
 # s3rver for tests/remote/servers.py (S3Server), where it looks for it.
 S3RVER_VERSION=3.7.1

@@ -11,8 +11,11 @@
  * or past the new shard count; nothing else) are deleted; a failure of
  * that still returns 0, with a warning on stderr naming what is left. Shards larger than multipart_threshold go
  * up to S3 as multipart uploads of part_size parts (to a web server, every
- * file in one PUT). Each request is retried
- * with exponential backoff and jitter on a 5xx or 429 status and on a
+ * file in one PUT). On S3 with credentials each upload is signed with its
+ * body's SHA-256, so the store refuses bytes damaged on the way. Each
+ * request is retried
+ * with exponential backoff and jitter on a 5xx or 429 status, on a body the
+ * store found damaged, and on a
  * transport failure (a reset, a timeout, a short answer); after the retries
  * the error (SF_E_REMOTE) names the object's URL, the HTTP status and the
  * store's own <Code> and <Message>. Credentials, region and endpoint come

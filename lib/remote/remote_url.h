@@ -96,10 +96,12 @@ const char *remote_location_key_prefix(const remote_location *loc);
 int remote_curl_prepare(void *curl_easy, const remote_location *loc);
 
 /* Appends the headers remote_curl_prepare sets (none unless signed) to a
- * caller's header list, for a caller that
- * needs headers of its own on the same request. 0 or -ENOMEM (the list is
+ * caller's header list, for a caller that needs headers of its own on the
+ * same request. With payload_sha256 (64 hex digits: payload_hash.h) the
+ * signed x-amz-content-sha256 carries it instead of UNSIGNED-PAYLOAD, and
+ * the store refuses a body that hashes otherwise. 0 or -ENOMEM (the list is
  * then freed and *list NULL). */
 struct curl_slist;
-int remote_headers_append(struct curl_slist **list, const remote_location *loc);
+int remote_headers_append(struct curl_slist **list, const remote_location *loc, const char *payload_sha256);
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "error_internal.h"
 #include "format.h"
+#include "payload_hash.h"
 #include "remote_list.h"
 #include "remote_url.h"
 #include "shard_file.h"
@@ -177,6 +178,15 @@ static void xml_text(char *out, size_t cap, const char *xml, const char *tag)
     out[n] = '\0';
 }
 
+/* The store received other bytes than the ones whose hash was signed (or
+ * whose Content-MD5 was sent): damaged on the way, or the local file
+ * changed after it was hashed. */
+static bool body_mismatch(const response *r)
+{
+    return r->status == 400 && (strstr(r->body, "<Code>XAmzContentSHA256Mismatch</Code>") != NULL ||
+                                strstr(r->body, "<Code>BadDigest</Code>") != NULL);
+}
+
 /* A status or transport failure worth another attempt. S3 answers some
  * failures of CompleteMultipartUpload with 200 and an <Error> body. */
 static bool retryable(CURLcode cc, const response *r, bool error_body)
@@ -185,8 +195,10 @@ static bool retryable(CURLcode cc, const response *r, bool error_body)
         return cc != CURLE_URL_MALFORMAT && cc != CURLE_UNSUPPORTED_PROTOCOL &&
                cc != CURLE_ABORTED_BY_CALLBACK && cc != CURLE_READ_ERROR && cc != CURLE_OUT_OF_MEMORY &&
                cc != CURLE_LOGIN_DENIED;
-    /* 408, and S3's 400 RequestTimeout (the store gave up on a slow body): try again, as AWS's SDKs do. */
-    return r->status == 429 || r->status >= 500 || r->status == 408 || error_body ||
+    /* 408, and S3's 400 RequestTimeout (the store gave up on a slow body): try again, as AWS's
+     * SDKs do; a body that arrived damaged is sent again too (a file changed since it was
+     * hashed fails the same way every time, and the push with it). */
+    return r->status == 429 || r->status >= 500 || r->status == 408 || error_body || body_mismatch(r) ||
            (r->status == 400 && strstr(r->body, "<Code>RequestTimeout</Code>") != NULL);
 }
 
@@ -214,6 +226,17 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
     CURLcode cc = CURLE_OK;
     bool error_body = false;
     int attempt = 0;
+    /* A signed upload names its body's hash, which the store checks (payload_hash.h): hashed
+     * once, before the first attempt, so every attempt sends the bytes that were hashed. */
+    char sha256[REMOTE_SHA256_HEX] = "";
+    bool sends = strcmp(method, "PUT") == 0 || strcmp(method, "POST") == 0;
+    if (sends && remote_location_signed(p->loc)) {
+        int rc = remote_payload_sha256(sha256, body ? body->mem : (const uint8_t *)"", body ? body->fd : -1,
+                                       body ? body->off : 0, body ? body->len : 0);
+        if (rc)
+            return sf_fail(rc, "%s %s: reading the local file to hash it failed (%s%s)", method, what,
+                           strerror(-rc), rc == -EIO ? ": did it shrink?" : "");
+    }
     for (;; attempt++) {
         CURL *c = p->curl;
         curl_easy_reset(c); /* keeps the connection cache */
@@ -234,9 +257,9 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         if (rc)
             return rc;
         struct curl_slist *headers = NULL;
-        if (p->extra_header) {
-            rc = remote_headers_append(&headers, p->loc);
-            struct curl_slist *h = rc ? NULL : curl_slist_append(headers, p->extra_header);
+        if (p->extra_header || sha256[0]) {
+            rc = remote_headers_append(&headers, p->loc, sha256[0] ? sha256 : NULL);
+            struct curl_slist *h = rc || !p->extra_header ? headers : curl_slist_append(headers, p->extra_header);
             if (!h) {
                 curl_slist_free_all(headers);
                 return sf_fail(-ENOMEM, "%s %s: out of memory", method, what);
@@ -284,9 +307,11 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
     char code[128], message[512];
     xml_text(code, sizeof code, r->body, "Code");
     xml_text(message, sizeof message, r->body, "Message");
-    return sf_fail(SF_E_REMOTE, "%s %s: HTTP %ld%s%s%s%s (after %d attempt%s)", method, what, r->status,
-                   code[0] ? " " : "", code, message[0] ? ": " : "", message, attempt + 1,
-                   attempt ? "s" : "");
+    return sf_fail(SF_E_REMOTE, "%s %s: HTTP %ld%s%s%s%s (after %d attempt%s)%s", method, what, r->status,
+                   code[0] ? " " : "", code, message[0] ? ": " : "", message, attempt + 1, attempt ? "s" : "",
+                   body_mismatch(r) ? ": the store received other bytes than the ones read and hashed here, "
+                                      "each time (did the local file change during the push?)"
+                                    : "");
 }
 
 /* ---- Objects -------------------------------------------------------------------- */

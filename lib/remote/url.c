@@ -1,6 +1,7 @@
 /* Dataset URLs: parsing, object URLs, and what each curl request needs.
  * Without libcurl (SF_HAVE_REMOTE 0) only remote_is_url works; opening a
  * URL says the build lacks it (the stubs at the end). */
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -268,8 +269,9 @@ static int s3_open(remote_location *loc, const char *url)
     /* S3 wants the payload's hash in x-amz-content-sha256 on every signed
      * request. curl cannot hash a body it streams from a callback, and 7.88
      * does not add the header at all; with it set, curl signs its value.
-     * UNSIGNED-PAYLOAD: the bytes are checked against the dataset's own
-     * checksums instead (reads) or by the store's ETag (uploads). */
+     * UNSIGNED-PAYLOAD for reads: the bytes that come back are checked
+     * against the dataset's own checksums. Push replaces it with each
+     * body's SHA-256 (remote_headers_append), which the store checks. */
     loc->headers = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (!loc->headers)
         return -ENOMEM;
@@ -437,10 +439,19 @@ int remote_curl_prepare(void *curl_easy, const remote_location *loc)
     return 0;
 }
 
-int remote_headers_append(struct curl_slist **list, const remote_location *loc)
+#define PAYLOAD_HEADER "x-amz-content-sha256:"
+
+int remote_headers_append(struct curl_slist **list, const remote_location *loc, const char *payload_sha256)
 {
+    char payload[sizeof PAYLOAD_HEADER + 80];
+    assert(!payload_sha256 || strlen(payload_sha256) == 64);
     for (const struct curl_slist *h = loc->headers; h; h = h->next) {
-        struct curl_slist *n = curl_slist_append(*list, h->data);
+        const char *line = h->data;
+        if (payload_sha256 && strncasecmp(line, PAYLOAD_HEADER, strlen(PAYLOAD_HEADER)) == 0) {
+            snprintf(payload, sizeof payload, "%s %s", PAYLOAD_HEADER, payload_sha256);
+            line = payload; /* signed: the store checks the body against it */
+        }
+        struct curl_slist *n = curl_slist_append(*list, line);
         if (!n) {
             curl_slist_free_all(*list);
             *list = NULL;
@@ -538,9 +549,9 @@ int remote_curl_prepare(void *curl_easy, const remote_location *loc)
     return sf_fail(SF_E_UNSUPPORTED, "this build has no libcurl");
 }
 
-int remote_headers_append(struct curl_slist **list, const remote_location *loc)
+int remote_headers_append(struct curl_slist **list, const remote_location *loc, const char *payload_sha256)
 {
-    (void)list, (void)loc;
+    (void)list, (void)loc, (void)payload_sha256;
     return sf_fail(SF_E_UNSUPPORTED, "this build has no libcurl");
 }
 

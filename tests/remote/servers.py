@@ -54,7 +54,8 @@ STOP_DEADLINE_S = 5.0
 S3RVER_PREFIX = os.environ.get("SF_S3RVER_PREFIX", "/usr/local/lib/shardfeed-test/s3rver")
 S3RVER_KEY = "S3RVER"  # s3rver's built-in account: key id and secret are both S3RVER
 S3_REGION = "us-east-1"
-FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "truncate", "corrupt", "corrupt_any")
+FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "truncate", "corrupt", "corrupt_any",
+               "corrupt_request")
 
 _live = []  # servers to stop if the interpreter exits with one still running
 
@@ -245,7 +246,7 @@ class _Forwarder:
         self.decide = decide
         self.done = done
         self.delay_s = delay_s
-        self._pick = random.Random(0)  # corrupt_any's positions
+        self._pick = random.Random(0)  # corrupt_any's and corrupt_request's positions
         forwarder = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -338,6 +339,9 @@ class _Forwarder:
                                  s3_error_body(code, f"injected by FaultProxy ({kind})"))
         if kind == "delay":
             time.sleep(self.delay_s)
+        if kind == "corrupt_request" and body:
+            i = self._pick.randrange(len(body))
+            body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1:]
         try:
             status, reason, out_headers, out_body = self._forward(h.command, raw_path, h.headers, body)
         except OSError as e:
@@ -425,6 +429,9 @@ class FaultProxy:
       corrupt   forwarded; one byte of the body inverted (none when empty), the same
                 position in every body of the same length
       corrupt_any   the same, at a position drawn anew for each response
+      corrupt_request   forwarded with one byte of the request's body inverted (at a
+                position drawn anew each time; requests without a body are passed by):
+                an upload damaged on the way
     """
 
     def __init__(self, upstream_url, faults=None, seed=0, delay_s=1.0, match=None):
@@ -473,6 +480,8 @@ class FaultProxy:
             if u < acc:
                 if kind in ("truncate", "corrupt") and method == "HEAD":
                     return None  # no body to cut or flip
+                if kind == "corrupt_request" and method not in ("PUT", "POST"):
+                    return None  # no request body to flip
                 return kind
         return None
 

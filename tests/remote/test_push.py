@@ -121,6 +121,31 @@ class PushTest(unittest.TestCase):
         self.assertGreater(p.counts["reset"] + p.counts["drop"], 0)
         self.assert_uploaded(bucket, "ds")
 
+    def test_bytes_damaged_on_the_way_are_refused_and_sent_again(self):
+        # One upload request in five has a byte of its body flipped between push and the
+        # store: each is signed with its body's SHA-256, so the store refuses it
+        # (XAmzContentSHA256Mismatch) and push sends it again; with UNSIGNED-PAYLOAD the
+        # store kept the damaged bytes.
+        for parts, seed in ((SMALL_PARTS, 11), ([], 12)):  # multipart uploads, then single PUTs
+            bucket = self.new_bucket()
+            with servers.FaultProxy(self.s3.endpoint, {"corrupt_request": 0.2}, seed=seed) as p:
+                self.push(self.ds, f"s3://{bucket}/ds", *parts, "-q", endpoint=p.url, check=0)
+            damaged = [path for m, path, kind in p.log if kind == "corrupt_request"]
+            if parts:
+                self.assertTrue(any("partNumber=" in path for path in damaged), "no part was damaged")
+            else:
+                self.assertTrue(any(path.endswith(".sfs") for path in damaged), "no shard PUT was damaged")
+            self.assert_uploaded(bucket, "ds")
+        # Every body damaged: the manifest never goes up, and the error says why.
+        bucket = self.new_bucket()
+        manifest_put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"corrupt_request": 1.0}, match=manifest_put) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "2", endpoint=p.url, check=1)
+        self.assertEqual(p.counts["corrupt_request"], 3)
+        self.assertIn(f"PUT s3://{bucket}/ds/manifest.sfm: HTTP 400 XAmzContentSHA256Mismatch", out.stderr)
+        self.assertIn("the store received other bytes than the ones read and hashed here", out.stderr)
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
+
     def test_lost_answer_to_a_completed_multipart_upload(self):
         # The first CompleteMultipartUpload of each shard is forwarded, then reset: the
         # store completed it, the retry gets NoSuchUpload, and push finds the object whole.

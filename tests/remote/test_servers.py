@@ -4,6 +4,7 @@ and is counted, and the signature check in front of s3rver accepts curl's
 SigV4 signing (directly and through the proxy) and refuses a wrong secret.
 Exits 77 (ctest: skipped) when every test was skipped for a missing server."""
 
+import hashlib
 import http.client
 import os
 import shutil
@@ -207,6 +208,27 @@ class S3ServerTest(unittest.TestCase):
                 self.assertEqual((status, body), (200, self.data))
         self.assertFalse(port_open(s3.endpoint))
         self.assertFalse(port_open(s3.s3rver_url), "s3rver still listens after the context ended")
+
+    def test_an_upload_damaged_on_the_way(self):
+        # corrupt_request flips one byte of the body: a body signed with its SHA-256 is
+        # refused as S3 refuses it; an UNSIGNED-PAYLOAD one is stored damaged.
+        signed = list(CURL_SIGV4)
+        signed[-1] = "x-amz-content-sha256: " + hashlib.sha256(self.data).hexdigest()
+        with servers.S3Server(self.root) as s3:
+            s3.create_bucket("bkt")
+            with servers.FaultProxy(s3.endpoint, {"corrupt_request": 1.0}) as p:
+                status, body = curl(*signed, "-T", self.file, p.url + "/bkt/signed")
+                self.assertEqual(status, 400)
+                self.assertIn(b"<Code>XAmzContentSHA256Mismatch</Code>", body)
+                self.assertIsNone(s3.get_object("bkt", "signed"))
+                status, _ = curl(*CURL_SIGV4, "-T", self.file, p.url + "/bkt/unsigned")
+                self.assertEqual(status, 200)
+                self.assertEqual(p.counts["corrupt_request"], 2)
+            kept = s3.get_object("bkt", "unsigned")
+            self.assertEqual(len(kept), len(self.data))
+            self.assertEqual(sum(a != b for a, b in zip(kept, self.data)), 1)
+            status, _ = curl(*signed, "-T", self.file, s3.endpoint + "/bkt/signed")
+            self.assertEqual(status, 200, "the same signed upload, undamaged, is taken")
 
 
 if __name__ == "__main__":

@@ -288,7 +288,7 @@ Test(remote_url, endpoint_from_config)
 static char *signing_header(const remote_location *loc, const char *name)
 {
     struct curl_slist *list = curl_slist_append(NULL, "Range: bytes=0-1");
-    cr_assert_eq(remote_headers_append(&list, loc), 0);
+    cr_assert_eq(remote_headers_append(&list, loc, NULL), 0);
     cr_assert_str_eq(list->data, "Range: bytes=0-1", "the caller's own headers come first, kept");
     char *found = NULL;
     for (struct curl_slist *h = list; h; h = h->next)
