@@ -674,6 +674,16 @@ static int clear_destination(push_ctx *p, const sf_push_opts *o)
     int rc = r ? remote_object_url(&url, p->loc, SF_MANIFEST_NAME) : -ENOMEM;
     if (!rc)
         rc = request(p, r, "GET", url, what, NULL, true);
+    if (rc == SF_E_REMOTE && r->status == 403 && remote_location_kind(p->loc) == REMOTE_S3) {
+        /* Most often not a refusal to read a manifest that is there: S3 answers 403, not 404,
+         * for any missing object when the caller may not list the bucket. */
+        char said[2048];
+        snprintf(said, sizeof said, "%s", sf_last_error());
+        rc = sf_fail(rc, "%s: push reads the manifest to find a dataset already there, and S3 answers "
+                         "403, not 404, for a missing object when the credentials lack s3:ListBucket on "
+                         "the bucket (grant it, or check the credentials)",
+                     said);
+    }
     if (!rc && r->status != 404) {
         if (!o->overwrite)
             rc = sf_fail(SF_E_EXISTS, "%s: a dataset is already there (%s): push refuses to replace it "

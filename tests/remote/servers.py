@@ -54,7 +54,7 @@ STOP_DEADLINE_S = 5.0
 S3RVER_PREFIX = os.environ.get("SF_S3RVER_PREFIX", "/usr/local/lib/shardfeed-test/s3rver")
 S3RVER_KEY = "S3RVER"  # s3rver's built-in account: key id and secret are both S3RVER
 S3_REGION = "us-east-1"
-FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "truncate", "corrupt", "corrupt_any",
+FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "403", "truncate", "corrupt", "corrupt_any",
                "corrupt_request")
 
 _live = []  # servers to stop if the interpreter exits with one still running
@@ -333,8 +333,9 @@ class _Forwarder:
                                  s3_error_body(action[2], action[3]))
         if kind == "drop":
             return self._abort(h, rst=False)
-        if kind in ("500", "503", "429"):
-            code = {"500": "InternalError", "503": "SlowDown", "429": "TooManyRequests"}[kind]
+        if kind in ("500", "503", "429", "403"):
+            code = {"500": "InternalError", "503": "SlowDown", "429": "TooManyRequests",
+                    "403": "AccessDenied"}[kind]
             return self._respond(h, int(kind), {"content-type": "application/xml"},
                                  s3_error_body(code, f"injected by FaultProxy ({kind})"))
         if kind == "delay":
@@ -425,6 +426,8 @@ class FaultProxy:
                 (an empty body: the RST instead of the response)
       delay     forwarded after sleeping `delay_s`
       500, 503, 429   that status with an S3 XML error (not forwarded)
+      403       403 AccessDenied (not forwarded): what S3 answers for a missing object
+                to credentials without s3:ListBucket
       truncate  forwarded; headers with the full Content-Length, half the body, FIN
       corrupt   forwarded; one byte of the body inverted (none when empty), the same
                 position in every body of the same length

@@ -321,6 +321,15 @@ class PushTest(unittest.TestCase):
         out = run("push", self.ds, f"s3://{bucket}/other", "-q", env=env, check=1, timeout=120)
         self.assertIn("SignatureDoesNotMatch", out.stderr)
 
+    def test_a_403_for_the_manifest_says_what_permission_is_missing(self):
+        bucket = self.new_bucket()
+        manifest_get = lambda m, path: m == "GET" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"403": 1.0}, match=manifest_get) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", endpoint=p.url, check=1)
+        self.assertIn(f"GET s3://{bucket}/ds/manifest.sfm: HTTP 403 AccessDenied", out.stderr)
+        self.assertIn("when the credentials lack s3:ListBucket on the bucket", out.stderr)
+        self.assertEqual(self.s3.list_keys(bucket), [])
+
     def test_store_errors_are_named(self):
         out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", check=1)
         self.assertIn("s3://no-such-bucket/ds/shard-000000.sfs", out.stderr)
