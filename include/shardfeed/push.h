@@ -4,8 +4,8 @@
  * sf_push checks the dataset first (its manifest, every shard's header,
  * footer and index against it, and every record's checksum, padding and
  * bool values, as verify does), so a damaged dataset uploads nothing, then
- * uploads every
- * shard file, and the manifest LAST, so a reader never finds a manifest
+ * uploads every shard file (holding the folder's .shardfeed.lock shared, so
+ * that a pack or merge into it is refused meanwhile), and the manifest LAST, so a reader never finds a manifest
  * whose shards are not all there. After the manifest, shard objects an
  * earlier, larger dataset left under the destination (shard-NNNNNN.sfs at
  * or past the new shard count; nothing else) are deleted; a failure of

@@ -69,7 +69,8 @@ static void make_parents(const char *out)
 }
 
 /* The holder's "pack pid N on HOST", read from the lock file it writes
- * right after locking (it may not have yet: then it is unknown). */
+ * right after locking (it may not have yet: then it is unknown). A push
+ * holding the file (shared) writes "push pid N on HOST" where it made it. */
 static void read_holder(int fd, char *who, size_t cap)
 {
     char buf[512];
@@ -151,7 +152,8 @@ int pack_outdir_lock(pack_lock *l, const char *out, const char *what)
                 char who[600];
                 read_holder(fd, who, sizeof who);
                 close(fd);
-                return sf_fail(-EBUSY, "another %s is writing %s", who, out);
+                return sf_fail(-EBUSY, "another %s is %s %s", who,
+                               strncmp(who, "shardfeed push", 14) == 0 ? "uploading" : "writing", out);
             }
             close(fd);
             return sf_fail(-e, "%s: cannot lock: %s", l->path, strerror(e));

@@ -8,7 +8,8 @@
  * does), so a damaged dataset uploads nothing; and each again on the
  * descriptor it is uploaded from (header, footer, index), so a folder
  * re-packed during the push fails it instead of mixing two datasets.
- * A pack or merge writing the folder (its .shardfeed.lock held) is refused.
+ * A pack or merge writing the folder (its .shardfeed.lock held) is refused,
+ * and one started during the push is refused in turn (lock_shared).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -509,21 +510,75 @@ typedef struct local_dataset {
     uint64_t manifest_len;
     sf_manifest manifest;
     int lock_fd; /* .shardfeed.lock held shared, or -1 */
+    char lock_path[4200];
 } local_dataset;
 
 /* Refuses a folder a pack or merge is writing: they hold .shardfeed.lock
- * exclusively for their whole run; push holds it shared for its own. */
+ * exclusively for their whole run; push holds it shared for its own, so a
+ * pack or merge started meanwhile is refused in turn. A finished pack
+ * unlinks the file, so push creates it where it is missing (and says who
+ * holds it, for the refusal's message), and, as pack does, locks the file
+ * the path still names. A folder push may not write is pushed unlocked when
+ * it has no lock file, as before. */
 static int lock_shared(local_dataset *d)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", d->dir, LOCK_NAME);
-    d->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(d->lock_path, sizeof d->lock_path, "%s/%s", d->dir, LOCK_NAME);
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        bool created = false;
+        d->lock_fd = open(d->lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
+        if (d->lock_fd < 0 && errno == ENOENT) {
+            d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+            created = d->lock_fd >= 0;
+            if (d->lock_fd < 0 && errno == EEXIST)
+                continue; /* made by another run meanwhile */
+        }
+        if (d->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+            d->lock_fd = open(d->lock_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
+        if (d->lock_fd < 0)
+            return 0; /* not ours to create, and none there */
+        struct stat held, named;
+        if (fstat(d->lock_fd, &held) != 0 || !S_ISREG(held.st_mode))
+            return sf_fail(SF_E_EXISTS, "%s: not shardfeed's lock file; refusing to push the folder", d->lock_path);
+        if (flock(d->lock_fd, LOCK_SH | LOCK_NB) != 0)
+            return sf_fail(SF_E_STATE, "%s: a pack or merge is writing this folder (%s is held): push it "
+                           "when that is done", d->dir, LOCK_NAME);
+        if (lstat(d->lock_path, &named) != 0 || named.st_dev != held.st_dev || named.st_ino != held.st_ino) {
+            close(d->lock_fd); /* unlinked by the pack that held it: lock the one there now */
+            d->lock_fd = -1;
+            continue;
+        }
+        if (created) { /* what a refused pack names; only the first of several pushes writes it */
+            char host[256] = "?", line[512];
+            if (gethostname(host, sizeof host - 1) != 0)
+                snprintf(host, sizeof host, "?");
+            host[sizeof host - 1] = '\0';
+            int n = snprintf(line, sizeof line, "shardfeed lock: push pid %ld on %s\n", (long)getpid(), host);
+            if (n > 0)
+                (void)!pwrite(d->lock_fd, line, (size_t)n, 0);
+        }
+        return 0;
+    }
+    return sf_fail(-EBUSY, "%s: the lock file keeps being replaced; is a shardfeed pack writing %s?",
+                   d->lock_path, d->dir);
+}
+
+/* Lets go of the lock; the last holder removes the file, as a finished pack
+ * does (a pack that opened it meanwhile finds its path gone, and retries),
+ * when it is empty or one of shardfeed's: never a user's own file. */
+static void unlock(local_dataset *d)
+{
     if (d->lock_fd < 0)
-        return 0; /* never packed here with a lock, or not ours to create */
-    if (flock(d->lock_fd, LOCK_SH | LOCK_NB) != 0)
-        return sf_fail(SF_E_STATE, "%s: a pack or merge is writing this folder (%s is held): push it "
-                       "when that is done", d->dir, LOCK_NAME);
-    return 0;
+        return;
+    static const char tag[] = "shardfeed lock: ";
+    char head[sizeof tag - 1];
+    ssize_t n = pread(d->lock_fd, head, sizeof head, 0);
+    bool ours = n == 0 || (n == (ssize_t)sizeof head && memcmp(head, tag, sizeof head) == 0);
+    struct stat held, named;
+    if (ours && flock(d->lock_fd, LOCK_EX | LOCK_NB) == 0 && fstat(d->lock_fd, &held) == 0 &&
+        lstat(d->lock_path, &named) == 0 && named.st_dev == held.st_dev && named.st_ino == held.st_ino)
+        unlink(d->lock_path);
+    close(d->lock_fd);
+    d->lock_fd = -1;
 }
 
 static int read_manifest(local_dataset *d)
@@ -632,8 +687,7 @@ static void local_close(local_dataset *d)
 {
     sf_manifest_clear(&d->manifest);
     free(d->manifest_bytes);
-    if (d->lock_fd >= 0)
-        close(d->lock_fd);
+    unlock(d);
 }
 
 /* ---- Push ------------------------------------------------------------------------- */

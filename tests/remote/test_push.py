@@ -8,15 +8,18 @@ the store's message. Exits 77 (skipped) without s3rver or a libcurl build.
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/remote/test_push.py -v
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 import servers  # noqa: E402
+import clitest  # noqa: E402
 from clitest import run, scratch, write_samples  # noqa: E402
 
 CURL_SIGV4 = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "S3RVER:S3RVER",
@@ -329,6 +332,46 @@ class PushTest(unittest.TestCase):
         self.assertIn(f"GET s3://{bucket}/ds/manifest.sfm: HTTP 403 AccessDenied", out.stderr)
         self.assertIn("when the credentials lack s3:ListBucket on the bucket", out.stderr)
         self.assertEqual(self.s3.list_keys(bucket), [])
+
+    def test_a_pack_into_the_folder_during_a_push_is_refused(self):
+        # A finished pack removes its lock file, so push makes one and holds it shared: a pack
+        # --force into the folder while the push runs (its manifest PUT held 2 s by the proxy)
+        # is refused, naming the push; the push completes; no lock file is left.
+        bucket = self.new_bucket()
+        ds = os.path.join(self.tmp, "pushed-while-packed")
+        shutil.rmtree(ds, ignore_errors=True)
+        shutil.copytree(self.ds, ds)
+        self.assertFalse(os.path.exists(os.path.join(ds, ".shardfeed.lock")))
+        man = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        env = dict(os.environ, **self.s3.env(), HOME=self.tmp)
+        env.pop("AWS_PROFILE", None)
+        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=2.0, match=man) as p:
+            env["AWS_ENDPOINT_URL"] = env["AWS_ENDPOINT_URL_S3"] = p.url
+            push = subprocess.Popen([clitest.SHARDFEED, "push", ds, f"s3://{bucket}/ds", "-q"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.monotonic() + 60
+                while not any(m == "PUT" and path.endswith("manifest.sfm") for m, path, _ in p.log):
+                    self.assertLess(time.monotonic(), deadline, "the push never reached its manifest")
+                    self.assertIsNone(push.poll(), push.stderr.read() if push.poll() is not None else "")
+                    time.sleep(0.02)
+                packed = run("pack", os.path.join(self.tmp, "npy"), "-o", ds, "--force", "-q", check=1)
+                self.assertRegex(packed.stderr, r"another shardfeed push \(pid %d on [^)]+\) is uploading " % push.pid
+                                 + re.escape(ds))
+                _, err = push.communicate(timeout=60)
+            finally:
+                push.kill()
+                push.wait()
+        self.assertEqual(push.returncode, 0, err)
+        self.assert_uploaded(bucket, "ds")
+        self.assertFalse(os.path.exists(os.path.join(ds, ".shardfeed.lock")), "push left its lock file")
+        run("pack", os.path.join(self.tmp, "npy"), "-o", ds, "--force", "-q", check=0)  # free again
+        # A user's own file of that name is held too, but never removed.
+        with open(os.path.join(ds, ".shardfeed.lock"), "w") as f:
+            f.write("mine\n")
+        self.push(ds, f"s3://{bucket}/again", "-q", check=0)
+        with open(os.path.join(ds, ".shardfeed.lock")) as f:
+            self.assertEqual(f.read(), "mine\n")
 
     def test_store_errors_are_named(self):
         out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", check=1)
