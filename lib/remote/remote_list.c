@@ -35,10 +35,43 @@ static int element(const char *s, size_t len, const char *tag, const char **text
     return 1;
 }
 
-/* XML text with its named entities decoded into out (cap bytes with the
- * NUL). -1 when it does not fit or holds a control character (a key may
- * not: remote_list.h); other references (&#...;) are kept as they are: such
- * a name is never a dataset file's. */
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The code point of the character reference "&#DDD;" or "&#xHH;" at s
+ * (len bytes left), *used its length; -1 when malformed or not a key's
+ * character. Stores write any character this way (s3rver: "'" as &#x27;),
+ * so a key is not under its prefix until they are decoded; the digits are
+ * untrusted: no 0 or other control character, surrogate, or code point
+ * past U+10FFFF, and a run of digits is refused once past it (no wrap). */
+static int32_t char_ref(const char *s, size_t len, size_t *used)
+{
+    int hex = len > 2 && (s[2] == 'x' || s[2] == 'X');
+    size_t i = hex ? 3 : 2, first = i;
+    uint32_t cp = 0;
+    for (; i < len && s[i] != ';'; i++) {
+        int d = hex ? hex_digit(s[i]) : s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : -1;
+        if (d < 0)
+            return -1;
+        cp = cp * (hex ? 16 : 10) + (uint32_t)d; /* cp <= 0x10ffff before: never wraps */
+        if (cp > 0x10ffff)
+            return -1;
+    }
+    if (i == first || i == len) /* no digits, or no ';' */
+        return -1;
+    if (cp < 0x20 || cp == 0x7f || (cp >= 0xd800 && cp <= 0xdfff))
+        return -1;
+    *used = i + 1;
+    return (int32_t)cp;
+}
+
+/* XML text with its references decoded into out (cap bytes with the NUL):
+ * the named entities and character references, the latter as UTF-8. -1
+ * when it does not fit or holds a control character, literal or by
+ * reference (a key may not: remote_list.h), or a malformed character
+ * reference; an '&' that starts neither is kept as it is. */
 static int decode_text(char *out, size_t cap, const char *s, size_t len)
 {
     static const struct {
@@ -51,6 +84,21 @@ static int decode_text(char *out, size_t cap, const char *s, size_t len)
         size_t used = 1;
         if ((unsigned char)c < 0x20 || c == 0x7f)
             return -1;
+        if (c == '&' && len - i > 1 && s[i + 1] == '#') {
+            int32_t cp = char_ref(s + i, len - i, &used);
+            if (cp < 0)
+                return -1;
+            static const unsigned char lead[] = {0, 0, 0xc0, 0xe0, 0xf0}; /* UTF-8's first byte, by length */
+            size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (o + n >= cap)
+                return -1;
+            for (size_t k = n - 1; k > 0; k--, cp >>= 6)
+                out[o + k] = (char)(0x80 | (cp & 0x3f));
+            out[o] = (char)(lead[n] | cp);
+            o += n;
+            i += used;
+            continue;
+        }
         if (c == '&')
             for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) {
                 size_t n = strlen(named[k].ref);
@@ -154,11 +202,6 @@ int remote_list_parse(remote_list_page *page, const char *xml, size_t len, const
 }
 
 /* ---- The requests ---------------------------------------------------------------- */
-
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 /* The location's key prefix as the store's keys spell it (percent-decoded),
  * with a trailing '/' unless it is the bucket's root. Malloc'd. */

@@ -28,7 +28,8 @@
 #define REMOTE_LIST_PAGES_MAX 100000u          /* 100 million objects */
 
 /* Called for each object directly under the prefix: its name below the
- * prefix (no '/', not empty; XML's named entities decoded) and size. A
+ * prefix (no '/', not empty; XML's named entities and character
+ * references decoded, the latter as UTF-8) and size. A
  * nonzero return stops the listing and is returned. */
 typedef int (*remote_list_fn)(void *ctx, const char *name, uint64_t size);
 

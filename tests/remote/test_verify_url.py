@@ -92,6 +92,20 @@ class VerifyStrays(RemoteCase):
         self.assertIn(f"CORRUPT s3://bkt/a b/ds/{stray} byte 0: shard file not listed in the manifest", remote.stdout)
         self.assertEqual(len(got), 2, got)  # the stray line and the summary
 
+    def test_s3_prefix_with_an_apostrophe(self):
+        # s3rver writes the listing's keys with "'" as &#x27; (a numeric character reference):
+        # decoded, they are under the prefix asked for, and verify finds nothing wrong.
+        ds = os.path.join(self.root, "ds")
+        write_samples(os.path.join(self.root, "src"), 40, seed=4)
+        run("pack", os.path.join(self.root, "src"), "-o", ds, "-q", check=0)
+        with servers.S3Server(os.path.join(self.root, "s3")) as s3:
+            s3.create_bucket("bkt")
+            env = dict(os.environ, **s3.env(), HOME=self.root, SHARDFEED_CACHE_DIR=self.cache())
+            run("push", ds, "s3://bkt/it's/ds", "-q", env=env, check=0)
+            r = run("verify", "s3://bkt/it's/ds", env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("CORRUPT", r.stdout)
+
     def test_s3_listing_in_pages(self):
         ds = os.path.join(self.root, "ds")
         write_samples(os.path.join(self.root, "src"), 120, seed=4)

@@ -1,7 +1,8 @@
 /* lib/remote/remote_list.c: ListObjectsV2 answers parsed as untrusted input
  * (truncated or cut-short XML, sizes past any object's, keys too long, with
- * control characters, outside the prefix or with "../"), continuation
- * tokens, and the listing's refusal of a location that has none. */
+ * control characters, outside the prefix or with "../", keys' character
+ * references, decoded or malformed), continuation tokens, and the
+ * listing's refusal of a location that has none. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +103,7 @@ Test(remote_list, hostile_answers_refused)
     refused(HEAD OBJ("../ds/shard-000001.sfs", "1") TAIL, "a key outside the prefix");
     refused(HEAD OBJ("other/shard-000001.sfs", "1") TAIL, "another prefix");
     refused(HEAD OBJ("ds/a\x01b", "1") TAIL, "a control character");
-    refused(HEAD OBJ("ds/a&#10;b", "1") OBJ("ds/\x7f", "1") TAIL, "DEL");
+    refused(HEAD OBJ("ds/a", "1") OBJ("ds/\x7f", "1") TAIL, "DEL");
     refused(HEAD "<IsTruncated>true</IsTruncated>" TAIL, "truncated without a token");
     refused(HEAD "<IsTruncated>true</IsTruncated><NextContinuationToken></NextContinuationToken>" TAIL,
             "an empty token");
@@ -132,6 +133,59 @@ Test(remote_list, hostile_answers_refused)
     refused(xml2, "a token too long");
     free(tok);
     free(xml2);
+    free(key);
+    free(xml);
+}
+
+Test(remote_list, character_references_decoded_as_utf8)
+{
+    /* s3rver writes "'" as &#x27;: the key is under the prefix "it's/" only once decoded. */
+    seen s = {0};
+    remote_list_page page;
+    const char *xml = HEAD OBJ("it&#x27;s/a&#39;b", "1") OBJ("it&#X27;s/&#xE9;t&#233;", "2")
+        OBJ("it&apos;s/&#x1F600;&#x00041;&#0000000000000000000000000000066;", "3") OBJ("it's/&#x2f;x", "4") TAIL;
+    cr_assert_eq(parse(&page, xml, "it's/", &s), 0, "%s", sf_last_error());
+    cr_assert_eq(page.objects, 4);
+    cr_assert_eq(s.n, 3); /* &#x2f; is a '/': a sub-"folder", as a literal one */
+    cr_assert_str_eq(s.names[0], "a'b");
+    cr_assert_str_eq(s.names[1], "\xc3\xa9t\xc3\xa9");
+    cr_assert_str_eq(s.names[2], "\xf0\x9f\x98\x80" "AB"); /* leading zeros are not digits too many */
+    cr_assert_eq(s.sizes[2], 3);
+}
+
+Test(remote_list, malformed_character_references_refused)
+{
+    refused(HEAD OBJ("ds/a&#;", "1") TAIL, "no digits");
+    refused(HEAD OBJ("ds/a&#x;", "1") TAIL, "no hex digits");
+    refused(HEAD OBJ("ds/a&#", "1") TAIL, "'&#' at the key's end");
+    refused(HEAD OBJ("ds/a&#x27", "1") TAIL, "no ';'");
+    refused(HEAD OBJ("ds/a&#39b", "1") TAIL, "no ';' before another character");
+    refused(HEAD OBJ("ds/a&#x2g;", "1") TAIL, "not a hex digit");
+    refused(HEAD OBJ("ds/a&#-39;", "1") TAIL, "a sign");
+    refused(HEAD OBJ("ds/a&#xD800;", "1") TAIL, "a surrogate");
+    refused(HEAD OBJ("ds/a&#57343;", "1") TAIL, "the last surrogate");
+    refused(HEAD OBJ("ds/a&#x110000;", "1") TAIL, "past U+10FFFF");
+    refused(HEAD OBJ("ds/a&#123456789012345678901234567890;", "1") TAIL, "30 digits");
+    refused(HEAD OBJ("ds/a&#xFFFFFFFF00000027;", "1") TAIL, "a value that would wrap to 0x27");
+    refused(HEAD OBJ("ds/a&#0;", "1") TAIL, "NUL");
+    refused(HEAD OBJ("ds/a&#1;", "1") TAIL, "a control character");
+    refused(HEAD OBJ("ds/a&#10;b", "1") TAIL, "a newline");
+    refused(HEAD OBJ("ds/a&#x7F;", "1") TAIL, "DEL");
+    /* A key whose multi-byte character would end one byte past S3's limit. */
+    size_t n = REMOTE_LIST_KEY_MAX - 1;
+    char *key = malloc(n + 16);
+    memset(key, 'k', n);
+    memcpy(key, "ds/", 3);
+    strcpy(key + n, "&#xE9;");
+    char *xml = malloc(n + 512);
+    sprintf(xml, HEAD "<Contents><Key>%s</Key><Size>1</Size></Contents>" TAIL, key);
+    refused(xml, "a key too long once decoded");
+    strcpy(key + n - 1, "&#xE9;"); /* at the limit: taken */
+    sprintf(xml, HEAD "<Contents><Key>%s</Key><Size>1</Size></Contents>" TAIL, key);
+    seen s = {0};
+    remote_list_page page;
+    cr_assert_eq(parse(&page, xml, "ds/", &s), 0, "%s", sf_last_error());
+    cr_assert_eq(strlen(s.names[0]), REMOTE_LIST_KEY_MAX - 3);
     free(key);
     free(xml);
 }
