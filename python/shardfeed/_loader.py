@@ -31,20 +31,26 @@ class _EpochIterator:
             return 0
         return max(0, len(self._loader) - self._loader._pos)
 
+    def _check_current(self):
+        if self._loader._gen != self._gen:
+            self._done = True
+            raise replaced_error()
+
     def __next__(self):
         if self._done:
             raise StopIteration
         loader = self._loader
-        if loader._gen != self._gen:
-            self._done = True
-            raise RuntimeError("shardfeed: this iterator was replaced: a newer iter(loader), "
-                               "set_epoch(), load_state_dict() or close() came after it")
+        self._check_current()
         try:
             b = loader._reader.next()
         except Error as e:
             if e.code == _C.E_STATE:
                 raise _held_error(e, loader) from None
             raise
+        # The call let go of the GIL: another thread's set_epoch(), load_state_dict() or
+        # close() may have come meanwhile. Then the position it set stands: this batch (or
+        # this epoch's end) is dropped, not counted over it.
+        self._check_current()
         if b is None:
             self._done = True
             loader._epoch += 1
@@ -55,6 +61,11 @@ class _EpochIterator:
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
         return batch
+
+
+def replaced_error():
+    return RuntimeError("shardfeed: this iterator was replaced: a newer iter(loader), set_epoch(), "
+                        "load_state_dict() or close() came after it")
 
 
 def _held_error(e, loader):

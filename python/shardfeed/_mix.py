@@ -21,7 +21,7 @@ from . import _options as opt
 from . import _resume
 from . import _shardfeed as _C
 from ._errors import error
-from ._loader import EpochControl, Loader
+from ._loader import EpochControl, Loader, replaced_error
 
 _MASK = 2 ** 64 - 1
 
@@ -114,14 +114,16 @@ class _MixIterator:
     def __len__(self):
         return 0 if self._done else max(0, len(self._steps) - self._loader._pos)
 
+    def _check_current(self):
+        if self._loader._gen != self._gen:
+            self._done = True
+            raise replaced_error()
+
     def __next__(self):
         loader = self._loader
         if self._done:
             raise StopIteration
-        if loader._gen != self._gen:
-            self._done = True
-            raise RuntimeError("shardfeed: this iterator was replaced: a newer iter(loader), "
-                               "set_epoch(), load_state_dict() or close() came after it")
+        self._check_current()
         pos = loader._pos
         if pos >= len(self._steps):
             self._done = True
@@ -130,6 +132,7 @@ class _MixIterator:
             raise StopIteration
         i = self._steps[pos]
         batch = next(self._iters[i])  # never exhausted: counts[i] <= its batches
+        self._check_current()  # another thread's set_epoch() etc. during the read: it stands
         for name in [k for k in batch.keys() if k not in loader._read]:
             del batch[name]
         batch.index = pos

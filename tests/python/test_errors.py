@@ -287,6 +287,57 @@ class Misuse(unittest.TestCase):
             next(it)
         self.assertEqual(next(iter(ld)).epoch, 3)
 
+    def test_a_seek_from_another_thread_during_a_read_stands(self):
+        # reader.next() lets go of the GIL: a load_state_dict() or set_epoch() from another
+        # thread may come while it runs. The wrapper makes that happen inside the call, every
+        # time. The position it set must stand: the iterator is retired and the batch it was
+        # reading dropped; before, the iterator then counted that batch (or the epoch's end)
+        # over the new position, and the next epoch skipped batches silently.
+        ld = loader(shuffle="global", seed=1)
+        whole = [as_numpy(b.ids).tolist() for b in ld]
+        it = iter(ld)
+        next(it), next(it)
+        saved = ld.state_dict()  # epoch 1 from batch 2
+        hook = []
+
+        class Reader:
+            def __init__(self, r):
+                self.r = r
+
+            def __getattr__(self, name):
+                return getattr(self.r, name)
+
+            def next(self):
+                b = self.r.next()
+                while hook:
+                    hook.pop()()
+                return b
+
+        ld._reader = Reader(ld._reader)
+        for _ in it:  # epoch 1 to its end
+            pass
+        self.assertEqual(ld.epoch, 2)
+        for at_end in (False, True):
+            with self.subTest(at_end=at_end):
+                it = iter(ld)
+                if at_end:
+                    for _ in range(len(ld)):
+                        next(it)
+                hook.append(lambda: ld.load_state_dict(saved))
+                with self.assertRaisesRegex(RuntimeError, "replaced"):
+                    next(it)
+                self.assertEqual((ld.epoch, ld.state_dict()["next_batch"]), (1, 2))
+                rest = [(b.epoch, as_numpy(b.ids).tolist()) for b in ld]
+                ref = loader(shuffle="global", seed=1)
+                ref.set_epoch(1)
+                self.assertEqual(rest, [(1, ids) for ids in [as_numpy(b.ids).tolist() for b in ref][2:]])
+        it = iter(ld)
+        hook.append(lambda: ld.set_epoch(7))
+        with self.assertRaisesRegex(RuntimeError, "replaced"):
+            next(it)
+        self.assertEqual([b.epoch for b in ld][:1], [7])
+        self.assertEqual(len(whole), len(ld))
+
     def test_bad_state(self):
         ld = loader()
         s = ld.state_dict()

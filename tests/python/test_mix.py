@@ -132,6 +132,35 @@ class Resume(unittest.TestCase):
             ref.set_epoch(1)
             self.assertEqual(steps(new), steps(ref))
 
+    def test_a_seek_from_another_thread_during_a_read_stands(self):
+        # As test_errors' test of one dataset: a set_epoch() that comes while a child's
+        # reader.next() runs (GIL released) stands; the batch read meanwhile is dropped.
+        ld = mixed(seed=2)
+        hook = []
+        for child in ld._children:
+            class Reader:
+                def __init__(self, r):
+                    self.r = r
+
+                def __getattr__(self, name):
+                    return getattr(self.r, name)
+
+                def next(self):
+                    b = self.r.next()
+                    while hook:
+                        hook.pop()()
+                    return b
+            child._reader = Reader(child._reader)
+        it = iter(ld)
+        next(it)
+        hook.append(lambda: ld.set_epoch(3))
+        with self.assertRaisesRegex(RuntimeError, "replaced"):
+            next(it)
+        self.assertEqual((ld.epoch, ld.state_dict()["next_batch"]), (3, 0))
+        ref = mixed(seed=2)
+        ref.set_epoch(3)
+        self.assertEqual(steps(ld), steps(ref))
+
     def test_states_of_the_other_kind_are_refused(self):
         with self.assertRaisesRegex(ValueError, "weights are"):
             mixed((0.5, 0.5)).load_state_dict(mixed().state_dict())
