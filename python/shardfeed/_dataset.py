@@ -1,5 +1,6 @@
 """shardfeed.open and Dataset: inspecting a dataset (fields, shards, keys, class names) and
 random access to its samples (copies)."""
+import operator
 import os
 from collections import namedtuple
 
@@ -15,6 +16,14 @@ handed out decompressed)."""
 Shard = namedtuple("Shard", "name first_sample num_samples file_size")
 Shard.__doc__ = """A shard of the dataset: name (its file name), first_sample (the global id of
 its first sample), num_samples, file_size (bytes)."""
+
+
+def _sample_index(i):
+    """i as an int: any integer (int, NumPy's and torch's integer scalars), never a bool,
+    whose index would read sample 0 or 1 (ds[True], a one-element mask)."""
+    if isinstance(i, bool) or str(getattr(i, "dtype", "")) in ("bool", "torch.bool"):
+        raise TypeError(f"shardfeed: a sample index is an integer, not a bool ({i!r})")
+    return operator.index(i)
 
 
 class Dataset:
@@ -72,7 +81,7 @@ class Dataset:
 
     def key(self, i):
         """The key of sample `i` (e.g. "17" for img_17.npy)."""
-        return self._ds.key(i)
+        return self._ds.key(_sample_index(i))
 
     def keys(self):
         """Every sample's key, in sample order."""
@@ -92,6 +101,7 @@ class Dataset:
         Dataset's verify for this read."""
         import numpy as np
         check = self.verify if verify is None else bool(verify)
+        i = _sample_index(i)
         out = {}
         for k, f in enumerate(self.fields):
             v = self._ds.get(i, k, check)

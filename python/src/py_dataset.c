@@ -151,17 +151,25 @@ static PyObject *dataset_shards(sf_py_dataset *self, PyObject *unused)
     return out;
 }
 
+/* The sample an index names (negative: from the end). A bool is refused:
+ * ds[True] is not sample 1. The conversion may run Python code (__index__)
+ * that closes the dataset: usability is checked after it. */
 static int sample_arg(sf_py_dataset *self, PyObject *arg, uint64_t *out)
 {
-    long long i = PyLong_AsLongLong(arg);
-    if (i == -1 && PyErr_Occurred())
+    if (PyBool_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "shardfeed: a sample index is an integer, not a bool");
+        return -1;
+    }
+    long long given = PyLong_AsLongLong(arg);
+    if (given == -1 && PyErr_Occurred())
+        return -1;
+    if (!dataset_usable(self))
         return -1;
     uint64_t n = sf_dataset_num_samples(dataset_handle(self));
-    if (i < 0)
-        i += (long long)n;
+    long long i = given < 0 && (unsigned long long)-(given + 1) < n ? given + (long long)n : given;
     if (i < 0 || (uint64_t)i >= n) {
         PyErr_Format(PyExc_IndexError, "shardfeed: sample %lld out of range (the dataset has %llu)",
-                     i, (unsigned long long)n);
+                     given, (unsigned long long)n);
         return -1;
     }
     *out = (uint64_t)i;

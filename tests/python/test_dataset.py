@@ -89,6 +89,35 @@ class RandomAccess(unittest.TestCase):
         self.assertEqual(len(ds[2:5]), 3)
         self.assertEqual(sum(1 for _ in ds), N)
 
+    def test_indexes(self):
+        ds = shardfeed.open(DS)
+        want = ds.key(5)
+        for i in (5, np.int64(5), np.uint8(5), -N + 5) + ((torch.tensor(5),) if HAVE_TORCH else ()):
+            self.assertEqual(ds.key(i), want, repr(i))
+            self.assertEqual(ds[i]["label"], ds[5]["label"])
+        # A bool is no index: ds[True] read sample 1 (a one-element mask, a flag passed by mistake).
+        for b in (True, False, np.bool_(True)) + ((torch.tensor(True),) if HAVE_TORCH else ()):
+            with self.assertRaisesRegex(TypeError, "not a bool"):
+                ds[b]
+            with self.assertRaisesRegex(TypeError, "not a bool"):
+                ds.key(b)
+        for bad in (1.0, "1", None, (1,)):
+            with self.assertRaises(TypeError):
+                ds[bad]
+        # Out of range: the message names the index given, not one shifted by the size.
+        for i in (N, -N - 1, 2 ** 63 - 1, -2 ** 63):
+            with self.assertRaisesRegex(IndexError, rf"sample {i} out of range \(the dataset has {N}\)"):
+                ds[i]
+        with self.assertRaises(OverflowError):
+            ds[2 ** 64]
+
+        class ClosesIt:  # an index whose conversion closes the dataset
+            def __index__(self):
+                ds.close()
+                return 1
+        with self.assertRaisesRegex(ValueError, "closed"):
+            ds._ds.get(ClosesIt(), 0, True)
+
     def test_values_are_writable_copies(self):
         # The common __getitem__ pattern: torch.from_numpy(ds[i]["img"]).add_(1).
         # Values used to be read-only views of the shard mmaps, and writing
