@@ -82,3 +82,22 @@ def as_numpy(x):
 def epoch_ids(loader):
     """Every batch's ids (a list of lists) for one iteration of `loader`."""
     return [as_numpy(b.ids).tolist() for b in loader]
+
+
+class ReaderWithHook:
+    """Stands in for a Loader's reader (loader._reader = ReaderWithHook(loader._reader)): each
+    function appended to .hook runs once inside the next next(), after the read, where the
+    real call has let go of the GIL: what another thread may do at that moment, every time."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.hook = []
+
+    def __getattr__(self, name):
+        return getattr(self.reader, name)
+
+    def next(self):
+        b = self.reader.next()
+        while self.hook:
+            self.hook.pop(0)()
+        return b

@@ -10,7 +10,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import as_numpy, load_source, pack, remove, scratch, shardfeed, write_samples  # noqa: E402
+from sfpytest import (ReaderWithHook, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
+                      write_samples)
 import sfwrite  # noqa: E402
 
 N = 120
@@ -298,22 +299,8 @@ class Misuse(unittest.TestCase):
         it = iter(ld)
         next(it), next(it)
         saved = ld.state_dict()  # epoch 1 from batch 2
-        hook = []
-
-        class Reader:
-            def __init__(self, r):
-                self.r = r
-
-            def __getattr__(self, name):
-                return getattr(self.r, name)
-
-            def next(self):
-                b = self.r.next()
-                while hook:
-                    hook.pop()()
-                return b
-
-        ld._reader = Reader(ld._reader)
+        ld._reader = ReaderWithHook(ld._reader)
+        hook = ld._reader.hook
         for _ in it:  # epoch 1 to its end
             pass
         self.assertEqual(ld.epoch, 2)

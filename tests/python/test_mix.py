@@ -9,7 +9,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (HAVE_TORCH, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
+from sfpytest import (HAVE_TORCH, ReaderWithHook, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
                       torch, write_samples)
 
 NA, NB = 997, 613   # neither a multiple of the batch size
@@ -138,19 +138,8 @@ class Resume(unittest.TestCase):
         ld = mixed(seed=2)
         hook = []
         for child in ld._children:
-            class Reader:
-                def __init__(self, r):
-                    self.r = r
-
-                def __getattr__(self, name):
-                    return getattr(self.r, name)
-
-                def next(self):
-                    b = self.r.next()
-                    while hook:
-                        hook.pop()()
-                    return b
-            child._reader = Reader(child._reader)
+            child._reader = ReaderWithHook(child._reader)
+            child._reader.hook = hook  # one list: whichever child reads next runs it
         it = iter(ld)
         next(it)
         hook.append(lambda: ld.set_epoch(3))
