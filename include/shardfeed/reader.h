@@ -24,6 +24,8 @@
  * every rank gets the same number of batches, and the union over ranks is
  * the dataset (plus wrap-around padding for uneven = PAD, minus the tail for
  * drop_last / uneven = DROP). See lib/reader/sampler.h for the exact rules.
+ * Options that leave an epoch without a batch (the tail dropped, and
+ * batch_size * world_size above the dataset's size) are SF_E_INVALID at open.
  *
  * Memory: all batch data lives in one page-aligned anonymous mapping (the
  * slab) of `prefetch` slots allocated at open; nothing is allocated per

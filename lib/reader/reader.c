@@ -88,6 +88,16 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     if ((rc = reader_sampler_create(&r->sampler, &sc)) || (rc = reader_order_start(r)))
         goto fail;
     r->num_batches = reader_sampler_num_batches(r->sampler);
+    if (r->num_batches == 0) {
+        /* drop_last or uneven = DROP with batch_size x world_size above the dataset's size drops
+         * every sample: each sf_reader_next would end an epoch at once, a training loop run
+         * without data and without an error. */
+        rc = sf_fail(SF_E_INVALID, "%s: an epoch would have no batch: the dataset's %llu samples are fewer "
+                     "than batch_size %u x world_size %u, and drop_last or uneven=drop drops them all "
+                     "(use a smaller batch_size, or keep the last batch)",
+                     dir, (unsigned long long)r->n, o.batch_size, o.world_size);
+        goto fail;
+    }
     if (r->ds->remote) {
         uint64_t block_size, window;
         reader_sampler_window(r->sampler, &block_size, &window);

@@ -325,6 +325,17 @@ class Misuse(unittest.TestCase):
         self.assertEqual([b.epoch for b in ld][:1], [7])
         self.assertEqual(len(whole), len(ld))
 
+    def test_options_that_leave_an_epoch_without_batches_are_refused(self):
+        # batch_size x world_size above the dataset's size with the tail dropped: every epoch
+        # ended at once, and a training loop ran without data and without an error.
+        for kw in (dict(batch_size=N + 1, drop_last=True),
+                   dict(batch_size=N // 2 + 1, world_size=2, rank=1, drop_last=True)):
+            with self.subTest(**kw):
+                with self.assertRaisesRegex(shardfeed.Error, "an epoch would have no batch"):
+                    loader(**kw)
+        self.assertEqual(len(loader(batch_size=N, drop_last=True)), 1)
+        self.assertEqual(len(loader(batch_size=N + 1)), 1)  # the last batch kept: short, not lost
+
     def test_bad_state(self):
         ld = loader()
         s = ld.state_dict()
