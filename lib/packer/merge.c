@@ -328,6 +328,20 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
      * runs writing one folder would remove each other's files. */
     pack_lock lock;
     int rc = pack_outdir_lock(&lock, output_dir, "merge");
+    /* The output may not be one of the parts (the same folder, a symlink to
+     * it): with force, preparing it deleted that part's manifest and shards
+     * before they were copied, losing the input and the result. */
+    struct stat out_st;
+    int have_out = !rc && stat(output_dir, &out_st) == 0;
+    for (size_t k = 0; k < n_parts && !rc; k++) {
+        struct stat part_st;
+        if (!parts[k])
+            rc = sf_fail(SF_E_INVALID, "sf_pack_merge: part %zu is NULL", k);
+        else if (have_out && stat(parts[k], &part_st) == 0 && part_st.st_dev == out_st.st_dev &&
+                 part_st.st_ino == out_st.st_ino)
+            rc = sf_fail(SF_E_INVALID, "%s: the output folder is the part %s itself: merge into another "
+                         "folder (the part would be deleted before it was read)", output_dir, parts[k]);
+    }
     for (size_t k = 0; k < n_parts && !rc; k++) {
         p[k].dir = parts[k];
         rc = load_part(&p[k]);

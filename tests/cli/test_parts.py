@@ -210,6 +210,21 @@ class Parts(ScratchTest):
         self.assertIn("shard-000000.sfs", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
+    def test_merging_into_one_of_the_parts_is_refused_also_with_force(self):
+        # With --force, preparing the output deleted that part's manifest and shards before
+        # they were copied: the merge then failed, and the part was gone.
+        write_samples(self.inp, 200, **MNIST_LIKE)
+        dirs = self.pack_parts(2)
+        before = files(dirs[0])
+        link = os.path.join(self.tmp, "link-to-p0")
+        os.symlink(dirs[0], link)
+        for out in (dirs[0], link):
+            for force in ((), ("--force",)):
+                p = run("merge", *dirs, "-o", out, *force, check=1)
+                self.assertIn("the output folder is the part", p.stderr)
+                self.assertEqual(files(dirs[0]), before)
+                run("verify", dirs[0], check=0)
+
     def test_a_part_with_a_damaged_record_is_refused(self):
         """One payload byte flipped in the last part's first shard: header, index and footer
         are intact, only the record's checksum tells. merge refuses it as verify does (exit
