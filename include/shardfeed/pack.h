@@ -25,7 +25,7 @@ typedef struct sf_pack_opts {
     unsigned jobs;       /* worker threads; 0: one per online CPU */
     uint64_t shard_size; /* target shard file size in bytes; 0: 256 MiB */
     uint32_t align;      /* record alignment, a power of two <= 1 MiB; 0: 4096 */
-    int force;           /* overwrite an existing shardfeed dataset in the output */
+    int force;           /* replace a shardfeed dataset in the output, once the new one is written */
     sf_pack_progress_fn progress; /* NULL: none */
     void *progress_ctx;
     /* "auto" or NULL (from the input: a directory of .npy files, of tar
@@ -87,7 +87,7 @@ SF_API int sf_pack_npy_dir(sf_pack_result *result, const char *input_dir, const 
                            const sf_pack_opts *opts);
 
 /* sf_pack_merge flags. */
-#define SF_MERGE_FORCE 1u         /* replace a shardfeed dataset already in OUTPUT_DIR */
+#define SF_MERGE_FORCE 1u         /* replace a dataset in OUTPUT_DIR, once the merge is written */
 #define SF_MERGE_IGNORE_MTIMES 2u /* parts whose inputs differ only in modification times merge */
 
 /* Joins the parts of one --part run (their directories, in any order)

@@ -355,6 +355,7 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     pack_plan plan;
     memset(&plan, 0, sizeof plan);
     uint8_t *reuse = NULL;
+    pack_outdir_state state = PACK_OUT_WRITE;
     if (!rc) {
         whole = p[0].m;
         whole.dataset_id = p[0].info.whole_dataset_id;
@@ -371,7 +372,6 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     if (!rc) {
         plan.dataset_id = whole.dataset_id;
         plan.shard_count = whole.shard_count;
-        pack_outdir_state state;
         rc = pack_outdir_prepare(output_dir, &plan, flags & SF_MERGE_FORCE, reuse, &state);
         /* Merged shards are written anew whatever is there: a complete
          * dataset of this id is replaced only when asked to. */
@@ -381,9 +381,10 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
     }
     /* Every shard is checked and written under its temporary name first;
      * only when all are do they take their names, so a damaged part leaves
-     * no shard of the merge behind (a crash among the renames leaves no
-     * manifest: not a dataset, and the next run starts again). */
-    uint64_t written = 0, renamed = 0, bytes = 0;
+     * no shard of the merge behind, and a dataset being replaced (--force)
+     * whole (a crash among the renames leaves no manifest: not a dataset,
+     * and the next run starts again). */
+    uint64_t written = 0, bytes = 0;
     uint8_t *scan = NULL;
     if (!rc && !(scan = malloc(MERGE_SCAN_BUFFER)))
         rc = sf_fail(-ENOMEM, "out of memory");
@@ -394,20 +395,10 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
                 bytes += whole.shards[written++].file_size;
         }
     free(scan);
-    char tmp[4096], dst[4096];
-    while (renamed < written && !rc) {
-        whole_shard_paths(tmp, dst, sizeof tmp, output_dir, renamed, whole.dataset_id);
-        if (rename(tmp, dst) != 0)
-            rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
-        else
-            renamed++;
-    }
-    for (uint64_t i = renamed; i < written; i++) {
-        whole_shard_paths(tmp, dst, sizeof tmp, output_dir, i, whole.dataset_id);
-        unlink(tmp);
-    }
     if (!rc)
-        rc = sf_fsync_dir(output_dir);
+        rc = pack_outdir_install(output_dir, &plan, state == PACK_OUT_REPLACE);
+    else if (plan.shard_count)
+        rc = pack_outdir_abandon(rc, output_dir, &plan, state);
     uint64_t msize = 0;
     if (!rc) {
         msize = sf_manifest_encoded_size(&whole);

@@ -341,7 +341,7 @@ static const char *entry_noun(int dfd, const char *name)
 
 /* First pass: refuses what shardfeed did not write and learns what is there. */
 static int survey(DIR *d, const char *out, const pack_plan *plan, uint8_t *reuse, int *have_manifest,
-                  char *other, size_t other_cap)
+                  int *have_dataset_files, char *other, size_t other_cap)
 {
     struct dirent *de;
     while ((errno = 0, de = readdir(d)) != NULL) {
@@ -358,6 +358,8 @@ static int survey(DIR *d, const char *out, const pack_plan *plan, uint8_t *reuse
                            out, de->d_name, entry_noun(dirfd(d), de->d_name));
         if (f.kind == KIND_LOCK)
             continue;
+        if (f.kind == KIND_MANIFEST || f.kind == KIND_SHARD)
+            *have_dataset_files = 1;
         if (f.id != plan->dataset_id) {
             if (!other[0])
                 snprintf(other, other_cap, "%s", de->d_name);
@@ -386,9 +388,9 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
         closedir(d);
         return sf_fail(-e, "%s: output directory is not writable: %s", out, strerror(e));
     }
-    int have_manifest = 0;
+    int have_manifest = 0, have_dataset_files = 0;
     char other[256] = "";
-    int rc = survey(d, out, plan, reuse, &have_manifest, other, sizeof other);
+    int rc = survey(d, out, plan, reuse, &have_manifest, &have_dataset_files, other, sizeof other);
     if (!rc && !force && other[0])
         rc = sf_fail(SF_E_EXISTS, "%s: holds a different shardfeed dataset (%s; the force option replaces it)", out,
                      other);
@@ -400,14 +402,18 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
         closedir(d);
         return rc;
     }
+    if (force && have_dataset_files)
+        *state = PACK_OUT_REPLACE;
 
-    /* Second pass: the manifest goes first, so the directory stops being a
-     * dataset before any shard of it is touched. Then what carries an id
-     * and is not kept: this run's temporaries, shards past the plan, and
-     * (with --force) everything of other datasets and every shard. */
+    /* Second pass. Replacing (--force over a manifest or shards): only
+     * temporaries go now; the dataset there stays whole and readable until
+     * the new one is written, and pack_outdir_install swaps them. Else the
+     * manifest goes first, so the directory stops being a dataset before
+     * any shard of it is touched; then what carries this run's id and is
+     * not kept: its temporaries and shards past the plan. */
     found_file m;
-    if ((rc = classify(dirfd(d), out, SF_MANIFEST_NAME, &m)) == 0 && m.kind == KIND_MANIFEST &&
-        (rc = remove_file(out, SF_MANIFEST_NAME)) == 0)
+    if (*state == PACK_OUT_WRITE && (rc = classify(dirfd(d), out, SF_MANIFEST_NAME, &m)) == 0 &&
+        m.kind == KIND_MANIFEST && (rc = remove_file(out, SF_MANIFEST_NAME)) == 0)
         rc = sf_fsync_dir(out);
     rewinddir(d);
     struct dirent *de;
@@ -419,7 +425,7 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
         int drop = 0;
         if (f.kind == KIND_TEMP)
             drop = mine || force;
-        else if (f.kind == KIND_SHARD)
+        else if (f.kind == KIND_SHARD && *state == PACK_OUT_WRITE)
             drop = force || !mine || f.shard >= plan->shard_count;
         if (drop)
             rc = remove_file(out, de->d_name);
@@ -427,5 +433,71 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
     closedir(d);
     if (force)
         memset(reuse, 0, plan->shard_count);
+    return rc;
+}
+
+void pack_outdir_drop_temps(const char *out, const pack_plan *plan)
+{
+    char tmp[4096], name[SF_SHARD_NAME_MAX];
+    for (uint64_t i = 0; i < plan->shard_count; i++) {
+        snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+        pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
+        unlink(tmp); /* ENOENT: never written, or renamed */
+    }
+}
+
+int pack_outdir_abandon(int rc, const char *out, const pack_plan *plan, pack_outdir_state state)
+{
+    pack_outdir_drop_temps(out, plan);
+    if (state != PACK_OUT_REPLACE)
+        return rc;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sf_last_error());
+    return sf_fail(rc, "%s (the dataset in %s is as it was: it is replaced only once the new one is written%s)",
+                   why, out, rc == -ENOSPC || rc == -EDQUOT ? ", so replacing it needs room for both" : "");
+}
+
+int pack_outdir_install(const char *out, const pack_plan *plan, int replace)
+{
+    int rc = 0;
+    /* The old manifest first: from here until the new one is written the
+     * folder is not a dataset, rather than one whose manifest lists other
+     * shards. Nothing below writes data, so nothing below runs out of
+     * room; a crash here leaves a folder the next run (with --force)
+     * writes again. */
+    if (replace) {
+        DIR *d = opendir(out);
+        if (!d)
+            return sf_fail(-errno, "%s: cannot open output directory: %s", out, sf_errno_text(errno));
+        found_file m;
+        if ((rc = classify(dirfd(d), out, SF_MANIFEST_NAME, &m)) == 0 && m.kind == KIND_MANIFEST &&
+            (rc = remove_file(out, SF_MANIFEST_NAME)) == 0)
+            rc = sf_fsync_dir(out);
+        closedir(d);
+    }
+    char tmp[4096], dst[4096], name[SF_SHARD_NAME_MAX];
+    for (uint64_t i = 0; i < plan->shard_count && !rc; i++) {
+        snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
+        pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
+        snprintf(dst, sizeof dst, "%s/%s", out, name);
+        if (rename(tmp, dst) != 0)
+            rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
+    }
+    if (!rc && replace) {
+        /* What is left of the old dataset: its shards past the new plan. */
+        DIR *d = opendir(out);
+        if (!d)
+            return sf_fail(-errno, "%s: cannot open output directory: %s", out, sf_errno_text(errno));
+        struct dirent *de;
+        while (!rc && (de = readdir(d)) != NULL) {
+            found_file f;
+            if ((rc = classify(dirfd(d), out, de->d_name, &f)) == 0 && f.kind == KIND_SHARD &&
+                f.shard >= plan->shard_count)
+                rc = remove_file(out, de->d_name);
+        }
+        closedir(d);
+    }
+    if (!rc)
+        rc = sf_fsync_dir(out);
     return rc;
 }

@@ -337,7 +337,9 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
     if (!rc) {
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->finished, NULL);
-        p->ctx = (pack_writer_ctx){&in, &plan, output_dir, &images, &p->abort, &p->samples_done, &p->bytes_done};
+        p->ctx = (pack_writer_ctx){&in,           &plan,           output_dir,
+                                   &images,       &p->abort,       &p->samples_done,
+                                   &p->bytes_done, state == PACK_OUT_REPLACE};
         p->reuse = reuse;
         p->prove_only = state == PACK_OUT_COMPLETE;
         p->results = results;
@@ -355,6 +357,8 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
                                   "the force option replaces it)",
                      output_dir, why);
     }
+    if (state == PACK_OUT_REPLACE)
+        rc = rc ? pack_outdir_abandon(rc, output_dir, &plan, state) : pack_outdir_install(output_dir, &plan, 1);
     if (!rc)
         rc = finish_manifest(output_dir, &in, &plan, results, &part, &images, state == PACK_OUT_COMPLETE,
                              &manifest_bytes);

@@ -125,20 +125,37 @@ void pack_outdir_unlock(pack_lock *l);
 
 /* What pack_outdir_prepare found. */
 typedef enum pack_outdir_state {
-    PACK_OUT_WRITE,   /* write the dataset; reuse[i]: shard i of this dataset_id is there */
-    PACK_OUT_COMPLETE /* a manifest of this dataset_id is there: prove, change nothing */
+    PACK_OUT_WRITE,    /* write the dataset; reuse[i]: shard i of this dataset_id is there */
+    PACK_OUT_COMPLETE, /* a manifest of this dataset_id is there: prove, change nothing */
+    PACK_OUT_REPLACE   /* --force over a dataset: write every shard under its temporary
+                        * name, leave the old one whole, then pack_outdir_install */
 } pack_outdir_state;
 
 /* Looks at everything in the locked OUT before anything is changed. Files
  * shardfeed did not write (anything but the lock, a manifest or shard that
  * decodes, or a temporary named with a dataset_id) are refused even with
  * `force` and never removed; a different dataset_id's files are refused
- * without `force`. Then, unless *state is PACK_OUT_COMPLETE, removes the
- * manifest, this dataset's temporaries and what cannot be kept. `reuse[i]`
- * is set for shard i when a final-named shard of the same dataset_id is
- * there (kept only if the writer proves it, pack_write_shard). */
+ * without `force`. With `force`, over a manifest or shards (of any id),
+ * *state is PACK_OUT_REPLACE and only temporaries are removed: the dataset
+ * there stays whole until pack_outdir_install. Else, unless *state is
+ * PACK_OUT_COMPLETE, removes the manifest, this dataset's temporaries and
+ * what cannot be kept. `reuse[i]` is set for shard i when a final-named
+ * shard of the same dataset_id is there (kept only if the writer proves
+ * it, pack_write_shard); never with `force`. */
 int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
                         pack_outdir_state *state);
+/* Every shard of `plan` is written, fsync'd, under its temporary name:
+ * gives them their names. With `replace` (PACK_OUT_REPLACE) it first
+ * removes the old manifest and then the old shards past the plan. The
+ * caller writes the manifest next. Renames and unlinks only, so it needs
+ * no room on the disk. */
+int pack_outdir_install(const char *out, const pack_plan *plan, int replace);
+/* Removes the temporaries of `plan`'s shards (a failed run's). */
+void pack_outdir_drop_temps(const char *out, const pack_plan *plan);
+/* A run that failed with rc after pack_outdir_prepare: drops its shards'
+ * temporaries and returns rc, its message saying, when it was replacing a
+ * dataset, that the dataset there is as it was. */
+int pack_outdir_abandon(int rc, const char *out, const pack_plan *plan, pack_outdir_state state);
 /* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
  * carrying the run's identity so that only its own run removes it. */
 void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
@@ -175,6 +192,7 @@ typedef struct pack_writer_ctx {
     atomic_int *abort;             /* set by any worker on failure */
     _Atomic uint64_t *samples_done;
     _Atomic uint64_t *bytes_done;
+    int keep_temporary;            /* leave each shard under its temporary name (PACK_OUT_REPLACE) */
 } pack_writer_ctx;
 
 /* What pack_write_shard does with shard i. Keeping or accepting a shard

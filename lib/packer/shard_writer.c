@@ -350,6 +350,8 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
         *res = img.res;
         image_clear(&img);
     }
+    if (ctx->keep_temporary && !rc)
+        return 0; /* named with the others, once all are written */
     if (!rc && rename(tmp, path) != 0)
         rc = sf_fail(-errno, "%s: rename failed: %s", path, strerror(errno));
     if (!rc)

@@ -7,7 +7,9 @@ build's file system) in the environment; or by hand:
 import filecmp
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import unittest
@@ -293,6 +295,54 @@ class OutputDirectory(Base):
         run("pack", self.b, "-o", self.out, "--shard-size", "64KiB", "--force", check=0)
         self.assert_same_files(self.out, self.ref_b)
         run("verify", self.out, check=0)
+
+    def test_a_forced_pack_that_fails_leaves_the_dataset_it_was_to_replace(self):
+        """pack --force over a complete dataset, failing on its first shard (a file size limit
+        makes the write fail, as a full disk would): exit 1 naming the cause, and the dataset
+        there is as it was, file for file (no temporary, no lock left). Was: --force removed
+        the old manifest and shards before writing, so a failed pack left neither."""
+        self.pack_twins()
+        shutil.copytree(self.ref_a, self.out)
+        before = snapshot(self.out)
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+
+        p = subprocess.run([SHARDFEED, "pack", self.b, "-o", self.out, "--shard-size", "64KiB", "--force"],
+                           capture_output=True, text=True, preexec_fn=small_files)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("File too large", p.stderr)
+        self.assertIn(f"the dataset in {self.out} is as it was", p.stderr)
+        self.assertEqual(snapshot(self.out), before)
+        run("verify", self.out, check=0)
+
+    def test_a_forced_pack_killed_while_writing_leaves_the_dataset_it_was_to_replace(self):
+        """pack --force over a complete dataset, SIGKILLed once its first shard is written:
+        every final name still holds the old dataset's bytes (only the run's temporaries and
+        its lock file are added), so the folder still reads as the old dataset; the same
+        command again replaces it. Was: the old manifest and shards were gone at once."""
+        a, b = self.inp, os.path.join(self.tmp, "in_b")
+        write_samples(a, 400, shape=(3, 32, 32), seed=1)
+        write_samples(b, 400, shape=(3, 32, 32), seed=2)
+        ref_b = os.path.join(self.tmp, "ref_b")
+        run("pack", a, "-o", self.out, "--shard-size", "64KiB", check=0)
+        run("pack", b, "-o", ref_b, "--shard-size", "64KiB", check=0)
+        before = snapshot(self.out)
+        cmd = [SHARDFEED, "pack", b, "-o", self.out, "--shard-size", "64KiB", "--force", "-j", "1"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The temporaries stay until every shard is written: a poll sees them.
+        while proc.poll() is None and not any(n.startswith(".shard-") for n in os.listdir(self.out)):
+            pass
+        proc.kill()
+        self.assertEqual(proc.wait(), -signal.SIGKILL, "the pack ended before it was killed")
+        after = snapshot(self.out)
+        added = sorted(set(after) - set(before))
+        self.assertTrue(added and all(n.startswith(".shard-") or n == ".shardfeed.lock" for n in added), added)
+        self.assertEqual({n: after[n] for n in before}, before)
+        run("verify", self.out, check=0)
+        run(*cmd[1:], check=0)
+        self.assert_same_files(self.out, ref_b)
 
     def test_damaged_complete_dataset_is_not_called_complete(self):
         write_samples(self.inp, 5)

@@ -256,6 +256,36 @@ class Parts(ScratchTest):
         run("merge", *dirs, "-o", out, check=0)
         self.assertEqual(files(out), files(self.whole))
 
+    def test_a_forced_merge_that_fails_leaves_the_dataset_it_was_to_replace(self):
+        """merge --force over a complete dataset, one part damaged: refused (exit 2), and the
+        dataset already in the folder is byte for byte as it was (the old one is removed only
+        once every merged shard is written). Was: --force removed it first, so a refused merge
+        left neither."""
+        write_samples(self.inp, 200, **MNIST_LIKE)
+        self.pack_whole()
+        dirs = self.pack_parts(3)
+        other = os.path.join(self.tmp, "other-input")
+        write_samples(other, 150, seed=9, **MNIST_LIKE)
+        out = os.path.join(self.tmp, "merged")
+        run("pack", other, "-o", out, "--shard-size", self.SHARD, check=0)
+        before = files(out)
+        shard = os.path.join(dirs[2], "shard-000000.sfs")
+        with open(shard, "r+b") as f:
+            f.seek(130)
+            b = f.read(1)
+            f.seek(130)
+            f.write(bytes([b[0] ^ 0xFF]))
+        p = run("merge", *dirs, "-o", out, "--force", check=2)
+        self.assertIn("a damaged part", p.stderr)
+        self.assertIn(f"the dataset in {out} is as it was", p.stderr)
+        self.assertEqual(files(out), before)
+        run("verify", out, check=0)
+        with open(shard, "r+b") as f:
+            f.seek(130)
+            f.write(b)
+        run("merge", *dirs, "-o", out, "--force", check=0)
+        self.assertEqual(files(out), files(self.whole))
+
     def test_parts_of_different_inputs_with_equal_names_and_sizes_are_refused(self):
         """Part 0 of input A and part 1 of input B, B being A with other
         values (so the same dataset_id): refused, naming both parts."""

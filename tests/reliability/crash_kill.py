@@ -29,7 +29,8 @@ B is packed into the same directory. The result must be byte-identical to
 a reference pack of B (whose every value is checked against B's files)
 and verify: no shard of A may be kept. When A had finished, B without
 --force is refused as a different dataset, leaving A's pack as it was;
-with --force it becomes B's.
+with --force, killed at a random moment, A's pack is still whole (B's
+temporaries beside it) unless B finished; run again, it becomes B's.
 
 Environment: SHARDFEED (the binary), SF_SOURCE_DIR (the source tree, for
 tools/make-npy-samples.py), SF_TEST_TMP (scratch space), SF_CRASH_RUNS,
@@ -130,6 +131,30 @@ def kill_run(cmd, delay, stats, fresh=False):
     return False
 
 
+def killed_forced_b(out, src_b, ref_a, ref_b, delay, what, st):
+    """`pack B --force` over the complete A, killed after `delay`: the folder holds A whole
+    (B's temporaries beside it) or, once B finished, B whole; only a kill among the final
+    renames (no data written there) may leave no manifest, with every final name A's or
+    B's bytes."""
+    returncode, err = start_and_kill(pack_cmd(src_b, out) + ["--force"], delay)
+    if returncode not in (0, -signal.SIGKILL):
+        fail(f"{what}: pack B --force exited {returncode}: {err.decode(errors='replace')}")
+        return
+    finals = {n: v for n, v in read_dir(out).items() if SHARD_RE.match(n) or n == "manifest.sfm"}
+    if "manifest.sfm" in finals:
+        if finals == ref_a:
+            st["forced_killed_a_kept"] += 1
+        elif finals == ref_b:
+            st["forced_killed_b_done"] += 1
+        else:
+            fail(f"{what}: killed pack B --force left a manifest with neither A's nor B's dataset")
+    else:
+        st["forced_killed_in_swap"] += 1
+        mixed = [n for n, v in finals.items() if v not in (ref_a.get(n), ref_b.get(n))]
+        if mixed:
+            fail(f"{what}: killed pack B --force left {mixed[:3]} holding neither A's nor B's bytes")
+
+
 def other_input_runs(tmp, src_a, ref_a, rng, t_shards, t_pack):
     """Kill a pack of A, then pack B (same names and sizes, other values)
     into the same directory: the result is exactly B's pack."""
@@ -145,7 +170,8 @@ def other_input_runs(tmp, src_a, ref_a, rng, t_shards, t_pack):
     if bad:
         fail(f"the reference pack of B differs from B's files in {bad[:3]}")
     out = os.path.join(tmp, "out_ab")
-    st = dict(killed=0, finished=0, refused=0, forced=0, ok=0, temps_seen=0, locks_seen=0, manifest_seen=0)
+    st = dict(killed=0, finished=0, refused=0, forced=0, ok=0, temps_seen=0, locks_seen=0, manifest_seen=0,
+              forced_killed_a_kept=0, forced_killed_b_done=0, forced_killed_in_swap=0)
     for run in range(AB_RUNS):
         shutil.rmtree(out, ignore_errors=True)
         # Every 5th run lets A finish: B must then be refused unless forced.
@@ -168,6 +194,7 @@ def other_input_runs(tmp, src_a, ref_a, rng, t_shards, t_pack):
             elif read_dir(out) != ref_a:
                 fail(f"A/B run {run}: the refused B changed A's dataset")
             st["refused"] += 1
+            killed_forced_b(out, src_b, ref_a, ref_b, rng.uniform(0, t_pack), f"A/B run {run}", st)
             b = subprocess.run(pack_cmd(src_b, out) + ["--force"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
             st["forced"] += 1
@@ -190,6 +217,10 @@ def other_input_runs(tmp, src_a, ref_a, rng, t_shards, t_pack):
     print(f"other input: {AB_RUNS} runs packing B over A ({st['killed']} A killed, {st['finished']} A "
           f"finished: {st['refused']} B refused then {st['forced']} forced); {st['ok']}/{AB_RUNS} hold "
           f"exactly B's pack ({values} values checked against B's files) and verified", flush=True)
+    print(f"B --force over a finished A, killed: A whole {st['forced_killed_a_kept']} times, B whole "
+          f"{st['forced_killed_b_done']}, killed among the renames {st['forced_killed_in_swap']}", flush=True)
+    if st["forced_killed_a_kept"] == 0:
+        fail("no killed pack B --force was caught while writing B (A kept)")
     if st["killed"] == 0 or st["finished"] == 0:
         fail("the A/B runs did not cover both a killed and a finished A")
 

@@ -11,7 +11,9 @@ when it cannot mount.
     manifest; every file under a final shard name byte-identical to a
     reference pack (nothing half-written under final names); no temporaries
     left; inputs untouched. After growing the mount, re-running the same
-    command completes a dataset byte-identical to the reference.
+    command completes a dataset byte-identical to the reference. And --force
+    over a complete dataset with room for one dataset but not two: refused,
+    the old dataset kept byte for byte; with room, it is replaced.
   read-only: a tmpfs remounted read-only holding (a) nothing, (b) the state
     of an interrupted pack, (c) a complete dataset (with --force): pack must
     exit 1 naming the directory, and change nothing. Also a read-only bind
@@ -140,6 +142,43 @@ def full_disk(tmp, src, ref, ref_pages):
     return len(sizes)
 
 
+def full_disk_replacing(tmp, src, ref, ref_pages):
+    """pack --force of B over a complete dataset A, on a disk with room for one of them but
+    not both: refused for want of room, saying so, and A is as it was, file for file (it is
+    removed only once B is written). With room again, the same command replaces it."""
+    src_b = os.path.join(tmp, "in_b")
+    subprocess.run([sys.executable, os.path.join(SRC, "tools", "make-npy-samples.py"), "synthetic", src_b,
+                    "--count", "200", "--shape", "3,32,32", "--seed", "4"], check=True, stdout=subprocess.DEVNULL)
+    ref_b_dir = os.path.join(tmp, "ref_b")
+    if pack(src_b, ref_b_dir).returncode != 0:
+        fail("reference pack of B failed")
+        return 0
+    ref_b = read_dir(ref_b_dir)
+    mnt = os.path.join(tmp, "full")
+    size = f"{ref_pages * 4 * 3 // 2}k"
+    what = f"full disk, --force over a complete dataset (tmpfs size={size}, each dataset {ref_pages * 4} KiB)"
+    mount_tmpfs(mnt, size)
+    try:
+        out = os.path.join(mnt, "out")
+        shutil.copytree(os.path.join(tmp, "ref"), out)
+        p = pack(src_b, out, "--force")
+        err = p.stderr.decode(errors="replace").strip()
+        if p.returncode != 1 or "No space left on device" not in err:
+            fail(f"{what}: exit {p.returncode}, want 1 for want of room: {err}")
+        if f"the dataset in {out} is as it was" not in err or "room for both" not in err:
+            fail(f"{what}: the error does not say the dataset is kept and why: {err!r}")
+        if read_dir(out) != ref:
+            fail(f"{what}: the dataset to be replaced changed (or a temporary was left)")
+        print(f"  {what}: exit {p.returncode}, dataset kept: {err}", flush=True)
+        sh("mount", "-o", "remount,size=64M", mnt)
+        p = pack(src_b, out, "--force")
+        if p.returncode != 0 or read_dir(out) != ref_b:
+            fail(f"{what}: with room, --force did not give B's pack: {p.stderr.decode(errors='replace')}")
+    finally:
+        umount(mnt)
+    return 1
+
+
 def read_only(tmp, src, ref):
     mnt = os.path.join(tmp, "ro")
     cases = 0
@@ -231,6 +270,7 @@ def main():
         pages = sum((len(v) + 4095) // 4096 for v in ref.values())
         print(f"reference: {len(ref) - 1} shards + manifest, {pages * 4} KiB in pages", flush=True)
         n = full_disk(tmp, src, ref, pages)
+        n += full_disk_replacing(tmp, src, ref, pages)
         n += read_only(tmp, src, ref)
         print(f"disk error cases: {n}", flush=True)
     finally:
