@@ -59,6 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardfeed/dataset.h"
 #include "shardfeed/error.h"
 #include "shardfeed/remote.h"
 #include "shardfeed/types.h"
@@ -327,6 +328,11 @@ SF_API int sf_reader_set_epoch(sf_reader *r, uint64_t epoch);
 SF_API uint64_t sf_reader_num_batches(const sf_reader *r);
 /* Samples per epoch for this rank (padding included, drops excluded). */
 SF_API uint64_t sf_reader_samples_per_epoch(const sf_reader *r);
+/* The dataset the reader reads, as it opened it (its id, size and schema:
+ * shardfeed/dataset.h), or NULL for NULL. Borrowed: valid until
+ * sf_reader_close; so that a caller describes what is read without opening
+ * the path again (which may meanwhile hold another dataset). */
+SF_API const sf_dataset *sf_reader_dataset(const sf_reader *r);
 
 /* The next batch, in order. Returns 0 with *out set; at the end of an epoch
  * returns 0 with *out = NULL once, and moves on to the next epoch (so a

@@ -170,6 +170,11 @@ uint64_t sf_reader_samples_per_epoch(const sf_reader *r)
     return r ? reader_sampler_samples_per_epoch(r->sampler) : 0;
 }
 
+const sf_dataset *sf_reader_dataset(const sf_reader *r)
+{
+    return r ? r->ds : NULL;
+}
+
 const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name)
 {
     if (!b || !name)

@@ -287,6 +287,9 @@ class Loader(EpochControl):
         # Kept, as _num_batches is, for state_dict(), which must work after close() freed
         # the reader (a training loop may close the Loader before writing its checkpoint).
         self._samples_per_epoch = self._reader.samples_per_epoch()
+        # What state_dict() records of the dataset: from the files the reader opened, not by
+        # opening the path again (it may hold another dataset by then, or be gone).
+        self._identity = self._reader.dataset_identity()
         self.prefetch = self._reader.stats()["prefetch"]  # chosen by the reader when None
         # ---- DataLoader-shaped API (issue 17) ----
         self._dataset = None
@@ -363,7 +366,7 @@ class Loader(EpochControl):
 
     # ---- resume ----
     def _options(self):
-        _, num_samples, dataset_id = self._schema()
+        num_samples, dataset_id = self._identity
         return {"batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
                 "drop_last": self.drop_last, "world_size": self.world_size,
                 "uneven": self.uneven, "block_size": self.block_size, "window": self.window,
@@ -373,8 +376,8 @@ class Loader(EpochControl):
     def _schema(self):
         """(fields, number of samples, dataset_id) of the dataset, found once: from
         loader.dataset if it is open, else from a Dataset opened and closed at once (it holds
-        a file descriptor per shard, which a Loader need not keep). It needs no reader, so
-        state_dict() works after close()."""
+        a file descriptor per shard, which a Loader need not keep). For fields= and mixing;
+        state_dict() takes the size and id from the reader (_identity)."""
         if self._dataset_schema is None:
             if self._dataset is not None:
                 ds = self._dataset

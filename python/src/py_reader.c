@@ -288,6 +288,16 @@ static PyObject *reader_samples_per_epoch(sf_py_reader *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(sf_reader_samples_per_epoch(reader_handle(self)));
 }
 
+static PyObject *reader_dataset_identity(sf_py_reader *self, PyObject *unused)
+{
+    (void)unused;
+    if (!reader_handle(self))
+        return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
+    const sf_dataset *ds = sf_reader_dataset(reader_handle(self));
+    return Py_BuildValue("(KK)", (unsigned long long)sf_dataset_num_samples(ds),
+                         (unsigned long long)sf_dataset_id(ds));
+}
+
 static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
 {
     (void)unused;
@@ -405,6 +415,8 @@ static PyMethodDef reader_methods[] = {
     {"num_batches", (PyCFunction)reader_num_batches, METH_NOARGS, "batches per epoch (this rank)"},
     {"samples_per_epoch", (PyCFunction)reader_samples_per_epoch, METH_NOARGS,
      "samples per epoch (this rank)"},
+    {"dataset_identity", (PyCFunction)reader_dataset_identity, METH_NOARGS,
+     "dataset_identity() -> (num_samples, dataset_id) of the dataset the reader opened"},
     {"stats", (PyCFunction)reader_stats, METH_NOARGS,
      "stats() -> dict (sf_reader_stats, with sf_reader_verdict's verdict and fractions)"},
     {"trace_start", (PyCFunction)(void (*)(void))reader_trace_start, METH_VARARGS | METH_KEYWORDS,

@@ -7,6 +7,7 @@ import os
 import pickle
 import pydoc
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -277,6 +278,33 @@ class Resume(unittest.TestCase):
                 self.assertEqual(epoch_ids(new), full[2:])
                 with self.assertRaisesRegex(ValueError, "the Loader is closed"):
                     ld.load_state_dict(state)
+
+    def test_the_state_describes_the_dataset_read_even_once_the_path_holds_another(self):
+        # The state's num_samples and dataset_id come from the files the reader opened. They
+        # were found by opening the path again on the first state_dict(): after close() with
+        # the folder moved that failed (no manifest), and with the folder replaced by another
+        # dataset the state named that one while the batches came from the first.
+        base = scratch("loader-state-")
+        self.addCleanup(remove, base)
+        first, other = os.path.join(base, "first"), os.path.join(base, "other")
+        shutil.copytree(DS, first)
+        write_samples(os.path.join(base, "other-npy"), 37, shape=(2,), seed=5)
+        pack(os.path.join(base, "other-npy"), other)
+        ids = {}
+        for p in (first, other):
+            with shardfeed.open(p) as ds:
+                ids[p] = (len(ds), ds.dataset_id)
+        ld = shardfeed.Loader(first, 8, seed=7, output="numpy")
+        it = iter(ld)
+        next(it)
+        os.rename(first, first + ".old")
+        os.rename(other, first)
+        state = ld.state_dict()
+        self.assertEqual((state["num_samples"], state["dataset_id"]), ids[first])
+        next(it)
+        ld.close()
+        os.rename(first, other)
+        self.assertEqual(ld.state_dict()["next_batch"], 2)  # the path holds nothing now
 
     def test_a_state_without_dataset_id_still_loads(self):
         # as an older shardfeed saved it, before states recorded the dataset's id
