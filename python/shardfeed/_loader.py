@@ -1,6 +1,7 @@
 """shardfeed.Loader: options, iteration over epochs, resume (state_dict), stats and traces."""
 import inspect
 import os
+import threading
 
 from . import _device
 from . import _options as opt
@@ -49,14 +50,16 @@ class _EpochIterator:
             raise
         # The call let go of the GIL: another thread's set_epoch(), load_state_dict() or
         # close() may have come meanwhile. Then the position it set stands: this batch (or
-        # this epoch's end) is dropped, not counted over it.
-        self._check_current()
-        if b is None:
-            self._done = True
-            loader._epoch += 1
-            loader._pos = 0
-            raise StopIteration
-        loader._pos = b.index + 1
+        # this epoch's end) is dropped, not counted over it. The check and the update are
+        # one step under the Loader's lock, which those calls take too.
+        with loader._lock:
+            self._check_current()
+            if b is None:
+                self._done = True
+                loader._epoch += 1
+                loader._pos = 0
+                raise StopIteration
+            loader._pos = b.index + 1
         batch = loader._convert(b)
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
@@ -80,8 +83,10 @@ def _held_error(e, loader):
 
 class EpochControl:
     """What every Loader has, of one dataset or a mix: the epoch and set_epoch, the position
-    load_state_dict sets (_seek), and use in a with block. Needs _epoch, _pos, _resume, _gen
-    and _check_open()."""
+    load_state_dict sets (_seek), and use in a with block. Needs _epoch, _pos, _resume, _gen,
+    _lock (a threading.Lock: the position's and _gen's changes, so that an iterator's "still
+    current? then count this batch" is one step against another thread's seek or close) and
+    _check_open()."""
 
     @property
     def epoch(self):
@@ -102,8 +107,9 @@ class EpochControl:
 
     def _seek(self, epoch, batch):
         """The next iter() runs `epoch` from `batch`; older iterators are retired."""
-        self._epoch, self._pos, self._resume = epoch, batch, batch
-        self._gen += 1
+        with self._lock:
+            self._epoch, self._pos, self._resume = epoch, batch, batch
+            self._gen += 1
 
     def __enter__(self):
         """The Loader itself; close() at the end of the with block."""
@@ -195,7 +201,7 @@ class Loader(EpochControl):
       there. An epoch is as many batches as the datasets give without any running past
       its own epoch: the first to run out at its weight gives all its batches (or all
       but one), the others a prefix of their epoch's order (a different one each
-      epoch). Which step takes which dataset is drawn from (seed, epoch): the same on
+      epoch; with shuffle="none", their next batches, wrapping around). Which step takes which dataset is drawn from (seed, epoch): the same on
       every run and rank. The fields read (fields=, else all of the first dataset's)
       must be in every dataset with the same dtype and shape (else ValueError naming
       the field). Such a Loader also has counts (batches per dataset per epoch) and
@@ -239,6 +245,7 @@ class Loader(EpochControl):
                  ):
         self._reader = None
         self._final_stats = None
+        self._lock = threading.Lock()
         # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
         if weights is not None:
             raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "
@@ -356,13 +363,16 @@ class Loader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
         self._check_open()
-        self._gen += 1
-        start = self._resume if self._resume is not None else 0
-        self._resume = None
-        if self._reader.state() != (self._epoch, start):
-            self._reader.restore(self._epoch, start)
-        self._pos = start
-        return _EpochIterator(self, self._gen)
+        with self._lock:
+            self._gen += 1
+            gen = self._gen
+            start = self._resume if self._resume is not None else 0
+            self._resume = None
+            epoch = self._epoch
+            self._pos = start
+        if self._reader.state() != (epoch, start):
+            self._reader.restore(epoch, start)
+        return _EpochIterator(self, gen)
 
     # ---- resume ----
     def _options(self):
@@ -439,8 +449,11 @@ class Loader(EpochControl):
         """No more batches. Memory of batches still alive stays valid until they die."""
         if self._reader is not None and not self._reader.closed:
             self._final_stats = self._reader.stats()
+            # Before the close, which lets go of the GIL: an iterator in another thread then
+            # says it was replaced, not that the reader is closed.
+            with self._lock:
+                self._gen += 1
             self._reader.close()
-            self._gen += 1
 
     @property
     def closed(self):

@@ -10,11 +10,15 @@ its own epoch: T = min over datasets of floor(batches_i / w_i) (w normalized to 
 dataset i gives c_i of them: w_i * T rounded by largest remainder (so sum c_i = T and
 |c_i - w_i T| < 1). The dataset that runs out first at its weight gives all its batches (or
 all but one: T is whole); the others give the first c_i batches of their own epoch order,
-which changes every epoch. Which of the T
+which changes every epoch. With shuffle="none" that order is the same every epoch, so dataset
+i gives the next c_i batches instead, wrapping around: epoch e starts at its batch
+(e * c_i) mod batches_i, and over the epochs every batch is read. Which of the T
 steps takes which dataset is a permutation of that multiset drawn from (seed, epoch): the same
 on every run and every rank, so every rank gets T batches and, at each step, batches of the
 same dataset."""
+import numbers
 import os
+import threading
 from fractions import Fraction
 
 from . import _options as opt
@@ -71,9 +75,12 @@ def check_weights(weights, n):
     if len(weights) != n:
         raise ValueError(f"shardfeed: weights has {len(weights)} values for {n} paths")
     for w in weights:
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not 0 < w < float("inf"):
             raise ValueError(f"shardfeed: weights={weights!r}: each must be a number > 0")
-    return weights
+    # numpy scalars (weights=np.array([...])) as Python numbers: exact in Fraction, plain in
+    # state_dict() and repr.
+    return [w if isinstance(w, (int, float)) else
+            (int(w) if isinstance(w, numbers.Integral) else float(w)) for w in weights]
 
 
 def _describe(f):
@@ -123,21 +130,34 @@ class _MixIterator:
         loader = self._loader
         if self._done:
             raise StopIteration
-        self._check_current()
-        pos = loader._pos
-        if pos >= len(self._steps):
-            self._done = True
-            loader._epoch += 1
-            loader._pos = 0
-            raise StopIteration
+        with loader._lock:
+            self._check_current()
+            pos = loader._pos
+            if pos >= len(self._steps):
+                self._done = True
+                loader._epoch += 1
+                loader._pos = 0
+                raise StopIteration
         i = self._steps[pos]
-        batch = next(self._iters[i])  # never exhausted: counts[i] <= its batches
-        self._check_current()  # another thread's set_epoch() etc. during the read: it stands
+        batch = next(self._iters[i], None)
+        if batch is None:
+            assert loader.shuffle == "none", "a mixed dataset ran out within its own epoch"
+            # Only with shuffle="none": its next c_i batches ran past the end of its order
+            # (the same every epoch), which goes on from its first batch.
+            child = loader._children[i]
+            child._seek(loader._epoch, 0)
+            self._iters[i] = iter(child)
+            batch = next(self._iters[i])
         for name in [k for k in batch.keys() if k not in loader._read]:
             del batch[name]
+        sources = batch.ids * 0 + i
+        # Another thread's set_epoch() etc. during the read stands: checked, and the batch
+        # counted, in one step under the lock that its _seek takes.
+        with loader._lock:
+            self._check_current()
+            loader._pos = pos + 1
         batch.index = pos
-        batch._sources = batch.ids * 0 + i
-        loader._pos = pos + 1
+        batch._sources = sources
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
         return batch
@@ -149,6 +169,7 @@ class MixedLoader(EpochControl):
 
     def __init__(self, path, batch_size, weights=None, fields=None, seed=0, **options):
         self._children = []
+        self._lock = threading.Lock()
         self.paths = [os.fspath(p) for p in path]
         if not self.paths:
             raise ValueError("shardfeed: path=[]: give at least one dataset")
@@ -204,15 +225,21 @@ class MixedLoader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch."""
         self._check_open()
-        self._gen += 1
-        start = self._resume if self._resume is not None else 0
-        self._resume = None
-        steps = schedule(self._counts, self.seed, self._epoch)
+        with self._lock:
+            self._gen += 1
+            gen = self._gen
+            start = self._resume if self._resume is not None else 0
+            self._resume = None
+            epoch = self._epoch
+            self._pos = start
+        steps = schedule(self._counts, self.seed, epoch)
         for i, child in enumerate(self._children):
-            child._seek(self._epoch, steps[:start].count(i))
+            taken = steps[:start].count(i)
+            if self.shuffle == "none":  # the next counts[i] batches, from where epoch - 1 ended
+                taken = (epoch * self._counts[i] + taken) % len(child)
+            child._seek(epoch, taken)
         iters = [iter(c) for c in self._children]
-        self._pos = start
-        return _MixIterator(self, self._gen, steps, iters)
+        return _MixIterator(self, gen, steps, iters)
 
     def as_iterable_dataset(self):
         """As Loader.as_iterable_dataset."""
@@ -237,15 +264,32 @@ class MixedLoader(EpochControl):
         world_size): mixing resumes at the world size it was saved at. A state without
         dataset_id (saved before it was recorded) loads without that check."""
         self._check_open()
-        if not isinstance(state, dict) or not state.get("mix"):
+        if not isinstance(state, dict) or _resume.plain(state.get("mix")) is not True:
             raise ValueError("shardfeed: not the state of a mixing Loader (a Loader of several "
                              "datasets restores only a state it saved)")
+        missing = [k for k in ("version", "epoch", "next_batch", "batch_size", "world_size",
+                               "num_batches", "weights", "datasets") if k not in state]
+        theirs = state.get("datasets")
+        if not missing and (not isinstance(theirs, (list, tuple)) or
+                            not all(isinstance(d, dict) for d in theirs)):
+            missing.append("datasets (a list of each dataset's options)")
+        elif not missing:
+            missing += sorted({f"datasets[{i}].{k}" for i, d in enumerate(theirs)
+                               for k in _resume.ORDER_OPTIONS if k not in d})
+        if not missing and not isinstance(state["weights"], (list, tuple)):
+            missing.append("weights (a list)")
+        if missing:
+            raise ValueError(f"shardfeed: state_dict lacks {', '.join(missing)}: not a mixing "
+                             f"Loader's state")
+        version = _resume.plain(state["version"])
+        if type(version) is not int or version != _resume.VERSION:
+            raise ValueError(f"shardfeed: state_dict version {state['version']!r}; a mixing "
+                             f"Loader reads version {_resume.VERSION}")
         mine = self.state_dict()
         bad = _resume.mismatches(state, mine, ("batch_size", "world_size", "num_batches"))
         if [_resume.plain(w) for w in state.get("weights", [])] != mine["weights"]:
             bad.append(f"weights are {state.get('weights')!r} in the state but "
                        f"{mine['weights']!r} here")
-        theirs = state.get("datasets", [])
         if len(theirs) != len(mine["datasets"]):
             bad.append(f"{len(theirs)} datasets in the state but {len(mine['datasets'])} here")
         else:
@@ -255,9 +299,8 @@ class MixedLoader(EpochControl):
         if bad:
             raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "
                              "give other batches): " + "; ".join(bad))
-        epoch = opt.uint("state epoch", _resume.plain(state["epoch"]), 0, opt.U64)
-        nb = opt.uint("state next_batch", _resume.plain(state["next_batch"]), 0,
-                      self._num_batches + 1)
+        epoch = _resume.check_int("epoch", state["epoch"], 2 ** 64)
+        nb = _resume.check_int("next_batch", state["next_batch"], self._num_batches + 1)
         self._seek(epoch, nb)
 
     # ---- the rest ----
@@ -276,9 +319,10 @@ class MixedLoader(EpochControl):
 
     def close(self):
         """Closes every dataset's Loader (batches still alive stay valid)."""
+        with self._lock:
+            self._gen += 1
         for c in self._children:
             c.close()
-        self._gen += 1
 
     @property
     def closed(self):

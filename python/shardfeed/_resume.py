@@ -39,11 +39,27 @@ def plain(v):
     return item() if callable(item) else v
 
 
-def _check_int(name, v, hi):
+def check_int(name, v, hi):
     v = plain(v)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
         raise ValueError(f"shardfeed: state_dict {name}={v!r} is not an int in [0, {hi})")
     return v
+
+
+def batches_per_epoch(num_samples, batch_size, world_size, drop_last, uneven):
+    """Batches per epoch on each rank, as lib/reader/sampler.c counts them: full global batches
+    of batch_size * world_size, then the tail (rem samples) unless dropped: uneven="pad" gives
+    every rank ceil(rem / world_size) of it, "drop" floor(rem / world_size).
+    (tests/python/test_elastic.py checks this against the reader.)"""
+    g = batch_size * world_size
+    full, rem = divmod(num_samples, g)
+    if rem == 0 or drop_last:
+        last = 0
+    elif uneven == "pad":
+        last = -(-rem // world_size)
+    else:
+        last = rem // world_size
+    return full + (last > 0)
 
 
 def mismatches(state, mine, names):
@@ -57,7 +73,7 @@ def other_dataset(state, mine):
     dataset than `mine`'s; [] when it is the same or the state has none (an older shardfeed's)."""
     if "dataset_id" not in state:
         return []
-    theirs = _check_int("dataset_id", state["dataset_id"], 2 ** 64)
+    theirs = check_int("dataset_id", state["dataset_id"], 2 ** 64)
     if theirs == mine["dataset_id"]:
         return []
     # In hex, as the packer names its temporaries with it (.NAME.<dataset_id>.tmp).
@@ -93,7 +109,7 @@ def check(state, mine, what="Loader"):
     if "version" not in state:
         raise ValueError(f"shardfeed: state_dict lacks version: not a {what} state")
     version = plain(state["version"])
-    if version not in (1, VERSION):
+    if type(version) is not int or version not in (1, VERSION):  # not True, not 1.0
         raise ValueError(f"shardfeed: state_dict version {state.get('version')!r}; this shardfeed "
                          f"reads versions 1 and {VERSION}")
     base = ("version", "epoch", "next_batch")
@@ -107,13 +123,22 @@ def check(state, mine, what="Loader"):
     if bad:
         raise ValueError(f"shardfeed: state_dict does not match this {what} (resuming would "
                          "give other batches): " + "; ".join(bad))
-    epoch = _check_int("epoch", state["epoch"], 2 ** 64)
-    _check_int("batch_size", state["batch_size"], 2 ** 32)
-    _check_int("world_size", state["world_size"], 2 ** 32)
-    total = _check_int("num_batches", state["num_batches"], 2 ** 64)
-    nb = _check_int("next_batch", state["next_batch"], total + 1)
+    epoch = check_int("epoch", state["epoch"], 2 ** 64)
+    check_int("batch_size", state["batch_size"], 2 ** 32)
+    check_int("world_size", state["world_size"], 2 ** 32)
+    total = check_int("num_batches", state["num_batches"], 2 ** 64)
+    nb = check_int("next_batch", state["next_batch"], total + 1)
     if version == 1:
         return epoch, min(nb, mine["num_batches"])
     if plain(state["batch_size"]) < 1 or plain(state["world_size"]) < 1:
         raise ValueError("shardfeed: state_dict batch_size and world_size must be >= 1")
+    # Its position is read in its own batches: they must be the ones its options make, else
+    # (an edited or damaged state) it would resume at a position it never reached.
+    expected = batches_per_epoch(mine["num_samples"], plain(state["batch_size"]),
+                                 plain(state["world_size"]), plain(state["drop_last"]),
+                                 plain(state["uneven"]))
+    if total != expected:
+        raise ValueError(f"shardfeed: state_dict num_batches={total} does not follow from its own "
+                         f"batch_size, world_size, drop_last, uneven and num_samples, which make "
+                         f"{expected} batches an epoch: a damaged or edited state")
     return epoch, resume_batch(state, mine)

@@ -150,6 +150,21 @@ class Elastic(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, f"num_samples is {N + 1} in the state but {N}"):
             loader(3, 0, 5).load_state_dict(state)
 
+    def test_the_states_batch_count_rule_is_the_readers(self):
+        # load_state_dict refuses a state whose num_batches does not follow from its own
+        # options (_resume.batches_per_epoch): that rule must be the reader's.
+        from shardfeed import _resume
+        for world, bs, drop_last, uneven in itertools.product((1, 2, 3, 4, 7), (1, 3, 8, 50, 200),
+                                                              (False, True), ("pad", "drop")):
+            try:
+                ld = loader(world, 0, bs, drop_last=drop_last, uneven=uneven)
+            except shardfeed.Error:  # an epoch without a batch: refused at open
+                self.assertEqual(_resume.batches_per_epoch(N, bs, world, drop_last, uneven), 0)
+                continue
+            with self.subTest(world=world, bs=bs, drop_last=drop_last, uneven=uneven):
+                self.assertEqual(_resume.batches_per_epoch(N, bs, world, drop_last, uneven), len(ld))
+            ld.close()
+
     def test_version_1_states_still_load(self):
         ld = loader(2, 1, 5)
         it = iter(ld)

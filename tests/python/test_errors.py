@@ -348,6 +348,27 @@ class Misuse(unittest.TestCase):
         s["version"] = 99
         with self.assertRaisesRegex(ValueError, "version"):
             ld.load_state_dict(s)
+        for v in (True, 2.0):  # equal to 1 and 2, but not versions
+            s["version"] = v
+            with self.assertRaisesRegex(ValueError, "version"):
+                ld.load_state_dict(s)
+
+    def test_a_state_whose_batches_do_not_follow_from_its_options(self):
+        # An edited state: its batch_size, world_size or num_batches changed alone. It was
+        # resumed at a position it never reached (here: the epoch's end, 0 batches left).
+        ld = loader()
+        it = iter(ld)
+        next(it)
+        good = ld.state_dict()
+        for edit in ({"batch_size": 1000}, {"world_size": 50}, {"num_batches": 10 ** 9,
+                                                                 "next_batch": 10 ** 9 - 1}):
+            with self.subTest(edit=edit):
+                with self.assertRaisesRegex(ValueError, "does not follow from its own"):
+                    loader().load_state_dict({**good, **edit})
+        # consistent changes (elastic resume) still load
+        other = loader(batch_size=5)
+        other.load_state_dict(good)
+        self.assertGreater(sum(1 for _ in other), 0)
 
     def test_dataset_index_errors(self):
         ds = shardfeed.open(DS)
