@@ -70,9 +70,12 @@ class Batch(dict):
         """int64, one per sample: the index of the dataset each sample came from in the
         Loader's list of paths (all 0 for a Loader of one dataset)."""
         try:
-            return self._sources
+            s = self._sources
         except AttributeError:
             return self.ids * 0  # zeros of the ids' kind (torch or numpy) and dtype
+        if isinstance(s, int):  # a mix's dataset index: made on first use, as ids are (on
+            s = self._sources = self.ids * 0 + s  # CUDA making ids waits for the stream)
+        return s
 
     def __iter__(self):
         """Raises TypeError: take the fields by name (see Batch)."""

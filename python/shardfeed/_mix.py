@@ -25,6 +25,7 @@ from . import _options as opt
 from . import _resume
 from . import _shardfeed as _C
 from ._errors import error
+from ._shardfeed import Error
 from ._loader import EpochControl, Loader, replaced_error
 
 _MASK = 2 ** 64 - 1
@@ -139,7 +140,15 @@ class _MixIterator:
                 loader._pos = 0
                 raise StopIteration
         i = self._steps[pos]
-        batch = next(self._iters[i], None)
+        try:
+            batch = next(self._iters[i], None)
+        except Error as e:
+            if e.code != _C.E_STATE:
+                raise
+            raise error(f"{e} -- in dataset {i} of the mix ({loader.paths[i]}): the indexes "
+                        f"named are that dataset's own batch numbers, not the mix's steps (a "
+                        f"mixed Batch's .index); the Batches holding them are those whose "
+                        f".sources are {i}", e.code) from None
         if batch is None:
             assert loader.shuffle == "none", "a mixed dataset ran out within its own epoch"
             # Only with shuffle="none": its next c_i batches ran past the end of its order
@@ -150,14 +159,13 @@ class _MixIterator:
             batch = next(self._iters[i])
         for name in [k for k in batch.keys() if k not in loader._read]:
             del batch[name]
-        sources = batch.ids * 0 + i
         # Another thread's set_epoch() etc. during the read stands: checked, and the batch
         # counted, in one step under the lock that its _seek takes.
         with loader._lock:
             self._check_current()
             loader._pos = pos + 1
         batch.index = pos
-        batch._sources = sources
+        batch._sources = i  # Batch.sources makes the tensor if asked for
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
         return batch

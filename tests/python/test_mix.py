@@ -154,8 +154,8 @@ class Resume(unittest.TestCase):
         # After the child's read, the mix still makes the batch (its fields, its sources)
         # before counting it. A set_epoch() from another thread in that window was overwritten
         # by the count (the state then said batch pos + 1 of the new epoch: a checkpoint
-        # taken then skipped batches on resume). Here the window is hit for certain: reading
-        # batch.ids, which making the sources does, runs the seek.
+        # taken then skipped batches on resume). Here the window is hit for certain: listing
+        # the batch's fields, which leaving out the unread ones does, runs the seek.
         ld = mixed(seed=2)
         hook = []
 
@@ -166,11 +166,10 @@ class Resume(unittest.TestCase):
                 class Hooked(type(batch)):
                     __slots__ = ()
 
-                    @property
-                    def ids(self):
+                    def keys(self):
                         while hook:
                             hook.pop()()
-                        return super().ids
+                        return super().keys()
                 batch.__class__ = Hooked
                 return batch
             return conv
@@ -213,6 +212,27 @@ class Resume(unittest.TestCase):
             new = mixed(shuffle="none")
             new.load_state_dict(part.state_dict())
             self.assertEqual(steps(new), epochs[2][k:], f"resumed after {k} batches")
+
+    def test_holding_every_slot_names_the_dataset(self):
+        # The child's error lists its own batch numbers, which a mixed Batch's .index (its
+        # step in the mix) does not show: the error says which dataset and how to find them.
+        ld = mixed(prefetch=2)
+        held = []
+        with self.assertRaises(shardfeed.Error) as cm:
+            for b in ld:
+                held.append(b)
+        self.assertRegex(str(cm.exception), r"in dataset \d of the mix \(.*\): the indexes named "
+                                            r"are that dataset's own batch numbers")
+
+    def test_sources_are_made_only_when_asked_for(self):
+        # On CUDA, making ids waits for the stream: a mix that never looks at sources must not
+        # make them (it made them for every batch).
+        ld = mixed(seed=2)
+        b = next(iter(ld))
+        self.assertFalse(hasattr(b, "_ids"))
+        src = as_numpy(b.sources)
+        self.assertEqual(set(src.tolist()), {src[0]})
+        self.assertEqual(len(src), b.size)
 
     def test_states_of_the_other_kind_are_refused(self):
         with self.assertRaisesRegex(ValueError, "weights are"):
