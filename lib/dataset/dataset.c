@@ -177,7 +177,7 @@ int sf_dataset_open(sf_dataset **out, const char *dir)
 int sf_dataset_open_ex(sf_dataset **out, const char *dir, const sf_remote_opts *remote)
 {
     if (!out || !dir)
-        return sf_fail(SF_E_INVALID, "sf_dataset_open: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_dataset_open: %s is NULL", !out ? "out" : "dir");
     *out = NULL;
     sf_dataset *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->dir = strdup(dir))) {
@@ -261,8 +261,11 @@ uint64_t sf_dataset_id(const sf_dataset *ds)
 
 int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
 {
-    if (!out || !ds || field >= ds->manifest.schema.field_count)
-        return sf_fail(SF_E_INVALID, "no field %u", field);
+    if (!out || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_field: %s is NULL", !out ? "out" : "ds");
+    if (field >= ds->manifest.schema.field_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_field: no field %u (the dataset has %u)", field,
+                       ds->manifest.schema.field_count);
     const sf_field *f = &ds->manifest.schema.fields[field];
     memset(out, 0, sizeof *out);
     out->name = f->name;
@@ -280,8 +283,11 @@ int sf_dataset_field(sf_field_info *out, const sf_dataset *ds, uint32_t field)
 
 int sf_dataset_shard(sf_shard_info *out, const sf_dataset *ds, uint64_t shard)
 {
-    if (!out || !ds || shard >= ds->manifest.shard_count)
-        return sf_fail(SF_E_INVALID, "no shard %llu", (unsigned long long)shard);
+    if (!out || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_shard: %s is NULL", !out ? "out" : "ds");
+    if (shard >= ds->manifest.shard_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_shard: no shard %llu (the dataset has %llu)",
+                       (unsigned long long)shard, (unsigned long long)ds->manifest.shard_count);
     const sf_shard_desc *d = &ds->manifest.shards[shard];
     out->name = ds->shards[shard].name;
     out->first_sample = d->first_record;
@@ -314,8 +320,11 @@ void sf_dataset_entry(sf_index_entry *e, const sf_dataset *ds, uint64_t shard, u
 
 int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, uint64_t sample)
 {
-    if (!key || !len || !ds || sample >= ds->manifest.record_count)
-        return sf_fail(SF_E_INVALID, "no sample %llu", (unsigned long long)sample);
+    if (!key || !len || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_key: %s is NULL", !key ? "key" : !len ? "len" : "ds");
+    if (sample >= ds->manifest.record_count)
+        return sf_fail(SF_E_INVALID, "sf_dataset_key: no sample %llu (the dataset has %llu)",
+                       (unsigned long long)sample, (unsigned long long)ds->manifest.record_count);
     uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
     sf_index_entry e;
     sf_dataset_entry(&e, ds, shard, local);
@@ -353,14 +362,25 @@ static int mapped_fail(const sf_dataset *ds, uint64_t sample)
     return value_fail(rc, ds, sample);
 }
 
+/* The SF_E_INVALID of a sample or field out of range, for function `fn`. */
+static int no_value(const char *fn, const sf_dataset *ds, uint64_t sample, uint32_t field)
+{
+    if (sample >= ds->manifest.record_count)
+        return sf_fail(SF_E_INVALID, "%s: no sample %llu (the dataset has %llu)", fn,
+                       (unsigned long long)sample, (unsigned long long)ds->manifest.record_count);
+    return sf_fail(SF_E_INVALID, "%s: no field %u (the dataset has %u)", fn, field,
+                   ds->manifest.schema.field_count);
+}
+
 /* sf_dataset_get without the codec check: the stored bytes. */
 static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
                       uint32_t field, int check)
 {
-    if (!data || !size || !ds || sample >= ds->manifest.record_count ||
-        field >= ds->manifest.schema.field_count)
-        return sf_fail(SF_E_INVALID, "sf_dataset_get: no sample %llu field %u",
-                       (unsigned long long)sample, field);
+    if (!data || !size || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_get: %s is NULL",
+                       !data ? "data" : !size ? "size" : "ds");
+    if (sample >= ds->manifest.record_count || field >= ds->manifest.schema.field_count)
+        return no_value("sf_dataset_get", ds, sample, field);
     const sf_schema *s = &ds->manifest.schema;
     uint64_t local, shard = sf_dataset_locate(ds, sample, &local);
     sf_open_shard *sh = &ds->shards[shard];
@@ -456,10 +476,10 @@ static int value_guarded(sf_guarded_fn fn, value_job *j, const sf_dataset *ds, u
 
 int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint32_t field)
 {
-    if (!size || !ds || sample >= ds->manifest.record_count ||
-        field >= ds->manifest.schema.field_count)
-        return sf_fail(SF_E_INVALID, "sf_dataset_value_size: no sample %llu field %u",
-                       (unsigned long long)sample, field);
+    if (!size || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_value_size: %s is NULL", !size ? "size" : "ds");
+    if (sample >= ds->manifest.record_count || field >= ds->manifest.schema.field_count)
+        return no_value("sf_dataset_value_size", ds, sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
     value_job j = {.f = f};
     int rc = get_stored(&j.src, &j.len, ds, sample, field, 0);
@@ -501,10 +521,13 @@ static void dctx_give(sf_dataset *ds, ZSTD_DCtx *c)
 int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds, uint64_t sample,
                           uint32_t field, int check)
 {
-    if (!size || !ds || sample >= ds->manifest.record_count ||
-        field >= ds->manifest.schema.field_count || (!dst && cap))
-        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: no sample %llu field %u",
-                       (unsigned long long)sample, field);
+    if (!size || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: %s is NULL", !size ? "size" : "ds");
+    if (!dst && cap)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: dst is NULL but cap is %llu",
+                       (unsigned long long)cap);
+    if (sample >= ds->manifest.record_count || field >= ds->manifest.schema.field_count)
+        return no_value("sf_dataset_read_value", ds, sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
     value_job j = {.f = f, .dst = dst};
     int rc = get_stored(&j.src, &j.len, ds, sample, field, check);

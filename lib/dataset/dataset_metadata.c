@@ -34,7 +34,8 @@ uint32_t sf_dataset_num_classes(const sf_dataset *ds)
 int sf_dataset_class_name(const char **name, size_t *len, const sf_dataset *ds, uint32_t label)
 {
     if (!name || !len || !ds)
-        return sf_fail(SF_E_INVALID, "sf_dataset_class_name: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_dataset_class_name: %s is NULL",
+                       !name ? "name" : !len ? "len" : "ds");
     if (label >= ds->class_count)
         return sf_fail(SF_E_INVALID, "label %u: the dataset has %u classes", label, ds->class_count);
     *name = (const char *)ds->classes[label].name;
@@ -45,7 +46,8 @@ int sf_dataset_class_name(const char **name, size_t *len, const sf_dataset *ds, 
 int sf_dataset_metadata(const void **value, size_t *len, const sf_dataset *ds, const char *key)
 {
     if (!value || !len || !ds || !key)
-        return sf_fail(SF_E_INVALID, "sf_dataset_metadata: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_dataset_metadata: %s is NULL",
+                       !value ? "value" : !len ? "len" : !ds ? "ds" : "key");
     const uint8_t *v;
     uint32_t n;
     sf_metadata_find(&v, &n, &ds->manifest, key);
