@@ -362,7 +362,8 @@ SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
 SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream);
 
 /* Blocks until a device batch's copy has completed (for callers without a
- * CUDA stream of their own). 0 at once for CPU batches. */
+ * CUDA stream of their own). 0 at once for CPU batches. SF_E_INVALID for a
+ * batch that is not one of r's (another reader's, CPU or not). */
 SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
 
 /* Makes `stream` wait for a device batch's copy without blocking the host:
@@ -371,7 +372,8 @@ SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
  * cudaStream_t (cudaStreamLegacy and cudaStreamPerThread included) or, for
  * SF_DEVICE_HOST_COPY, an sf_host_stream. Release such a batch with
  * sf_reader_release_after on the same stream. 0 at once for CPU batches;
- * SF_E_INVALID for a NULL stream (use sf_batch_wait). */
+ * SF_E_INVALID for a NULL stream (use sf_batch_wait) and for a batch that
+ * is not one of r's. */
 SF_API int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream);
 
 /* ---- SF_DEVICE_HOST_COPY's streams (for tests) ----------------------------

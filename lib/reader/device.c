@@ -63,49 +63,56 @@ int reader_device_copy(sf_reader *r, reader_slot *s)
     return ops->copy(r->device, s->index, ranges, n);
 }
 
+/* The slot whose batch `batch` is, or -1: a batch belongs to the reader
+ * whose slots hold it (the address is the owner). */
+static int64_t slot_of(const sf_reader *r, const sf_batch *batch)
+{
+    for (uint32_t i = 0; i < r->opts.prefetch; i++)
+        if (&r->slots[i].batch == batch)
+            return i;
+    return -1;
+}
+
 int sf_batch_wait(sf_reader *r, const sf_batch *batch)
 {
     if (!r || !batch)
-        return sf_fail(SF_E_INVALID, "sf_batch_wait: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_batch_wait: %s is NULL", !r ? "r" : "batch");
+    /* Before the CPU shortcut: another reader's batch is a caller's mix-up
+     * whatever its device, and saying 0 would hide it. */
+    int64_t i = slot_of(r, batch);
+    if (i < 0)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
     if (batch->device == SF_DEVICE_CPU)
         return 0;
-    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-        reader_slot *s = &r->slots[i];
-        if (&s->batch != batch)
-            continue;
-        uint64_t t0 = reader_now_ns();
-        int rc = r->device ? r->device_ops->wait(r->device, i) : 0;
-        uint64_t t1 = reader_now_ns();
-        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
-        if (s->trec && !rc) {
-            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
-                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
-            reader_trace *tr = reader_trace_on(r);
-            if (tr)
-                reader_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
-        }
-        return rc;
+    reader_slot *s = &r->slots[i];
+    uint64_t t0 = reader_now_ns();
+    int rc = r->device ? r->device_ops->wait(r->device, (uint32_t)i) : 0;
+    uint64_t t1 = reader_now_ns();
+    atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
+    if (s->trec && !rc) {
+        if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+            reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+        reader_trace *tr = reader_trace_on(r);
+        if (tr)
+            reader_trace_span_add(tr, SF_SPAN_DEVICE_WAIT, t0, t1, s->trec);
     }
-    return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
+    return rc;
 }
 
 int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream)
 {
     if (!r || !batch)
-        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: %s is NULL", !r ? "r" : "batch");
+    int64_t i = slot_of(r, batch);
+    if (i < 0)
+        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: not a batch of this reader");
     if (batch->device == SF_DEVICE_CPU)
         return 0;
     if (!stream)
         return sf_fail(SF_E_INVALID, "sf_batch_wait_on: NULL stream (the host waits with "
                                      "sf_batch_wait)");
-    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
-        reader_slot *s = &r->slots[i];
-        if (&s->batch != batch)
-            continue;
-        int rc = r->device_ops->wait_on(r->device, i, stream);
-        return rc ? sf_fail_prefix(rc, "sf_batch_wait_on") : 0;
-    }
-    return sf_fail(SF_E_INVALID, "sf_batch_wait_on: not a batch of this reader");
+    int rc = r->device_ops->wait_on(r->device, (uint32_t)i, stream);
+    return rc ? sf_fail_prefix(rc, "sf_batch_wait_on") : 0;
 }
 
 int sf_has_feature(const char *name)

@@ -1139,6 +1139,35 @@ Test(reader, bad_arguments)
     sf_reader_close(r);
 }
 
+/* A batch is its reader's: sf_batch_wait and _wait_on refuse another
+ * reader's, also a CPU batch, which they would otherwise pass at once. */
+Test(reader, batch_wait_refuses_a_batch_of_another_reader)
+{
+    test_ds d = make_ds("a", 10, 64, 64);
+    sf_reader *r1 = open_reader(&d, NULL), *r2 = open_reader(&d, NULL);
+    const sf_batch *b = NULL;
+    cr_assert_eq(sf_reader_next(&b, r1), 0, "%s", sf_last_error());
+    cr_assert_not_null(b);
+    cr_assert_eq(b->device, SF_DEVICE_CPU);
+    cr_assert_eq(sf_batch_wait(r1, b), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait(r2, b), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "sf_batch_wait: not a batch of this reader"), "%s",
+              sf_last_error());
+    int stream;
+    cr_assert_eq(sf_batch_wait_on(r1, b, &stream), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait_on(r2, b, &stream), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "sf_batch_wait_on: not a batch of this reader"), "%s",
+              sf_last_error());
+    sf_batch fake;
+    memset(&fake, 0, sizeof fake); /* device 0: SF_DEVICE_CPU */
+    cr_assert_eq(sf_batch_wait(r1, &fake), SF_E_INVALID);
+    cr_assert_eq(sf_batch_wait(r1, NULL), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "batch is NULL"), "%s", sf_last_error());
+    cr_assert_eq(sf_reader_release(r1, b), 0, "%s", sf_last_error());
+    sf_reader_close(r2);
+    sf_reader_close(r1);
+}
+
 /* ---- memory ---------------------------------------------------------------------------------- */
 
 static long rss_kib(void)
