@@ -295,7 +295,14 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
 int sf_manifest_load(sf_manifest *m, const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
+    /* A cut path would open another folder's manifest, or none: refuse it
+     * (the buffer is the kernel's PATH_MAX, so open would too). */
+    int n = snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return sf_fail(-ENAMETOOLONG,
+                       "%.200s...: the folder's path is too long (%zu bytes; with /%s at most "
+                       "%zu)",
+                       dir, strlen(dir), SF_MANIFEST_NAME, sizeof path - 2 - strlen(SF_MANIFEST_NAME));
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sf_fail(-errno, "%s: %s%s", path,

@@ -138,3 +138,28 @@ Test(dataset_api, out_of_range_says_which_and_how_many)
     cr_assert_eq(size, 16);
     cr_assert_eq(buf[0], 3);
 }
+
+/* A folder path too long for "<dir>/manifest.sfm" to fit is refused as
+ * such: cut short, it named another file (here "<dir>/manifest.", which
+ * is not there: "no manifest"). */
+Test(dataset_api, a_folder_path_too_long_for_the_manifest_is_refused)
+{
+    for (size_t len = 4080; len <= 4100; len++) {
+        char *dir = malloc(len + 1);
+        cr_assert_not_null(dir);
+        for (size_t i = 0; i < len; i++)
+            dir[i] = i % 2 ? '/' : 'd';
+        dir[len] = '\0';
+        sf_dataset *ds = NULL;
+        int rc = sf_dataset_open(&ds, dir);
+        cr_assert_null(ds);
+        if (len + strlen("/manifest.sfm") < 4096) {
+            cr_expect_eq(rc, -ENOENT, "%zu: %s", len, sf_last_error());
+        } else {
+            cr_expect_eq(rc, -ENAMETOOLONG, "%zu: %d %s", len, rc, sf_last_error());
+            cr_expect(strstr(sf_last_error(), "the folder's path is too long"), "%zu: %s", len,
+                      sf_last_error());
+        }
+        free(dir);
+    }
+}
