@@ -537,6 +537,11 @@ SF_API int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statisti
  * most); what does not fit is counted in stats.trace_dropped. A trace's
  * memory is held until sf_reader_close; a reader may record several traces,
  * one after the other.
+ * When the file cannot be written (-errno: a folder that is not there, a
+ * full disk), recording has stopped but the trace is kept: call
+ * sf_reader_trace_write again, with another path, to write the same trace;
+ * sf_reader_trace_start instead starts a new one. Only a successful write
+ * ends a trace.
  * Errors: SF_E_STATE (start while a trace runs, write without one),
  * -ENOMEM, -errno from writing the file. */
 #define SF_TRACE_MAX_BATCHES 65536u

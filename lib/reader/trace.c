@@ -468,23 +468,32 @@ int sf_reader_trace_start(sf_reader *r, uint64_t max_batches)
 int sf_reader_trace_write(sf_reader *r, const char *path)
 {
     if (!r || !path)
-        return sf_fail(SF_E_INVALID, "sf_reader_trace_write: NULL argument");
-    reader_trace *tr = reader_trace_on(r);
-    if (!tr)
+        return sf_fail(SF_E_INVALID, "sf_reader_trace_write: %s is NULL", !r ? "r" : "path");
+    pthread_mutex_lock(&r->lock);
+    reader_trace *tr = atomic_load(&r->trace);
+    int running = tr && atomic_load(&tr->on);
+    if (!tr || (!running && !tr->unwritten)) {
+        pthread_mutex_unlock(&r->lock);
         return sf_fail(SF_E_STATE, "sf_reader_trace_write: no trace is being recorded "
                                    "(sf_reader_trace_start starts one)");
-    pthread_mutex_lock(&r->lock);
+    }
     atomic_store(&tr->on, 0);
     pthread_mutex_unlock(&r->lock);
     int rc = reader_trace_write_json(tr, r, path);
+    uint64_t kept = 0, dropped = 0;
     /* Stopped: the counts no longer change but for a span or two being
      * finished right now; keep them, so stats need not count again. */
-    uint64_t kept, dropped;
-    reader_trace_counts(tr, &kept, &dropped);
+    if (running)
+        reader_trace_counts(tr, &kept, &dropped);
     pthread_mutex_lock(&r->lock);
-    tr->final_kept = kept;
-    tr->final_dropped = dropped;
-    tr->final = 1;
+    if (running) {
+        tr->final_kept = kept;
+        tr->final_dropped = dropped;
+        tr->final = 1;
+    }
+    /* A failed write (a folder that is not there, a full disk) keeps the
+     * trace for another try: it cannot be recorded again. */
+    tr->unwritten = rc != 0;
     pthread_mutex_unlock(&r->lock);
     return rc;
 }

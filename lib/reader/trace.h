@@ -73,6 +73,7 @@ typedef struct reader_trace {
     atomic_uint_fast64_t dropped_s; /* spans not recorded: full */
     int final;             /* stopped and counted (under r->lock): */
     uint64_t final_kept, final_dropped;
+    int unwritten;         /* stopped, but writing it failed: a write may retry (under r->lock) */
 } reader_trace;
 
 struct sf_reader;

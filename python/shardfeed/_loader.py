@@ -441,7 +441,8 @@ class Loader(EpochControl):
         self._reader.trace_start(opt.uint("max_batches", max_batches, 0, opt.U64))
 
     def trace_write(self, path):
-        """Stops recording and writes the trace (Chrome trace-event JSON) to path."""
+        """Stops recording and writes the trace (Chrome trace-event JSON) to path. When
+        writing fails, the trace is kept: call trace_write again with another path."""
         self._check_open()
         self._reader.trace_write(os.fspath(path))
 

@@ -223,6 +223,66 @@ Test(trace, bounded_by_max_batches_and_states)
     sf_reader_close(r);
 }
 
+/* A write that fails keeps the trace: a second write, to a path that can be
+ * written, writes what was recorded; only then does the trace end. A start
+ * after a failed write drops the unwritten trace for a new one. */
+Test(trace, a_failed_write_keeps_the_trace_for_another)
+{
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 4;
+    sf_reader *r;
+    cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_trace_start(r, 0), 0, "%s", sf_last_error());
+    const sf_batch *b;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+        cr_assert_not_null(b);
+        sf_reader_release(r, b);
+    }
+    cr_assert_eq(sf_reader_trace_write(r, "/nonexistent-dir/x/trace.json"), -ENOENT);
+    sf_reader_statistics st;
+    cr_assert_eq(sf_reader_stats(&st, r), 0);
+    uint64_t events = st.trace_events;
+    cr_assert_gt(events, 0);
+    /* Recording stopped with the failed write: batches read meanwhile are
+     * not in the trace. */
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    sf_reader_release(r, b);
+    char path[600];
+    snprintf(path, sizeof path, "%s/retry.json", g_root);
+    cr_assert_eq(sf_reader_trace_write(r, path), 0, "the retry: %s", sf_last_error());
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "%s: %s", path, strerror(errno));
+    cr_assert_gt(sb.st_size, 0);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    char *json = calloc(1, (size_t)sb.st_size + 1);
+    cr_assert_eq(fread(json, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+    fclose(f);
+    cr_assert(strstr(json, "\"batches_recorded\":") != NULL);
+    cr_assert_eq(atomic_load(&r->trace)->nb,
+                 strtoull(strstr(json, "\"batches_recorded\":") + strlen("\"batches_recorded\":"),
+                          NULL, 10));
+    cr_assert_geq(atomic_load(&r->trace)->nb, 3, "the batches read before the failed write");
+    free(json);
+    cr_assert_eq(sf_reader_stats(&st, r), 0);
+    cr_assert_eq(st.trace_events, events, "the counts of the stopped trace");
+    cr_assert_eq(sf_reader_trace_write(r, path), SF_E_STATE, "the trace ended with the write");
+
+    /* A failed write, then a start: a new trace; the old one is kept until close. */
+    cr_assert_eq(sf_reader_trace_start(r, 0), 0, "%s", sf_last_error());
+    reader_trace *first = atomic_load(&r->trace);
+    cr_assert_eq(sf_reader_trace_write(r, "/nonexistent-dir/x/trace.json"), -ENOENT);
+    cr_assert_eq(sf_reader_trace_start(r, 0), 0, "%s", sf_last_error());
+    cr_assert_neq(atomic_load(&r->trace), first, "a new trace");
+    cr_assert_eq(atomic_load(&r->trace)->prev, first);
+    cr_assert_eq(sf_reader_trace_write(r, path), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_trace_write(r, path), SF_E_STATE);
+    cr_assert_eq(sf_reader_trace_write(r, NULL), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "path is NULL"), "%s", sf_last_error());
+    sf_reader_close(r);
+}
+
 /* ---- the verdict rule on constructed stats ---- */
 
 static sf_reader_bottleneck verdict_of(double elapsed, double wait, double dev_wait, double io, double hash,
