@@ -321,7 +321,8 @@ SF_API void sf_reader_close(sf_reader *r);
  * holds stay valid until released. Right after sf_reader_restore, before any
  * sf_reader_next, set_epoch of the restored epoch keeps the restored
  * position (so the loop above, started at state.epoch, resumes mid-epoch
- * instead of replaying it); another epoch moves to its start as usual. */
+ * instead of replaying it); another epoch moves to its start as usual.
+ * SF_E_INVALID for an epoch above SF_MAX_EPOCH (below). */
 SF_API int sf_reader_set_epoch(sf_reader *r, uint64_t epoch);
 
 /* Batches per epoch for this rank: the same for every epoch and every rank. */
@@ -409,6 +410,13 @@ SF_API void sf_host_copy_set_delay_us(unsigned us);
 /* The field called `name` of a batch, or NULL. */
 SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *name);
 
+/* The largest epoch sf_reader_set_epoch and sf_reader_restore take: 2^63 - 1.
+ * The reader reads ahead into epoch + 1 and moves on to it at the end of
+ * an epoch, so an epoch near 2^64 would wrap around to epoch 0 (its order
+ * again) without a word; below 2^63 no run gets there, and an epoch also
+ * fits a signed 64-bit integer (a torch tensor, most JSON readers). */
+#define SF_MAX_EPOCH 0x7fffffffffffffffull
+
 /* Resume state: O(1), independent of the dataset size. */
 typedef struct sf_resume_state {
     uint64_t epoch;
@@ -419,7 +427,7 @@ typedef struct sf_resume_state {
  * or a new reader opened with the same options) the batches that follow are
  * exactly those an uninterrupted run would have returned. */
 SF_API int sf_reader_state(sf_resume_state *out, const sf_reader *r);
-/* SF_E_INVALID when next_batch > num_batches. */
+/* SF_E_INVALID when next_batch > num_batches or epoch > SF_MAX_EPOCH. */
 SF_API int sf_reader_restore(sf_reader *r, const sf_resume_state *state);
 
 typedef struct sf_reader_statistics {

@@ -469,10 +469,24 @@ void reader_task_done(reader_io_thread *io, reader_task *t)
     reader_tasks_done(io, &t, 1);
 }
 
+/* SF_E_INVALID for an epoch past SF_MAX_EPOCH: the schedule counts on from
+ * it (read-ahead into epoch + 1, the next epoch at the end of one), and
+ * near 2^64 that count would wrap to epoch 0 unseen. */
+static int epoch_check(const char *fn, uint64_t epoch)
+{
+    if (epoch <= SF_MAX_EPOCH)
+        return 0;
+    return sf_fail(SF_E_INVALID, "%s: epoch %llu is above the limit, SF_MAX_EPOCH = 2^63 - 1 = %llu",
+                   fn, (unsigned long long)epoch, (unsigned long long)SF_MAX_EPOCH);
+}
+
 int sf_reader_set_epoch(sf_reader *r, uint64_t epoch)
 {
     if (!r)
         return sf_fail(SF_E_INVALID, "sf_reader_set_epoch: NULL reader");
+    int rc = epoch_check("sf_reader_set_epoch", epoch);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&r->lock);
     /* The documented loop calls set_epoch at the top of every epoch, also
      * the first one after a restore: that call must not throw the restored
@@ -499,7 +513,10 @@ int sf_reader_state(sf_resume_state *out, const sf_reader *r)
 int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
 {
     if (!r || !state)
-        return sf_fail(SF_E_INVALID, "sf_reader_restore: NULL argument");
+        return sf_fail(SF_E_INVALID, "sf_reader_restore: %s is NULL", !r ? "r" : "state");
+    int rc = epoch_check("sf_reader_restore", state->epoch);
+    if (rc)
+        return rc;
     if (state->next_batch > r->num_batches)
         return sf_fail(SF_E_INVALID, "resume state: batch %llu, but an epoch has %llu batches (were the options the same?)",
                        (unsigned long long)state->next_batch, (unsigned long long)r->num_batches);

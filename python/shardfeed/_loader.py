@@ -99,7 +99,7 @@ class EpochControl:
         position, so the usual loop (set_epoch at the top of every epoch) resumes
         mid-epoch instead of replaying it."""
         self._check_open()
-        epoch = opt.uint("epoch", epoch, 0, opt.U64)
+        epoch = opt.uint("epoch", epoch, 0, opt.EPOCHS)
         if self._resume is not None and epoch == self._epoch:
             return
         self._seek(epoch, 0)

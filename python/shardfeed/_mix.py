@@ -307,7 +307,7 @@ class MixedLoader(EpochControl):
         if bad:
             raise ValueError("shardfeed: state_dict does not match this Loader (resuming would "
                              "give other batches): " + "; ".join(bad))
-        epoch = _resume.check_int("epoch", state["epoch"], 2 ** 64)
+        epoch = _resume.check_int("epoch", state["epoch"], 2 ** 63)  # SF_MAX_EPOCH + 1
         nb = _resume.check_int("next_batch", state["next_batch"], self._num_batches + 1)
         self._seek(epoch, nb)
 

@@ -18,6 +18,9 @@ VARLEN = ("list", "pair")
 
 U32 = 2 ** 32
 U64 = 2 ** 64
+# Epochs are below 2**63: the C reader's SF_MAX_EPOCH (2**63 - 1), past which its count of
+# epochs could wrap to 0.
+EPOCHS = 2 ** 63
 # The library's option bounds (shardfeed/params.h), inclusive: one table for
 # C, the CLI and Python.
 BOUNDS = _C.param_bounds()

@@ -123,7 +123,7 @@ def check(state, mine, what="Loader"):
     if bad:
         raise ValueError(f"shardfeed: state_dict does not match this {what} (resuming would "
                          "give other batches): " + "; ".join(bad))
-    epoch = check_int("epoch", state["epoch"], 2 ** 64)
+    epoch = check_int("epoch", state["epoch"], 2 ** 63)  # SF_MAX_EPOCH + 1
     check_int("batch_size", state["batch_size"], 2 ** 32)
     check_int("world_size", state["world_size"], 2 ** 32)
     total = check_int("num_batches", state["num_batches"], 2 ** 64)

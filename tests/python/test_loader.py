@@ -206,6 +206,23 @@ class Resume(unittest.TestCase):
         s = ld.state_dict()
         self.assertEqual((s["epoch"], s["next_batch"]), (1, 0))
 
+    def test_epochs_stop_below_2_63(self):
+        # The C reader's SF_MAX_EPOCH: an epoch near 2**64 wrapped to epoch 0 there.
+        ld = loader(seed=7)
+        with self.assertRaisesRegex(ValueError, r"epoch=9223372036854775808 is out of range"):
+            ld.set_epoch(2 ** 63)
+        ld.set_epoch(2 ** 63 - 1)
+        self.assertEqual({b.epoch for b in ld}, {2 ** 63 - 1})
+        self.assertEqual(ld.epoch, 2 ** 63)
+        s = loader(seed=7).state_dict()
+        s["epoch"] = 2 ** 63
+        with self.assertRaisesRegex(ValueError, r"epoch=9223372036854775808 is not an int"):
+            loader(seed=7).load_state_dict(s)
+        s["epoch"] = 2 ** 63 - 1
+        new = loader(seed=7)
+        new.load_state_dict(s)
+        self.assertEqual({b.epoch for b in new}, {2 ** 63 - 1})
+
     def test_mismatching_options_are_refused(self):
         s = loader(seed=7).state_dict()
         # batch_size and world_size may change (elastic resume: test_elastic.py)

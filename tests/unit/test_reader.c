@@ -1139,6 +1139,57 @@ Test(reader, bad_arguments)
     sf_reader_close(r);
 }
 
+/* Epochs above SF_MAX_EPOCH are refused: restored at UINT64_MAX's end (or
+ * set to it and read through), the schedule's epoch + 1 wrapped to epoch 0
+ * and replayed its order. At the limit, reading on still counts up. */
+Test(reader, epochs_above_the_limit_are_refused_and_the_limit_does_not_wrap)
+{
+    test_ds d = make_ds("a", 10, 64, 64);
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 5;
+    sf_reader *r = open_reader(&d, &o);
+    uint64_t nb = r->num_batches;
+    cr_assert_eq(nb, 2);
+    const uint64_t bad[] = {UINT64_MAX, UINT64_MAX - 1, SF_MAX_EPOCH + 1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sf_resume_state s = {bad[i], nb};
+        cr_assert_eq(sf_reader_restore(r, &s), SF_E_INVALID, "epoch %llu", (unsigned long long)bad[i]);
+        cr_assert(strstr(sf_last_error(), "sf_reader_restore: epoch") &&
+                      strstr(sf_last_error(), "SF_MAX_EPOCH = 2^63 - 1 = 9223372036854775807"),
+                  "%s", sf_last_error());
+        cr_assert_eq(sf_reader_set_epoch(r, bad[i]), SF_E_INVALID);
+        cr_assert(strstr(sf_last_error(), "sf_reader_set_epoch: epoch") &&
+                      strstr(sf_last_error(), "SF_MAX_EPOCH"),
+                  "%s", sf_last_error());
+    }
+    /* Nothing moved. */
+    sf_resume_state at;
+    cr_assert_eq(sf_reader_state(&at, r), 0);
+    cr_assert_eq(at.epoch, 0);
+    cr_assert_eq(at.next_batch, 0);
+    /* The limit itself: its end is followed by SF_MAX_EPOCH + 1, not 0. */
+    sf_resume_state s = {SF_MAX_EPOCH, nb - 1};
+    cr_assert_eq(sf_reader_restore(r, &s), 0, "%s", sf_last_error());
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert_not_null(b);
+    cr_assert_eq(b->epoch, SF_MAX_EPOCH);
+    cr_assert_eq(b->index, nb - 1);
+    sf_reader_release(r, b);
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert_null(b, "the end of the epoch");
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert_not_null(b);
+    cr_assert_eq(b->epoch, SF_MAX_EPOCH + 1);
+    cr_assert_eq(b->index, 0);
+    sf_reader_release(r, b);
+    cr_assert_eq(sf_reader_set_epoch(r, SF_MAX_EPOCH), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert_eq(b->epoch, SF_MAX_EPOCH);
+    sf_reader_release(r, b);
+    sf_reader_close(r);
+}
+
 /* A batch is its reader's: sf_batch_wait and _wait_on refuse another
  * reader's, also a CPU batch, which they would otherwise pass at once. */
 Test(reader, batch_wait_refuses_a_batch_of_another_reader)
