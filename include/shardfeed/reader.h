@@ -417,17 +417,24 @@ SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *
  * fits a signed 64-bit integer (a torch tensor, most JSON readers). */
 #define SF_MAX_EPOCH 0x7fffffffffffffffull
 
-/* Resume state: O(1), independent of the dataset size. */
+/* Resume state: O(1), independent of the dataset size. Save all of it. */
 typedef struct sf_resume_state {
     uint64_t epoch;
     uint64_t next_batch; /* batch that sf_reader_next returns next; num_batches: the end marker */
+    uint64_t order_id;   /* a digest of what decides the batches: the dataset (its id and
+                          * size), batch_size, world_size, shuffle, seed, block_size, window,
+                          * drop_last and uneven (not the rank); 0: not recorded */
 } sf_resume_state;
 
 /* Where the reader is now. After sf_reader_restore with this state (in this
- * or a new reader opened with the same options) the batches that follow are
- * exactly those an uninterrupted run would have returned. */
+ * or a new reader opened with the same options, on any rank) the batches
+ * that follow are exactly those an uninterrupted run would have returned. */
 SF_API int sf_reader_state(sf_resume_state *out, const sf_reader *r);
-/* SF_E_INVALID when next_batch > num_batches or epoch > SF_MAX_EPOCH. */
+/* SF_E_INVALID when next_batch > num_batches, epoch > SF_MAX_EPOCH, or
+ * order_id is not this reader's: a state of another dataset or other order
+ * options would resume at a position in other batches (skipping or
+ * repeating samples). A state with order_id 0 (made from a saved epoch and
+ * next_batch alone) is taken unchecked. */
 SF_API int sf_reader_restore(sf_reader *r, const sf_resume_state *state);
 
 typedef struct sf_reader_statistics {

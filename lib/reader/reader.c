@@ -88,6 +88,7 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
     if ((rc = reader_sampler_create(&r->sampler, &sc)) || (rc = reader_order_start(r)))
         goto fail;
     r->num_batches = reader_sampler_num_batches(r->sampler);
+    r->order_id = reader_sampler_order_id(r->sampler, r->ds->manifest.dataset_id);
     if (r->num_batches == 0) {
         /* drop_last or uneven = DROP with batch_size x world_size above the dataset's size drops
          * every sample: each sf_reader_next would end an epoch at once, a training loop run

@@ -240,6 +240,7 @@ struct sf_reader {
     sf_reader_opts opts;  /* defaults resolved */
     reader_sampler *sampler;
     uint64_t num_batches;
+    uint64_t order_id;    /* reader_sampler_order_id: what sf_resume_state.order_id holds */
     uint64_t n;           /* samples in the dataset */
     uint32_t batch_cap;   /* the most samples one batch holds: slots are sized for it */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "error_internal.h"
+#include "hash.h"
 #include "sampler.h"
 
 /* The PRNG (below) and an order being built, kept between build steps. */
@@ -470,6 +471,26 @@ uint64_t reader_sampler_num_batches(const reader_sampler *s)
     if (!s)
         return 0;
     return s->full + (s->last > 0);
+}
+
+uint64_t reader_sampler_order_id(const reader_sampler *s, uint64_t dataset_id)
+{
+    const reader_sampler_config *c = &s->cfg;
+    /* Each value widened to 64 bits: no padding bytes are hashed. A tag
+     * first, so that a later change of what is hashed changes every id. */
+    const uint64_t v[] = {0x73666f7264657231ull /* "sforder1" */,
+                          dataset_id,
+                          c->n,
+                          c->seed,
+                          (uint64_t)c->shuffle,
+                          c->block_size,
+                          c->window,
+                          c->batch_size,
+                          c->world_size,
+                          (uint64_t)(c->drop_last != 0),
+                          (uint64_t)c->uneven};
+    uint64_t id = XXH3_64bits(v, sizeof v);
+    return id ? id : 1; /* 0 means "not recorded" in sf_resume_state */
 }
 
 uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s)

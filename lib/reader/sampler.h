@@ -106,6 +106,12 @@ uint64_t reader_sampler_num_batches(const reader_sampler *s);
 /* Samples per epoch for this rank (same every epoch, same for every rank). */
 uint64_t reader_sampler_samples_per_epoch(const reader_sampler *s);
 
+/* A digest (never 0) of what decides which samples batch k of an epoch holds,
+ * on any rank: `dataset_id`, n, seed, shuffle, block_size and window as
+ * resolved, batch_size, world_size, drop_last and uneven. Not the rank: a
+ * position is the same on every rank. */
+uint64_t reader_sampler_order_id(const reader_sampler *s, uint64_t dataset_id);
+
 /* Writes the global ids of this rank's batch `b` of the current epoch into
  * ids[] (capacity batch_size) and returns the count (batch_size, or fewer for
  * a short last batch); returns 0 when b >= num_batches. O(batch_size). */

@@ -506,6 +506,7 @@ int sf_reader_state(sf_resume_state *out, const sf_reader *r)
     pthread_mutex_lock(&rw->lock);
     out->epoch = r->del_epoch;
     out->next_batch = r->del_index;
+    out->order_id = r->order_id;
     pthread_mutex_unlock(&rw->lock);
     return 0;
 }
@@ -517,6 +518,12 @@ int sf_reader_restore(sf_reader *r, const sf_resume_state *state)
     int rc = epoch_check("sf_reader_restore", state->epoch);
     if (rc)
         return rc;
+    if (state->order_id && state->order_id != r->order_id)
+        return sf_fail(SF_E_INVALID, "sf_reader_restore: the state was saved by a reader of another dataset or "
+                       "other order options (its order_id %016llx, this reader's %016llx): the dataset, "
+                       "batch_size, world_size, shuffle, seed, block_size, window, drop_last and uneven "
+                       "must be those it was saved with",
+                       (unsigned long long)state->order_id, (unsigned long long)r->order_id);
     if (state->next_batch > r->num_batches)
         return sf_fail(SF_E_INVALID, "resume state: batch %llu, but an epoch has %llu batches (were the options the same?)",
                        (unsigned long long)state->next_batch, (unsigned long long)r->num_batches);

@@ -253,7 +253,7 @@ static PyObject *reader_restore(sf_py_reader *self, PyObject *args)
         return NULL;
     if (!reader_usable(self))
         return NULL;
-    sf_resume_state s = {e, b};
+    sf_resume_state s = {.epoch = e, .next_batch = b}; /* order_id 0: the Loader checks its state itself */
     int rc = sf_reader_restore(reader_handle(self), &s);
     if (rc < 0)
         return sf_py_raise(rc);

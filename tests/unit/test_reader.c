@@ -490,7 +490,7 @@ Test(reader, set_epoch_after_restore_of_another_epoch_starts_it)
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.batch_size = 7;
     sf_reader *r = open_reader(&d, &o);
-    sf_resume_state s = {1, 3}, now;
+    sf_resume_state s = {.epoch = 1, .next_batch = 3}, now;
     cr_assert_eq(sf_reader_restore(r, &s), 0);
     cr_assert_eq(sf_reader_set_epoch(r, 2), 0);
     cr_assert_eq(sf_reader_state(&now, r), 0);
@@ -508,6 +508,60 @@ Test(reader, set_epoch_after_restore_of_another_epoch_starts_it)
     cr_assert_eq(sf_reader_set_epoch(r, 1), 0);
     cr_assert_eq(sf_reader_state(&now, r), 0);
     cr_assert_eq(now.next_batch, 0, "set_epoch after delivery restarts the epoch");
+    sf_reader_close(r);
+}
+
+/* A state carries the digest of what decides its batches: restoring it into a
+ * reader of other order options or another dataset was taken silently, and
+ * resumed at that batch number in other batches (skipping or repeating
+ * samples). The rank is not part of it; order_id 0 is taken unchecked. */
+Test(reader, a_state_of_other_order_options_or_another_dataset_is_refused)
+{
+    test_ds a = make_ds("a", 90, 64, 64), b = make_ds("b", 90, 65, 64);
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 7;
+    o.shuffle = SF_READER_SHUFFLE_GLOBAL;
+    o.seed = 5;
+    o.world_size = 2;
+    sf_reader *r = open_reader(&a, &o);
+    const sf_batch *batch;
+    cr_assert_eq(sf_reader_next(&batch, r), 0);
+    sf_reader_release(r, batch);
+    sf_resume_state s;
+    cr_assert_eq(sf_reader_state(&s, r), 0);
+    cr_assert_neq(s.order_id, 0);
+    sf_reader_close(r);
+
+    sf_reader_opts other[6];
+    for (int i = 0; i < 6; i++)
+        other[i] = o;
+    other[0].batch_size = 6;
+    other[1].seed = 6;
+    other[2].shuffle = SF_READER_SHUFFLE_NONE;
+    other[3].world_size = 3;
+    other[4].drop_last = 1;
+    other[5].rank = 1; /* the same batches on another rank: accepted */
+    for (int i = 0; i < 6; i++) {
+        r = open_reader(&a, &other[i]);
+        int rc = sf_reader_restore(r, &s);
+        if (i == 5) {
+            cr_assert_eq(rc, 0, "%s", sf_last_error());
+        } else {
+            cr_assert_eq(rc, SF_E_INVALID, "options %d", i);
+            cr_assert(strstr(sf_last_error(), "another dataset or other order options"), "%s", sf_last_error());
+        }
+        sf_reader_close(r);
+    }
+    r = open_reader(&b, &o); /* another dataset of as many samples */
+    cr_assert_eq(sf_reader_restore(r, &s), SF_E_INVALID);
+    sf_resume_state unchecked = {.epoch = s.epoch, .next_batch = s.next_batch};
+    cr_assert_eq(sf_reader_restore(r, &unchecked), 0, "%s", sf_last_error());
+    sf_reader_close(r);
+    r = open_reader(&a, &o); /* its own options: resumes */
+    cr_assert_eq(sf_reader_restore(r, &s), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_next(&batch, r), 0);
+    cr_assert_eq(batch->index, 1);
+    sf_reader_release(r, batch);
     sf_reader_close(r);
 }
 
@@ -1131,7 +1185,7 @@ Test(reader, bad_arguments)
     cr_assert_null(r);
     sf_reader_close(NULL);
     r = open_reader(&d, NULL);
-    sf_resume_state s = {0, 99};
+    sf_resume_state s = {.epoch = 0, .next_batch = 99};
     cr_assert_eq(sf_reader_restore(r, &s), SF_E_INVALID);
     sf_batch fake;
     cr_assert_eq(sf_reader_release(r, &fake), SF_E_INVALID);
@@ -1152,7 +1206,7 @@ Test(reader, epochs_above_the_limit_are_refused_and_the_limit_does_not_wrap)
     cr_assert_eq(nb, 2);
     const uint64_t bad[] = {UINT64_MAX, UINT64_MAX - 1, SF_MAX_EPOCH + 1};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sf_resume_state s = {bad[i], nb};
+        sf_resume_state s = {.epoch = bad[i], .next_batch = nb};
         cr_assert_eq(sf_reader_restore(r, &s), SF_E_INVALID, "epoch %llu", (unsigned long long)bad[i]);
         cr_assert(strstr(sf_last_error(), "sf_reader_restore: epoch") &&
                       strstr(sf_last_error(), "SF_MAX_EPOCH = 2^63 - 1 = 9223372036854775807"),
@@ -1168,7 +1222,7 @@ Test(reader, epochs_above_the_limit_are_refused_and_the_limit_does_not_wrap)
     cr_assert_eq(at.epoch, 0);
     cr_assert_eq(at.next_batch, 0);
     /* The limit itself: its end is followed by SF_MAX_EPOCH + 1, not 0. */
-    sf_resume_state s = {SF_MAX_EPOCH, nb - 1};
+    sf_resume_state s = {.epoch = SF_MAX_EPOCH, .next_batch = nb - 1};
     cr_assert_eq(sf_reader_restore(r, &s), 0, "%s", sf_last_error());
     const sf_batch *b;
     cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
