@@ -124,6 +124,8 @@ static const cli_command_help HELP[] = {
      "  npy          DIR/{field}_{key}.npy\n"
      "Record checksums are checked. DIR must be new or empty; two samples that\n"
      "would write the same name stop the export before anything is written.\n"
+     "A file gets its name only once complete: an export that fails or is killed\n"
+     "leaves no file cut short under its name (exit 0 says it finished).\n"
      "\n"
      "  -o, --output DIR   output folder (created if missing, else empty); required\n"
      "      --npy          write {field}_{key}.npy files whatever the layout\n"

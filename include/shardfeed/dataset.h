@@ -178,9 +178,12 @@ SF_API int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_ve
  * same name, or a file where a folder must go, fail with SF_E_UNSUPPORTED
  * naming both (where out_dir's file system ignores case, names that differ
  * only in ASCII case are the same); a name part longer than the file system
- * takes fails with -ENAMETOOLONG; files are created with O_EXCL. Checks
- * record checksums and bool values. *files_written (NULL: not wanted): the
- * files written whole, also on failure. */
+ * takes fails with -ENAMETOOLONG; a file is written unnamed (O_TMPFILE)
+ * and named once complete by a call that fails rather than replace (linkat;
+ * without O_TMPFILE, a hidden temporary renamed with RENAME_NOREPLACE), so
+ * an export that fails or is killed leaves no file cut short under its
+ * name. Checks record checksums and bool values. *files_written (NULL: not
+ * wanted): the files written whole, also on failure. */
 SF_API int sf_export(uint64_t *files_written, const char *dataset_dir, const char *out_dir);
 /* Writes every sample as out_dir/{field}_{key}.npy (a key's folders become
  * folders: key "a/b" gives a/img_b.npy), C-order

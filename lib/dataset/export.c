@@ -13,10 +13,17 @@
  *  - names come from validated keys and field names (SPEC.md "Schema": a
  *    key is a relative path with no "." or ".." component), every folder is
  *    opened relative to the one above it with O_NOFOLLOW, and every file is
- *    created with O_CREAT | O_EXCL | O_NOFOLLOW: nothing that exists is ever
- *    opened for writing (a planted symlink or hard link, or a name this file
- *    system folds together in a way the plan did not foresee, such as
- *    Unicode normalization, stops the export instead). */
+ *    written without a name (O_TMPFILE) and then linked under its own with
+ *    linkat, which fails with EEXIST rather than replace anything
+ *    (new_file.h; where the file system has no O_TMPFILE, a hidden
+ *    temporary made with O_EXCL and renamed with RENAME_NOREPLACE): nothing
+ *    that exists is ever opened for writing or replaced (a planted symlink
+ *    or hard link, or a name this file system folds together in a way the
+ *    plan did not foresee, such as Unicode normalization, stops the export
+ *    instead);
+ *  - a file gets its name only once it is complete, so an export that fails
+ *    or is killed (SIGKILL included) leaves no file cut short under its
+ *    name. */
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +38,7 @@
 #include "error_internal.h"
 #include "hash.h"
 #include "input.h"
+#include "new_file.h"
 
 #define WHAT_LIST 0xFF /* output entry: the format's list (list.csv), not a field's file */
 #define REL_MAX INPUT_EXPORT_NAME_MAX
@@ -47,6 +55,8 @@ typedef struct exporter {
     input_layout layout;
     int fold_case;     /* the output's file system treats 'A' and 'a' alike */
     long name_max;     /* longest file name the output's file system takes */
+    sf_new_file_method method; /* how files get their names there (new_file.h) */
+    mode_t file_mode;  /* 0644 less the umask, as the probe file got it */
     uint64_t written;  /* files created and completely written */
     uint8_t *vbuf;     /* the value being written, copied out of its shard; grown to the largest */
     uint64_t vcap;
@@ -233,11 +243,11 @@ static int plan_names(exporter *x)
 
 /* ---- writing ----------------------------------------------------------------- */
 
-/* Creates the new file `rel` under the output folder, making its folders:
- * every folder opened with O_NOFOLLOW below its parent, the file created
- * with O_EXCL. *dir_fd receives the folder holding it (to unlink a failed
- * file), to be closed by the caller when it is not x->dirfd. */
-static int create_rel(int *out_fd, int *dir_fd, const exporter *x, const char *rel)
+/* Opens the folder of the file `rel` under the output folder, making the
+ * folders on the way: each opened with O_NOFOLLOW below its parent.
+ * *dir_fd receives it, to be closed by the caller when it is not x->dirfd;
+ * *base the file's name in it. */
+static int open_folder(int *dir_fd, const char **base, const exporter *x, const char *rel)
 {
     int dfd = x->dirfd;
     const char *p = rel;
@@ -264,43 +274,72 @@ static int create_rel(int *out_fd, int *dir_fd, const exporter *x, const char *r
         dfd = nfd;
         p = slash + 1;
     }
-    if (!rc) {
-        *out_fd = openat(dfd, p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (*out_fd < 0) {
-            int e = errno;
-            rc = sf_fail(-e, "%s/%s: cannot create: %s%s%s", x->out_dir, rel, strerror(e),
-                         e == EEXIST ? " (something else made it, or this file system treats "
-                                       "another sample's name as the same one)"
-                                     : "",
-                         sf_errno_hint(e));
-        }
+    if (rc) {
+        if (dfd != x->dirfd)
+            close(dfd);
+        return rc;
     }
-    if (rc && dfd != x->dirfd)
-        close(dfd);
-    if (!rc)
-        *dir_fd = dfd;
-    return rc;
+    *dir_fd = dfd;
+    *base = p;
+    return 0;
 }
 
-/* Writes a new file `rel`: head, then data. A file that cannot be written
- * whole is removed. */
+/* The message of a file that could not be created or named: EEXIST means
+ * the name was taken meanwhile (it is left as it was). */
+static int fail_create(const exporter *x, const char *rel, int rc)
+{
+    int e = -rc;
+    return sf_fail(rc, "%s/%s: cannot create: %s%s%s", x->out_dir, rel, strerror(e),
+                   e == EEXIST ? " (something else made it, or this file system treats "
+                                 "another sample's name as the same one)"
+                               : "",
+                   sf_errno_hint(e));
+}
+
+/* Starts the new file `rel` (sf_new_file_open in its folder, which is made
+ * when missing). *dir_fd: as open_folder's. */
+static int create_rel(sf_new_file *nf, int *dir_fd, const exporter *x, const char *rel)
+{
+    const char *base;
+    int rc = open_folder(dir_fd, &base, x, rel);
+    if (rc)
+        return rc;
+    if ((rc = sf_new_file_open(nf, *dir_fd, base, x->method, x->file_mode)) != 0) {
+        if (*dir_fd != x->dirfd)
+            close(*dir_fd);
+        return fail_create(x, rel, rc);
+    }
+    return 0;
+}
+
+/* Names the complete file nf (sf_new_file_commit), or says why not. */
+static int commit_rel(sf_new_file *nf, const exporter *x, const char *rel)
+{
+    int rc = sf_new_file_commit(nf);
+    if (rc == -EEXIST)
+        return fail_create(x, rel, rc);
+    if (rc)
+        return sf_fail(rc, "%s/%s: write failed: %s%s", x->out_dir, rel, strerror(-rc), sf_errno_hint(-rc));
+    return 0;
+}
+
+/* Writes a new file `rel`: head, then data. It has its name only once it
+ * is complete; a file that cannot be written whole is removed. */
 static int write_rel(exporter *x, const char *rel, const uint8_t *head, uint64_t head_len,
                      const void *data, uint64_t size)
 {
-    int fd, dfd;
-    int rc = create_rel(&fd, &dfd, x, rel);
+    sf_new_file nf;
+    int dfd;
+    int rc = create_rel(&nf, &dfd, x, rel);
     if (rc)
         return rc;
-    rc = sf_write_full(fd, head, head_len);
+    rc = sf_write_full(nf.fd, head, head_len);
     if (!rc)
-        rc = sf_write_full(fd, data, size);
-    if (close(fd) != 0 && !rc)
-        rc = -errno;
+        rc = sf_write_full(nf.fd, data, size);
     if (rc) {
-        const char *base = strrchr(rel, '/');
-        unlinkat(dfd, base ? base + 1 : rel, 0);
+        sf_new_file_discard(&nf);
         sf_fail(rc, "%s/%s: write failed: %s%s", x->out_dir, rel, strerror(-rc), sf_errno_hint(-rc));
-    } else {
+    } else if ((rc = commit_rel(&nf, x, rel)) == 0) {
         x->written++;
     }
     if (dfd != x->dirfd)
@@ -389,15 +428,23 @@ static int row_value(void *ctx, uint32_t f, const void **value, uint64_t *size)
 static int write_list(exporter *x)
 {
     const char *name = x->ex->list_name;
-    int fd, dfd;
-    int rc = create_rel(&fd, &dfd, x, name);
+    sf_new_file nf;
+    int dfd;
+    int rc = create_rel(&nf, &dfd, x, name);
     if (rc)
         return rc;
-    FILE *list = fdopen(fd, "w");
+    /* stdio writes to a duplicate, closed by fclose; nf.fd stays open for
+     * the commit (an unnamed file is linked through its descriptor). */
+    int dup_fd = fcntl(nf.fd, F_DUPFD_CLOEXEC, 0);
+    FILE *list = dup_fd < 0 ? NULL : fdopen(dup_fd, "w");
     if (!list) {
-        close(fd);
-        unlinkat(dfd, name, 0);
-        return sf_fail(-ENOMEM, "out of memory");
+        int e = errno;
+        if (dup_fd >= 0)
+            close(dup_fd);
+        sf_new_file_discard(&nf);
+        if (dfd != x->dirfd)
+            close(dfd);
+        return sf_fail(-e, "%s/%s: %s%s", x->out_dir, name, strerror(e), sf_errno_hint(e));
     }
     rc = x->ex->list_header(list, &x->layout);
     for (uint64_t i = 0; i < x->ds->manifest.record_count && !rc; i++) {
@@ -411,9 +458,11 @@ static int write_list(exporter *x)
     if ((fclose(list) != 0 || bad) && !rc)
         rc = sf_fail(-EIO, "%s/%s: write failed", x->out_dir, name);
     if (rc)
-        unlinkat(dfd, name, 0);
-    else
+        sf_new_file_discard(&nf);
+    else if ((rc = commit_rel(&nf, x, name)) == 0)
         x->written++;
+    if (dfd != x->dirfd)
+        close(dfd);
     return rc;
 }
 
@@ -447,21 +496,30 @@ static int prepare_out_dir(const char *out_dir, int *created)
     return rc;
 }
 
-/* Whether the file system of the (empty) output folder ignores ASCII case:
- * a probe file, looked up again in capitals, then removed. */
-static int ignores_case(int dirfd)
+/* What the export needs to know of the (empty) output folder's file system:
+ * whether it ignores ASCII case (a probe file, looked up again in capitals,
+ * then removed), the mode a new file gets there (the probe's: 0644 less the
+ * umask; before Linux 6.0, O_TMPFILE ignored the umask on file systems
+ * without POSIX ACLs, so new files are given this mode rather than 0644),
+ * and how new files get their names
+ * (sf_new_file_probe). */
+static void probe_output(exporter *x)
 {
     static const char probe[] = ".shardfeed-case-probe", upper[] = ".SHARDFEED-CASE-PROBE";
-    int fd = openat(dirfd, probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    x->fold_case = 0;
+    x->file_mode = 0644;
+    x->method = sf_new_file_probe(x->dirfd);
+    int fd = openat(x->dirfd, probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
-        return 0; /* not writable: the export itself will say so */
+        return; /* not writable: the export itself will say so */
     close(fd);
     struct stat a, b;
-    int same = fstatat(dirfd, probe, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
-               fstatat(dirfd, upper, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
-               a.st_dev == b.st_dev;
-    unlinkat(dirfd, probe, 0);
-    return same;
+    if (fstatat(x->dirfd, probe, &a, AT_SYMLINK_NOFOLLOW) == 0) {
+        x->file_mode = a.st_mode & 07777;
+        x->fold_case = fstatat(x->dirfd, upper, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+                       a.st_dev == b.st_dev;
+    }
+    unlinkat(x->dirfd, probe, 0);
 }
 
 /* The layout of the format called `source` (looked up once per export):
@@ -498,7 +556,7 @@ static int export_layout(const char *dataset_dir, const char *out_dir, const cha
     if (!rc && (x.dirfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         rc = sf_fail(-errno, "%s: %s%s", out_dir, strerror(errno), sf_errno_hint(errno));
     if (!rc) {
-        x.fold_case = ignores_case(x.dirfd);
+        probe_output(&x);
         x.name_max = fpathconf(x.dirfd, _PC_NAME_MAX);
         if (x.name_max <= 0)
             x.name_max = 255;
