@@ -10,6 +10,7 @@
 #include "big_alloc.h"
 #include "error_internal.h"
 #include "le.h"
+#include "path.h"
 #include "shard_file.h"
 
 static int at(uint64_t *bad_offset, uint64_t off, int rc)
@@ -294,15 +295,12 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
 /* Reads dir/manifest.sfm whole, capped at the largest valid manifest. */
 int sf_manifest_load(sf_manifest *m, const char *dir)
 {
-    char path[4096];
-    /* A cut path would open another folder's manifest, or none: refuse it
+    char path[SF_PATH_CAP];
+    /* A cut path would open another folder's manifest, or none: refused
      * (the buffer is the kernel's PATH_MAX, so open would too). */
-    int n = snprintf(path, sizeof path, "%s/%s", dir, SF_MANIFEST_NAME);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return sf_fail(-ENAMETOOLONG,
-                       "%.200s...: the folder's path is too long (%zu bytes; with /%s at most "
-                       "%zu)",
-                       dir, strlen(dir), SF_MANIFEST_NAME, sizeof path - 2 - strlen(SF_MANIFEST_NAME));
+    int rc = sf_path_join(path, sizeof path, dir, SF_MANIFEST_NAME);
+    if (rc)
+        return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sf_fail(-errno, "%s: %s%s", path,
@@ -310,7 +308,6 @@ int sf_manifest_load(sf_manifest *m, const char *dir)
                                        : strerror(errno),
                        sf_errno_hint(errno));
     struct stat st;
-    int rc = 0;
     uint8_t *buf = NULL;
     if (fstat(fd, &st) != 0) {
         rc = sf_fail(-errno, "%s: %s", path, strerror(errno));
