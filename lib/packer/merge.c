@@ -223,14 +223,15 @@ static int copy_all(int in, int out, uint64_t size, const char *src)
     return 0;
 }
 
-/* DIR/shard-NNNNNN.sfs of the whole, and its temporary name. */
+/* OUT/shard-NNNNNN.sfs of the whole, and its temporary name (OUT is the
+ * locked output folder: pack_out_path). */
 static void whole_shard_paths(char *tmp, char *dst, size_t cap, const char *out, uint64_t global,
                               uint64_t whole_id)
 {
     char name[SF_SHARD_NAME_MAX];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)global);
     pack_temp_path(tmp, cap, out, name, whole_id);
-    snprintf(dst, cap, "%s/%s", out, name);
+    pack_out_path(dst, cap, out, name);
 }
 
 /* Checks every record of the part's shard open on `in` as verify does
@@ -258,8 +259,14 @@ static int check_shard_data(const part *p, const sf_shard_meta *meta, int in, co
 static int merge_shard(const part *p, uint64_t local, uint64_t global, const char *out, uint8_t *scan,
                        sf_shard_desc *desc)
 {
-    char src[4096], tmp[4096], dst[4096];
-    snprintf(src, sizeof src, "%s/" SF_SHARD_NAME_FMT, p->dir, (unsigned)local);
+    char name[SF_SHARD_NAME_MAX], src[SF_PATH_CAP], tmp[SF_PATH_CAP], dst[SF_PATH_CAP];
+    snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)local);
+    /* The part's folder was only checked short enough for its manifest's
+     * name, which is shorter than a shard's: cut, this path would name
+     * another file ("<part>/shard-00000"). */
+    int rc = sf_path_join(src, sizeof src, p->dir, name);
+    if (rc)
+        return sf_fail_prefix(rc, "a part of the merge");
     whole_shard_paths(tmp, dst, sizeof tmp, out, global, p->info.whole_dataset_id);
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
@@ -269,7 +276,7 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     sf_shard_expect exp = {&p->m.schema, local, p->m.dataset_id, p->m.align, &p->m.shards[local]};
     sf_shard_meta meta;
     uint64_t bad = 0;
-    int rc = sf_shard_load_meta(&meta, in, &exp, &bad);
+    rc = sf_shard_load_meta(&meta, in, &exp, &bad);
     if (rc) {
         close(in);
         char where[4200];

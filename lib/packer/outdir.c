@@ -6,6 +6,7 @@
  * that decodes, or a temporary whose name holds the id), and only when the
  * id is this run's, or with --force another dataset's. Anything else is a
  * file shardfeed did not write: refused even with --force, never removed. */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,17 +23,31 @@
 #include "pack_internal.h"
 #include "shardfeed/remote.h"
 
+void pack_out_path(char *buf, size_t cap, const char *out, const char *name)
+{
+    int rc = sf_path_join(buf, cap, out, name);
+    assert(rc == 0 && strlen(name) <= PACK_NAME_MAX && "OUT is checked by pack_outdir_lock");
+    (void)rc;
+}
+
 void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id)
 {
-    snprintf(buf, cap, "%s/.%s.%016" PRIx64 ".tmp", dir, name, dataset_id);
+    char temp[PACK_NAME_MAX + 1];
+    int n = snprintf(temp, sizeof temp, ".%s.%016" PRIx64 ".tmp", name, dataset_id);
+    if (n < 0 || (size_t)n >= sizeof temp) { /* NAME: the manifest's or a shard's, never longer */
+        assert(!"a name too long for PACK_NAME_MAX");
+        buf[0] = '\0';
+        return;
+    }
+    pack_out_path(buf, cap, dir, temp);
 }
 
 int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
                       uint64_t len)
 {
-    char tmp[4096], dst[4096];
+    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP];
     pack_temp_path(tmp, sizeof tmp, dir, name, dataset_id);
-    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    pack_out_path(dst, sizeof dst, dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return sf_fail(-errno, "%s: cannot create: %s", tmp, sf_errno_text(errno));
@@ -57,8 +72,8 @@ int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, co
 /* mkdir -p of the folders above `out` (parts/%k makes parts/ too). */
 static void make_parents(const char *out)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s", out);
+    char path[SF_PATH_CAP];
+    snprintf(path, sizeof path, "%s", out); /* fits: pack_outdir_lock checked it */
     for (char *p = path + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -120,8 +135,17 @@ int pack_outdir_lock(pack_lock *l, const char *out, const char *what)
     if (sf_is_url(out)) /* never a local folder named "s3:" */
         return sf_fail(SF_E_INVALID, "%s: a URL: %s writes a local folder (%s into a folder, then upload it "
                        "with sf_push; the command line's 'shardfeed pack -o URL' does both)", out, what, what);
+    /* Every path made in OUT is OUT/NAME with NAME at most PACK_NAME_MAX
+     * bytes: an OUT too long for that is refused here, before anything is
+     * made, rather than a path cut short naming another file (the
+     * temporary ".shard-000000.sfs.<id>" cut to ".shard-000000.sfs.12"). */
+    size_t len = strlen(out);
+    if (len + 1 + PACK_NAME_MAX >= SF_PATH_CAP)
+        return sf_fail(-ENAMETOOLONG, "%.200s...: the output folder's path is too long (%zu bytes; at most "
+                       "%zu, to leave room for the names of the files %s writes in it)",
+                       out, len, SF_PATH_CAP - 2 - PACK_NAME_MAX, what);
     snprintf(l->dir, sizeof l->dir, "%s", out);
-    snprintf(l->path, sizeof l->path, "%s/%s", out, PACK_LOCK_NAME);
+    pack_out_path(l->path, sizeof l->path, out, PACK_LOCK_NAME);
     make_parents(out);
     if (mkdir(out, 0777) == 0)
         l->created_dir = 1;
@@ -318,8 +342,8 @@ static int classify(int dfd, const char *out, const char *name, found_file *f)
 
 static int remove_file(const char *dir, const char *name)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[SF_PATH_CAP];
+    pack_out_path(path, sizeof path, dir, name); /* a name classify() knows: PACK_NAME_MAX at most */
     if (unlink(path) != 0 && errno != ENOENT)
         return sf_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
     return 0;
@@ -438,7 +462,7 @@ int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8
 
 void pack_outdir_drop_temps(const char *out, const pack_plan *plan)
 {
-    char tmp[4096], name[SF_SHARD_NAME_MAX];
+    char tmp[SF_PATH_CAP], name[SF_SHARD_NAME_MAX];
     for (uint64_t i = 0; i < plan->shard_count; i++) {
         snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
         pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
@@ -475,11 +499,11 @@ int pack_outdir_install(const char *out, const pack_plan *plan, int replace)
             rc = sf_fsync_dir(out);
         closedir(d);
     }
-    char tmp[4096], dst[4096], name[SF_SHARD_NAME_MAX];
+    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP], name[SF_SHARD_NAME_MAX];
     for (uint64_t i = 0; i < plan->shard_count && !rc; i++) {
         snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
         pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
-        snprintf(dst, sizeof dst, "%s/%s", out, name);
+        pack_out_path(dst, sizeof dst, out, name);
         if (rename(tmp, dst) != 0)
             rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
     }

@@ -127,8 +127,8 @@ static int finish_manifest(const char *out, const input_set *in, const pack_plan
     if (!rc && !prove_only) {
         rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
     } else if (!rc) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", out, SF_MANIFEST_NAME);
+        char path[SF_PATH_CAP];
+        pack_out_path(path, sizeof path, out, SF_MANIFEST_NAME);
         uint8_t *old = malloc(size + 1);
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         struct stat st;

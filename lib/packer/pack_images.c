@@ -53,15 +53,16 @@ static int is_image_field(const input_set *in, uint32_t f)
     return 0;
 }
 
-/* An unlinked file in `dir` (same file system as the shards). */
+/* An unlinked file in `dir`, the locked output folder (same file system as
+ * the shards). */
 static int open_spool(const char *dir)
 {
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd >= 0)
         return fd;
     /* File systems without O_TMPFILE: a named file, unlinked at once. */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.image-spool.XXXXXX", dir);
+    char path[SF_PATH_CAP];
+    pack_out_path(path, sizeof path, dir, ".image-spool.XXXXXX");
     fd = mkostemp(path, O_CLOEXEC);
     if (fd < 0)
         return sf_fail(-errno, "%s: cannot create the image spool: %s", dir, sf_errno_text(errno));

@@ -13,6 +13,7 @@
 #include "input.h"
 #include "metadata.h"
 #include "io.h"
+#include "path.h"
 #include "shardfeed/pack.h"
 
 /* For a failure `rc` of pack or merge that ran out of file descriptors
@@ -51,8 +52,9 @@ typedef struct pack_images {
 
 /* With max_side 0, only initialises *im (off). Else decodes every image of
  * the input's image fields on `jobs` threads, re-encodes those larger than
- * max_side into a spool in spool_dir, and sets in->sizes to the sizes
- * stored. A value that does not decode fails, naming its file. `progress`
+ * max_side into a spool in spool_dir (the locked output folder), and sets
+ * in->sizes to the sizes stored. A value that does not decode fails, naming
+ * its file. `progress`
  * (may be NULL) is called from this thread while the others decode. Needs
  * pack_images_free, also after a failure. */
 int pack_images_prepare(pack_images *im, input_set *in, uint32_t max_side, uint32_t quality, unsigned jobs,
@@ -111,10 +113,16 @@ void pack_plan_free(pack_plan *plan);
 typedef struct pack_lock {
     int fd;          /* -1: not held */
     int created_dir; /* this run made OUT */
-    char dir[4096];
-    char path[4096];
+    char dir[SF_PATH_CAP];
+    char path[SF_PATH_CAP];
 } pack_lock;
-/* Creates OUT (and its parents) when missing and locks it. A URL is
+/* The longest name pack or merge gives a file in OUT: a shard's temporary
+ * (pack_temp_path) with SF_MAX_SHARDS' seven digits. */
+#define PACK_NAME_MAX (sizeof ".shard-1048575.sfs.0123456789abcdef.tmp" - 1)
+/* Creates OUT (and its parents) when missing and locks it. An OUT whose path
+ * leaves no room for "/" and PACK_NAME_MAX bytes in SF_PATH_CAP is refused
+ * first, -ENAMETOOLONG naming it: so no path pack or merge makes in OUT is
+ * ever cut short (pack_out_path). A URL is
  * SF_E_INVALID (the library's pack and merge write folders only). Fails with
  * -EBUSY, naming the holder, when another pack or merge holds it. `what`
  * ("pack", "merge") is what the holder's message will say. */
@@ -156,8 +164,14 @@ void pack_outdir_drop_temps(const char *out, const pack_plan *plan);
  * temporaries and returns rc, its message saying, when it was replacing a
  * dataset, that the dataset there is as it was. */
 int pack_outdir_abandon(int rc, const char *out, const pack_plan *plan, pack_outdir_state state);
+/* OUT/NAME into buf (SF_PATH_CAP bytes), for the OUT pack_outdir_lock took
+ * and a NAME of at most PACK_NAME_MAX bytes: that lock refused an OUT too
+ * long for it, so this cannot fail (asserted; were it to, buf would be "",
+ * which names no file, never a path cut short, which names another). */
+void pack_out_path(char *buf, size_t cap, const char *out, const char *name);
 /* DIR/.NAME.<dataset_id as 16 hex digits>.tmp: the temporary name of NAME,
- * carrying the run's identity so that only its own run removes it. */
+ * carrying the run's identity so that only its own run removes it. DIR is
+ * the locked OUT (pack_out_path). */
 void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
 /* Writes `len` bytes to DIR/NAME under its temporary name, fsyncs, renames
  * and fsyncs the directory. */

@@ -336,7 +336,7 @@ static int prove(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const cha
 static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, const char *path,
                        pack_shard_result *res)
 {
-    char name[SF_SHARD_NAME_MAX], tmp[4096];
+    char name[SF_SHARD_NAME_MAX], tmp[SF_PATH_CAP];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
     pack_temp_path(tmp, sizeof tmp, ctx->out_dir, name, ctx->plan->dataset_id);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -364,9 +364,9 @@ static int write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, con
 int pack_write_shard(const pack_writer_ctx *ctx, void *cursor, uint64_t i, pack_shard_mode mode,
                      pack_shard_result *res)
 {
-    char name[SF_SHARD_NAME_MAX], path[4096];
+    char name[SF_SHARD_NAME_MAX], path[SF_PATH_CAP];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
-    snprintf(path, sizeof path, "%s/%s", ctx->out_dir, name);
+    pack_out_path(path, sizeof path, ctx->out_dir, name);
     memset(res, 0, sizeof *res);
     if (mode == PACK_SHARD_WRITE)
         return write_shard(ctx, cursor, i, path, res);
