@@ -117,5 +117,19 @@ class Merge(Base):
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
 
 
+class Verify(Base):
+    def test_a_folder_too_long_for_shard_paths_is_verified_through_the_folder(self):
+        # 4080 bytes: "<ds>/manifest.sfm" fits, "<ds>/shard-000000.sfs" (4097) does not; cut to
+        # 4095 bytes it was "<ds>/shard-000000.s", which verify opened instead (here: not
+        # there, "shard file is missing"). verify opens the shards in the folder, as open does.
+        write_samples(self.inp, 4, shape=(4,))
+        ds = long_path(os.path.join(self.tmp, "v"), 4080)
+        os.makedirs(os.path.dirname(ds))
+        run("pack", self.inp, "-o", os.path.join(self.tmp, "ds"), check=0)
+        os.rename(os.path.join(self.tmp, "ds"), ds)
+        p = run("verify", ds)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
