@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,10 +17,11 @@
 #include "cache.h"
 #include "error_internal.h"
 #include "io.h"
+#include "path.h"
 
 #define PART_PREFIX ".part-"
 #define FILL_PREFIX ".fill-"
-#define PATH_MAX_LEN 4096
+#define PATH_MAX_LEN SF_PATH_CAP
 
 /* A download of this process: under way (the other threads of the process
  * wait for it here, not on its .fill lock, which the publish keeps), or
@@ -170,11 +172,36 @@ static int open_pinned_path(const char *path, int oflags)
     return fd;
 }
 
+/* The longest path the cache makes for object `name` is its download's,
+ * ROOT/SPACE/.part-NAME-PID-N; the others (ROOT/SPACE/NAME,
+ * ROOT/SPACE/.fill-NAME, and ROOT/.lock, ROOT being shorter than
+ * ROOT/SPACE/) are shorter. So once this one fits, as the entry points
+ * check (check_name), no path below is cut short, which would name
+ * another file (another object, another .fill lock). 0 or -ENAMETOOLONG
+ * naming the folder. */
+static int check_name(const remote_cache *c, const char *name)
+{
+    char longest[PATH_MAX_LEN], path[PATH_MAX_LEN];
+    int n = snprintf(longest, sizeof longest, PART_PREFIX "%s-%ld-%u", name, (long)getpid(), UINT_MAX);
+    if (n < 0 || (size_t)n >= sizeof longest)
+        return sf_fail(SF_E_INVALID, "remote cache: bad object name '%.200s'", name);
+    return sf_path_join(path, sizeof path, c->dir, longest);
+}
+
+/* DIR/NAME, for paths of a name check_name passed: cannot fail (asserted;
+ * were it to, path is "", which names no file). */
+static void cache_path(char *path, size_t cap, const char *dir, const char *name)
+{
+    int rc = sf_path_join(path, cap, dir, name);
+    assert(rc == 0 && "the name passed check_name");
+    (void)rc;
+}
+
 /* Opens ROOT/SPACE/NAME pinned (open_pinned_path). */
 static int open_pinned(const remote_cache *c, const char *name, int oflags)
 {
     char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    cache_path(path, sizeof path, c->dir, name);
     return open_pinned_path(path, oflags);
 }
 
@@ -307,7 +334,7 @@ static void sleep_ms(unsigned ms)
 static int open_cache_lock(const remote_cache *c)
 {
     char lockpath[PATH_MAX_LEN];
-    snprintf(lockpath, sizeof lockpath, "%s/.lock", c->root);
+    cache_path(lockpath, sizeof lockpath, c->root, ".lock");
     int lk = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lk < 0)
         return sf_fail(-errno, "%s: %s", lockpath, strerror(errno));
@@ -348,8 +375,10 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
     }
     int fd = -1;
     if (rc == 1) {
-        snprintf(part, part_cap, "%s/" PART_PREFIX "%s-%ld-%u", c->dir, name, (long)getpid(),
+        char part_name[PATH_MAX_LEN];
+        snprintf(part_name, sizeof part_name, PART_PREFIX "%s-%ld-%u", name, (long)getpid(),
                  atomic_fetch_add(&part_counter, 1));
+        cache_path(part, part_cap, c->dir, part_name);
         fd = open(part, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) {
             rc = sf_fail(-errno, "%s: %s", part, strerror(errno));
@@ -450,7 +479,7 @@ static int open_object(remote_cache *c, const char *name, int oflags, int wait)
 static int publish(remote_cache *c, pending *p)
 {
     char final[PATH_MAX_LEN];
-    snprintf(final, sizeof final, "%s/%s", c->dir, p->name);
+    cache_path(final, sizeof final, c->dir, p->name);
     int rc = test_publish_hook();
     if (rc)
         rc = sf_fail(rc, "%s: fsync: %s (test hook)", p->part, strerror(-rc));
@@ -599,8 +628,9 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
 /* Opens (and locks) ROOT/SPACE/.fill-NAME: one process fills NAME at a time. */
 static int fill_lock(const remote_cache *c, const char *name)
 {
-    char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/" FILL_PREFIX "%s", c->dir, name);
+    char path[PATH_MAX_LEN], fill_name[PATH_MAX_LEN];
+    snprintf(fill_name, sizeof fill_name, FILL_PREFIX "%s", name);
+    cache_path(path, sizeof path, c->dir, fill_name);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return sf_fail(-errno, "%s: %s", path, strerror(errno));
@@ -643,7 +673,7 @@ static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsign
     if (rc >= 0) {
         /* Another process may have filled it while this one waited. */
         char path[PATH_MAX_LEN];
-        snprintf(path, sizeof path, "%s/%s", c->dir, name);
+        cache_path(path, sizeof path, c->dir, name);
         rc = access(path, F_OK) != 0 ? download(c, p, size, wait_s, fill, ctx, oflags, pinned)
                                      : 1;
         if (rc == 0)
@@ -664,6 +694,9 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
 {
     if (strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof ((pending *)0)->name)
         return sf_fail(SF_E_INVALID, "remote cache: bad object name '%s'", name);
+    int rc = check_name(c, name);
+    if (rc)
+        return rc;
     for (int round = 0; round < 8; round++) {
         int fd = open_object(c, name, oflags, 1);
         if (fd >= 0) {
@@ -676,7 +709,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
         if (errno != ENOENT)
             return sf_fail(-errno, "%s/%s: %s", c->dir, name, strerror(errno));
         int got;
-        int rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
+        rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
         if (rc < 0)
             return rc;
         if (rc && out)
@@ -700,6 +733,10 @@ int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t si
 
 int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags)
 {
+    *fd = -1;
+    int rc = check_name(c, name);
+    if (rc)
+        return rc;
     *fd = open_object(c, name, oflags, 0);
     if (*fd >= 0)
         return 0;

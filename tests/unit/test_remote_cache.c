@@ -384,3 +384,54 @@ Test(remote_cache, names_that_leave_the_folder_are_refused)
     cr_assert_eq(f.calls, 0);
     remote_cache_free(c);
 }
+
+/* Makes folders under root until the path is exactly `len` bytes (names of
+ * at most 255 bytes); the path in out (cap > len). */
+static void make_long_dir(char *out, size_t cap, size_t len)
+{
+    cr_assert_gt(cap, len);
+    snprintf(out, cap, "%s", root);
+    size_t at = strlen(out);
+    while (at < len) {
+        size_t room = len - at - 1, n = room < 255 ? room : 255;
+        if (room - n > 0 && room - n < 2)
+            n = room - 2;
+        out[at++] = '/';
+        memset(out + at, 'd', n);
+        at += n;
+        out[at] = '\0';
+        cr_assert_eq(mkdir(out, 0755), 0, "%zu: %s", at, strerror(errno));
+    }
+    cr_assert_eq(strlen(out), len);
+}
+
+/* A cache folder whose path leaves room for ROOT/SPACE/a.sfs but not for
+ * the download's ROOT/SPACE/.part-a.sfs-PID-N nor its .fill-a.sfs lock:
+ * refused as too long. Cut short, they named other files (".fill-a.sf",
+ * ".part-a.sfs-1234"), which the download created, renamed and removed. */
+Test(remote_cache, a_folder_too_long_for_a_download_path_is_refused)
+{
+    char *base = malloc(4096);
+    cr_assert_not_null(base);
+    make_long_dir(base, 4096, 4085 - strlen("/space"));
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, base, 1 << 20, "space"), 0, "%s", sf_last_error());
+    cr_assert_eq(strlen(remote_cache_dir(c)), 4085);
+    fill_spec f = {0};
+    int fd = -1;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 100, 0, fill, &f), -ENAMETOOLONG, "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "the folder's path is too long (4085 bytes"), "%s", sf_last_error());
+    cr_assert_eq(fd, -1);
+    cr_assert_eq(f.calls, 0);
+    cr_assert_eq(remote_cache_acquire_cached(&fd, c, "a.sfs", 0), -ENAMETOOLONG, "%s", sf_last_error());
+    unsigned n;
+    cr_assert_eq(folder_bytes(remote_cache_dir(c), ".part-", &n), 0);
+    DIR *d = opendir(remote_cache_dir(c));
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        cr_assert(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "%s made", e->d_name);
+    closedir(d);
+    remote_cache_free(c);
+    free(base);
+}
