@@ -25,6 +25,7 @@
 
 #include "error_internal.h"
 #include "format.h"
+#include "path.h"
 #include "payload_hash.h"
 #include "remote_list.h"
 #include "remote_url.h"
@@ -510,7 +511,7 @@ typedef struct local_dataset {
     uint64_t manifest_len;
     sf_manifest manifest;
     int lock_fd; /* .shardfeed.lock held shared, or -1 */
-    char lock_path[4200];
+    char lock_path[SF_PATH_CAP];
 } local_dataset;
 
 /* Refuses a folder a pack or merge is writing: they hold .shardfeed.lock
@@ -522,7 +523,11 @@ typedef struct local_dataset {
  * it has no lock file, as before. */
 static int lock_shared(local_dataset *d)
 {
-    snprintf(d->lock_path, sizeof d->lock_path, "%s/%s", d->dir, LOCK_NAME);
+    /* Refused when too long: the open below would fail and the folder be
+     * pushed unlocked, as one without a lock file is. */
+    int rc = sf_path_join(d->lock_path, sizeof d->lock_path, d->dir, LOCK_NAME);
+    if (rc)
+        return rc;
     for (int attempt = 0; attempt < 1000; attempt++) {
         bool created = false;
         d->lock_fd = open(d->lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
@@ -583,8 +588,10 @@ static void unlock(local_dataset *d)
 
 static int read_manifest(local_dataset *d)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", d->dir, SF_MANIFEST_NAME);
+    char path[SF_PATH_CAP];
+    int rc = sf_path_join(path, sizeof path, d->dir, SF_MANIFEST_NAME);
+    if (rc)
+        return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -592,7 +599,7 @@ static int read_manifest(local_dataset *d)
                        e == ENOENT ? "no manifest: not a dataset (or not a finished one)" : sf_errno_text(e));
     }
     struct stat st;
-    int rc = fstat(fd, &st) ? sf_fail(-errno, "%s: %s", path, strerror(errno)) : 0;
+    rc = fstat(fd, &st) ? sf_fail(-errno, "%s: %s", path, strerror(errno)) : 0;
     if (!rc && (st.st_size < (off_t)SF_MANIFEST_MIN_SIZE || (uint64_t)st.st_size > SF_MANIFEST_MAX_SIZE))
         rc = sf_fail(SF_E_CORRUPT, "%s: %lld bytes, not the size of a manifest", path, (long long)st.st_size);
     if (!rc) {
@@ -630,8 +637,10 @@ static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, c
                               uint8_t *scan_buf)
 {
     snprintf(name, cap, SF_SHARD_NAME_FMT, (unsigned)i);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
+    char path[SF_PATH_CAP];
+    int rc = sf_path_join(path, sizeof path, d->dir, name);
+    if (rc)
+        return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -641,7 +650,7 @@ static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, c
     const sf_manifest *m = &d->manifest;
     sf_shard_expect exp = {&m->schema, i, m->dataset_id, m->align, &m->shards[i]};
     sf_shard_meta meta;
-    int rc = sf_shard_load_meta(&meta, fd, &exp, NULL);
+    rc = sf_shard_load_meta(&meta, fd, &exp, NULL);
     if (rc) {
         close(fd);
         return sf_fail_prefix(rc, path);

@@ -131,5 +131,21 @@ class Verify(Base):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
+class Push(Base):
+    def test_a_folder_too_long_for_its_lock_file_is_refused(self):
+        # 4080 bytes: "<ds>/manifest.sfm" fits, "<ds>/.shardfeed.lock" (4096) does not. Its
+        # open failed and push went on unlocked, as for a folder it may not write, until a
+        # shard's path failed in the kernel; it is refused, naming the folder, first.
+        write_samples(self.inp, 4, shape=(4,))
+        ds = long_path(os.path.join(self.tmp, "u"), 4080)
+        os.makedirs(os.path.dirname(ds))
+        run("pack", self.inp, "-o", os.path.join(self.tmp, "ds"), check=0)
+        os.rename(os.path.join(self.tmp, "ds"), ds)
+        p = run("push", ds, "http://127.0.0.1:9/ds")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("the folder's path is too long (4080 bytes; with /.shardfeed.lock at most 4079)",
+                      p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
