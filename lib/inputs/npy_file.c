@@ -10,10 +10,16 @@
 #include "shard_file.h"
 #include "npy_file.h"
 #include "input_util.h"
+#include "path.h"
 
 int input_npy_file_open(input_npy_file *f, const char *dir, const char *name)
 {
-    snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
+    /* Cut short, the path named another file ("label_0.np" for
+     * "label_0.npy"), which was read in its place: refused. */
+    f->fd = -1;
+    int rc = sf_path_join(f->path, sizeof f->path, dir, name);
+    if (rc)
+        return rc;
     struct stat st;
     f->fd = input_open_file(f->path, &st);
     if (f->fd < 0)
@@ -22,7 +28,6 @@ int input_npy_file_open(input_npy_file *f, const char *dir, const char *name)
     uint8_t small[4096];
     uint8_t *buf = small;
     size_t want = sizeof small;
-    int rc;
     for (;;) {
         size_t len = (uint64_t)want < f->file_size ? want : (size_t)f->file_size;
         rc = sf_pread_full(f->fd, buf, len, 0);

@@ -6,15 +6,17 @@
 
 #include "format.h"
 #include "npy.h"
+#include "path.h"
 
 typedef struct input_npy_file {
     int fd;
     uint64_t file_size;
     input_npy_info info;
-    char path[4096];
+    char path[SF_PATH_CAP];
 } input_npy_file;
 
-/* Opens dir/name and parses its header; errors name the file. */
+/* Opens dir/name and parses its header; errors name the file. A dir/name
+ * too long for SF_PATH_CAP is -ENAMETOOLONG naming the folder. */
 int input_npy_file_open(input_npy_file *f, const char *dir, const char *name);
 /* Fails with SF_E_SCHEMA, naming the file, unless the array has the field's
  * dtype and shape. `first` names the file the schema came from. */

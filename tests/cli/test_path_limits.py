@@ -80,6 +80,19 @@ class Pack(Base):
         self.assertEqual(sorted(os.listdir(out)), ["manifest.sfm", "shard-000000.sfs"])
         run("verify", out, check=0)
 
+    def test_an_npy_input_folder_too_long_for_a_file_path_is_refused(self):
+        # 4085 bytes: "<in>/img_0.npy" fits (4095), "<in>/label_0.npy" (4097) does not: pack
+        # listed the folder through its descriptor but opened "<in>/label_0.np", another file.
+        write_samples(self.inp, 2, shape=(4,))
+        far = long_path(os.path.join(self.tmp, "i"), 4085)
+        os.makedirs(os.path.dirname(far))
+        os.rename(self.inp, far)
+        out = os.path.join(self.tmp, "ds")
+        p = run("pack", far, "-o", out)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("the folder's path is too long (4085 bytes; with /label_0.npy at most 4083)", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.sfm")))
+
 
 class Merge(Base):
     def pack_parts(self, n=2):
