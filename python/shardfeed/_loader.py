@@ -105,6 +105,16 @@ class EpochControl:
         self._seek(epoch, 0)
         self._resume = None
 
+    def _begin_epoch(self):
+        """For iter(): retires older iterators and takes where this one starts: (its
+        generation, the epoch, the batch: where load_state_dict() put it, else 0)."""
+        with self._lock:
+            self._gen += 1
+            start = self._resume if self._resume is not None else 0
+            self._resume = None
+            self._pos = start
+            return self._gen, self._epoch, start
+
     def _seek(self, epoch, batch):
         """The next iter() runs `epoch` from `batch`; older iterators are retired."""
         with self._lock:
@@ -363,13 +373,7 @@ class Loader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
         self._check_open()
-        with self._lock:
-            self._gen += 1
-            gen = self._gen
-            start = self._resume if self._resume is not None else 0
-            self._resume = None
-            epoch = self._epoch
-            self._pos = start
+        gen, epoch, start = self._begin_epoch()
         if self._reader.state() != (epoch, start):
             self._reader.restore(epoch, start)
         return _EpochIterator(self, gen)

@@ -233,13 +233,7 @@ class MixedLoader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch."""
         self._check_open()
-        with self._lock:
-            self._gen += 1
-            gen = self._gen
-            start = self._resume if self._resume is not None else 0
-            self._resume = None
-            epoch = self._epoch
-            self._pos = start
+        gen, epoch, start = self._begin_epoch()
         steps = schedule(self._counts, self.seed, epoch)
         for i, child in enumerate(self._children):
             taken = steps[:start].count(i)
