@@ -169,7 +169,9 @@ int image_jpeg_decode(image_region *out, const uint8_t *data, size_t len, const 
         ci.out_color_space = JCS_GRAYSCALE;
     } else if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
         ci.out_color_space = JCS_CMYK;
-        adobe_cmyk = ci.saw_Adobe_marker;
+        /* Inverted, marker or not: PIL assumes Adobe's convention for
+         * every CMYK JPEG, and pixels are to equal PIL's. */
+        adobe_cmyk = 1;
     } else {
         ci.out_color_space = JCS_RGB;
     }

@@ -94,6 +94,10 @@ int image_png_decode(image_region *out, const uint8_t *data, size_t len, const i
         png_destroy_read_struct(&p, &info, NULL);
         return sf_fail(SF_E_CORRUPT, "PNG: %s", src.msg);
     }
+    /* libpng refuses a side over 1,000,000 pixels by default; PIL does not,
+     * and the pixel count is already bounded (max_pixels, checked on the
+     * header before this decode). */
+    png_set_user_limits(p, 0x7fffffff, 0x7fffffff);
     png_set_read_fn(p, &src, read_fn);
     png_read_info(p, info);
     set_transforms(p, info, rq->channels);
