@@ -2,6 +2,7 @@
  * the plan, the DCT scale, the decode of the region the plan reads, the
  * resample (image.h). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "error_internal.h"
@@ -18,6 +19,28 @@ static int magic_format(const uint8_t *d, size_t n)
     return IMAGE_UNKNOWN;
 }
 
+/* The name of an image format this library does not decode, by its magic
+ * (formats torchvision's ImageFolder accepts, and a few common others), or
+ * NULL: then the bytes are no image format known here, i.e. damaged. */
+static const char *other_format(const uint8_t *d, size_t n)
+{
+    if (n >= 2 && d[0] == 'B' && d[1] == 'M')
+        return "BMP";
+    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0))
+        return "GIF";
+    if (n >= 4 && (memcmp(d, "II*\0", 4) == 0 || memcmp(d, "MM\0*", 4) == 0))
+        return "TIFF";
+    if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7' && (d[2] == '\n' || d[2] == ' ' || d[2] == '\r' ||
+                                                               d[2] == '\t'))
+        return "PNM (PBM/PGM/PPM/PAM)";
+    if (n >= 4 && memcmp(d, "\0\0\1\0", 4) == 0)
+        return "ICO";
+    if (n >= 12 && memcmp(d + 4, "ftyp", 4) == 0 &&
+        (memcmp(d + 8, "avif", 4) == 0 || memcmp(d + 8, "heic", 4) == 0 || memcmp(d + 8, "mif1", 4) == 0))
+        return "AVIF/HEIF";
+    return NULL;
+}
+
 int image_probe(image_header *out, const uint8_t *data, size_t len)
 {
     switch (magic_format(data, len)) {
@@ -28,10 +51,20 @@ int image_probe(image_header *out, const uint8_t *data, size_t len)
     case IMAGE_WEBP:
         return image_webp_header(out, data, len);
     default:
-        return sf_fail(SF_E_UNSUPPORTED, "not a JPEG, PNG or WebP image (first bytes %02x %02x %02x %02x)",
-                       len > 0 ? data[0] : 0, len > 1 ? data[1] : 0, len > 2 ? data[2] : 0,
-                       len > 3 ? data[3] : 0);
+        break;
     }
+    /* Another format is the data's kind, not damage: SF_E_UNSUPPORTED (the
+     * reader does not substitute it, which would drop every such image
+     * without a word); bytes of no known format are damage: SF_E_CORRUPT. */
+    const char *other = other_format(data, len);
+    if (other)
+        return sf_fail(SF_E_UNSUPPORTED, "a %s image, not a JPEG, PNG or WebP one", other);
+    if (len == 0)
+        return sf_fail(SF_E_CORRUPT, "not a JPEG, PNG or WebP image: an empty value");
+    char first[3 * 4] = ""; /* "xx xx xx xx" */
+    for (size_t i = 0, at = 0; i < len && i < 4; i++)
+        at += (size_t)snprintf(first + at, sizeof first - at, "%s%02x", i ? " " : "", data[i]);
+    return sf_fail(SF_E_CORRUPT, "not a JPEG, PNG or WebP image (first bytes %s)", first);
 }
 
 /* The smallest JPEG DCT scale M / 8 at which the plan's box still has at

@@ -81,7 +81,8 @@ typedef struct reader_task {
     int fd_direct;      /* fd is the O_DIRECT one */
     uint32_t file_idx;  /* index of fd among the engine's files (registered file slot) */
     int err;            /* 0, or the read error */
-    int corrupt;        /* checksum mismatch, to be substituted (on_corrupt = SKIP) */
+    int corrupt;        /* 0, or why it is to be substituted (on_corrupt = SKIP): SF_E_CHECKSUM,
+                         * SF_E_CORRUPT (a bad value), SF_E_TRUNCATED */
     int hashed;         /* the engine hashed the payload as it arrived: digest is set */
     uint64_t digest;
     uint32_t next_read; /* engine use: first read not yet submitted */

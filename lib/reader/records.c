@@ -38,12 +38,14 @@ __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, reade
     va_end(ap);
 }
 
-/* A corrupt sample, substituted at the batch-ready point (on_corrupt = SKIP). */
-static void task_corrupt(reader_task *t)
+/* A corrupt sample, substituted at the batch-ready point (on_corrupt = SKIP);
+ * `why` (SF_E_CHECKSUM, SF_E_CORRUPT, SF_E_TRUNCATED) is what the error says
+ * if no substitute is found. */
+static void task_corrupt(reader_task *t, int why)
 {
     if (t->corrupt)
-        return; /* several of its reads failed */
-    t->corrupt = 1;
+        return; /* several of its reads failed: the first says why */
+    t->corrupt = why;
     atomic_fetch_add(&t->slot->corrupt, 1);
 }
 
@@ -57,7 +59,7 @@ void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what)
     uint64_t now;
     if (err < 0 && err != -ENOMEM && sf_dataset_shard_shrank(r->ds, t->shard, &now)) {
         if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
-            task_corrupt(t);
+            task_corrupt(t, SF_E_TRUNCATED);
         else
             task_failf(r, t, SF_E_TRUNCATED,
                        "%s: the file was cut short while being read (it is now %llu bytes, %llu "
@@ -81,7 +83,7 @@ void reader_task_open_failed(sf_reader *r, reader_task *t, int err)
 void reader_task_bad_value(sf_reader *r, reader_task *t)
 {
     if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
-        task_corrupt(t);
+        task_corrupt(t, SF_E_CORRUPT);
     else
         task_failf(r, t, SF_E_CORRUPT, "%s", sf_last_error());
 }
@@ -175,6 +177,8 @@ static int substitute_fits(const sf_reader *r, const reader_slot *s, uint32_t po
  * batch is complete and packed variable-length bytes can be moved. */
 static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scratch *st)
 {
+    const int why = t->corrupt; /* placing a candidate clears it */
+    assert(why != 0);
     uint64_t bad = t->id, cand = bad, damaged = 0, too_long = 0;
     uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
     for (uint64_t i = 0; i < tries; i++) {
@@ -202,10 +206,13 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
      * offset are the task's), not the last candidate tried. */
     if (cand != bad)
         reader_place_sample(r, s, t->pos, bad, 1);
-    task_failf(r, t, SF_E_CHECKSUM,
-               "checksum mismatch, and no substitute among the %llu samples that follow "
+    const char *what = why == SF_E_CHECKSUM    ? "checksum mismatch"
+                       : why == SF_E_TRUNCATED ? "cut short while being read"
+                                               : "a value that does not decode";
+    task_failf(r, t, why,
+               "%s, and no substitute among the %llu samples that follow "
                "sample %llu: %llu damaged, %llu too long for the room this batch has left",
-               (unsigned long long)tries, (unsigned long long)bad, (unsigned long long)damaged,
+               what, (unsigned long long)tries, (unsigned long long)bad, (unsigned long long)damaged,
                (unsigned long long)too_long);
 }
 
@@ -222,7 +229,7 @@ static void verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
     if (rc == SF_E_CORRUPT) {
         reader_task_bad_value(r, t);
     } else if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
-        task_corrupt(t);
+        task_corrupt(t, SF_E_CHECKSUM);
     } else if (rc == SF_E_CHECKSUM) {
         task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);

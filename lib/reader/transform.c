@@ -205,12 +205,18 @@ int reader_image_value(reader_scratch *st, sf_reader *r, reader_task *t, uint32_
     (void)sf_dataset_key(&k, &kl, r->ds, t->id);
     char why[256];
     snprintf(why, sizeof why, "%s", sf_last_error());
-    if (rc == SF_E_SCHEMA) {
-        /* Decode() of an image of another size: the options do not fit the
-         * data. Substituting it (on_corrupt = skip) would drop every image
-         * of the other size without a word. */
-        char msg[512];
-        snprintf(msg, sizeof msg, "key '%.*s': field '%s': %s", (int)kl, k, r->schema->fields[f].name, why);
+    if (rc == SF_E_SCHEMA || rc == SF_E_UNSUPPORTED) {
+        /* Decode() of an image of another size, or an image in a format the
+         * transforms do not decode (BMP, TIFF...: ImageFolder packs them as
+         * torchvision does): the options do not fit the data. Substituting
+         * it (on_corrupt = skip) would drop every such image without a
+         * word. */
+        char msg[640];
+        snprintf(msg, sizeof msg, "key '%.*s': field '%s': %s%s", (int)kl, k, r->schema->fields[f].name, why,
+                 rc == SF_E_UNSUPPORTED ? " (shardfeed.image transforms decode JPEG, PNG and WebP; read other "
+                                          "formats without a transform and decode them yourself, or convert "
+                                          "them before packing)"
+                                        : "");
         reader_task_fail_config(r, t, rc, msg);
         return sf_fail(rc, "%s", msg);
     }

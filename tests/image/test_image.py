@@ -294,8 +294,15 @@ class ImageTest(unittest.TestCase):
         self.assert_refused(self.write("cut.jpg", jpg[:len(jpg) // 2]), E_CORRUPT, "truncated")
         self.assert_refused(self.write("cut.png", png[:len(png) // 2]), E_CORRUPT, "truncated")
         self.assert_refused(self.write("head.jpg", jpg[:40]), E_CORRUPT, "JPEG")
-        self.assert_refused(self.write("magic.jpg", b"GIF89a" + jpg[6:]), E_UNSUPPORTED, "not a JPEG")
-        self.assert_refused(self.write("empty.jpg", b""), E_UNSUPPORTED, "not a JPEG")
+        # Another format is unsupported (the reader does not substitute it); bytes of no
+        # known format, or none, are damage.
+        self.assert_refused(self.write("magic.jpg", b"GIF89a" + jpg[6:]), E_UNSUPPORTED,
+                            "a GIF image, not a JPEG, PNG or WebP one")
+        for name, fmt in (("bm", b"BM"), ("tiff", b"II*\0"), ("ppm", b"P6\n")):
+            self.assert_refused(self.write(f"{name}.jpg", fmt + jpg[8:]), E_UNSUPPORTED, "not a JPEG")
+        self.assert_refused(self.write("empty.jpg", b""), E_CORRUPT, "an empty value")
+        self.assert_refused(self.write("two.jpg", jpg[:2]), E_CORRUPT, "(first bytes ff d8)")
+        self.assert_refused(self.write("text.jpg", b"not an image"), E_CORRUPT, "(first bytes 6e 6f 74 20)")
         bad = bytearray(png)
         at = bad.find(b"IDAT") + 40
         bad[at:at + 16] = b"\xff" * 16

@@ -243,6 +243,45 @@ class DamagedImageTest(unittest.TestCase):
             self.assertEqual(subst, 3)
             self.assertEqual(ld.stats()["corrupt_substitutions"], 3)
 
+    def test_an_image_of_another_format_stops_the_read_also_with_skip(self):
+        # ImageFolder packs .bmp/.tif/.ppm as torchvision does; the transforms decode JPEG, PNG
+        # and WebP. Such an image was a "corrupt" sample, which skip replaced by a neighbour:
+        # every BMP dropped without a word. It is a configuration error now, as Decode()'s.
+        tree = os.path.join(self.dir, "tree-bmp")
+        os.makedirs(os.path.join(tree, "a"))
+        os.makedirs(os.path.join(tree, "b"))
+        for i in range(3):
+            Image.new("RGB", (40, 30), (i * 40, 0, 0)).save(os.path.join(tree, "a", f"{i}.jpg"))
+        Image.new("RGB", (40, 30), (0, 90, 0)).save(os.path.join(tree, "b", "x.bmp"))
+        ds = pack(tree, os.path.join(self.dir, "ds-bmp"))
+        for on_corrupt in ("error", "skip"):
+            with self.assertRaises(shardfeed.Error) as e:
+                with shardfeed.Loader(ds, batch_size=4, shuffle="none", on_corrupt=on_corrupt, transforms={
+                        "image": shardfeed.image.RandomResizedCrop(16)}) as ld:
+                    for _ in ld:
+                        pass
+            self.assertEqual(e.exception.code, shardfeed.E_UNSUPPORTED, on_corrupt)
+            self.assertIn("key 'b/x.bmp'", str(e.exception))
+            self.assertIn("a BMP image, not a JPEG, PNG or WebP one", str(e.exception))
+            self.assertIn("transforms decode JPEG, PNG and WebP", str(e.exception))
+
+    def test_no_substitute_says_why_the_sample_was_bad(self):
+        # Every image undecodable, so skip finds no substitute: the error said "checksum
+        # mismatch" (E_CHECKSUM) whatever the cause; every checksum here is right.
+        tree = os.path.join(self.dir, "tree-text")
+        os.makedirs(os.path.join(tree, "a"))
+        for i in range(2):
+            with open(os.path.join(tree, "a", f"{i}.jpg"), "wb") as f:
+                f.write(b"not an image %d" % i)
+        ds = pack(tree, os.path.join(self.dir, "ds-text"))
+        with self.assertRaises(shardfeed.Error) as e:
+            with shardfeed.Loader(ds, batch_size=1, shuffle="none", on_corrupt="skip", transforms={
+                    "image": shardfeed.image.RandomResizedCrop(16)}) as ld:
+                next(iter(ld))
+        self.assertEqual(e.exception.code, shardfeed.E_CORRUPT)
+        self.assertIn("a value that does not decode, and no substitute among the 1 samples",
+                      str(e.exception))
+
     def test_decode_needs_one_size(self):
         # A configuration error (E_SCHEMA), not a corrupt sample: "skip" does not drop it.
         for on_corrupt in ("error", "skip"):
