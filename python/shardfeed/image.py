@@ -35,13 +35,17 @@ _LAYOUTS = {"CHW": 0, "HWC": 1}
 
 
 def _size(size):
-    """(height, width) from an int or a pair."""
+    """(height, width) from an int, a pair, or a one-element sequence (as torchvision's
+    transforms take it: (224,) is 224)."""
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
         size = (size, size)
+    elif isinstance(size, (list, tuple)) and len(size) == 1:
+        size = (size[0], size[0])
     try:
         h, w = (int(v) for v in size)
     except (TypeError, ValueError):
-        raise TypeError(f"shardfeed.image: size must be an int or (height, width), not {size!r}") from None
+        raise TypeError(f"shardfeed.image: size must be an int, (height, width) or (side,), not "
+                        f"{size!r}") from None
     if not (1 <= h <= 65535 and 1 <= w <= 65535):
         raise ValueError(f"shardfeed.image: size {size!r}: each side from 1 to 65535")
     return h, w

@@ -181,6 +181,11 @@ class ImageLoaderTest(unittest.TestCase):
             shardfeed.image.RandomResizedCrop(224, scale=(0.5, 0.1))
         with self.assertRaises(ValueError):
             shardfeed.image.CenterCrop(224, layout="CWH")
+        # sizes as torchvision takes them: an int, (h, w), or a one-element sequence
+        for size in (32, (32, 32), [32], (32,)):
+            self.assertEqual(repr(shardfeed.image.CenterCrop(size)), repr(shardfeed.image.CenterCrop(32)))
+        with self.assertRaises(TypeError):
+            shardfeed.image.CenterCrop((32, 32, 32))
 
 
 @unittest.skipUnless(HAVE_IMAGES, "needs torch, torchvision, PIL and python3-skimage")
