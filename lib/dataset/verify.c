@@ -343,9 +343,8 @@ static void *verify_worker(void *arg)
  * exactly its manifest's shards. */
 static void check_stray_name(verify_run *v, const char *name)
 {
-    unsigned n;
-    int end = 0;
-    if (sscanf(name, "shard-%6u.sfs%n", &n, &end) == 1 && name[end] == '\0' && n >= v->m->shard_count)
+    int64_t n = sf_shard_name_index(name, strlen(name));
+    if (n >= 0 && (uint64_t)n >= v->m->shard_count)
         report(v, SF_E_CORRUPT, name, -1, -1, 0, "shard file not listed in the manifest (extra shard)");
 }
 

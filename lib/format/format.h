@@ -20,8 +20,12 @@
 
 /* ---- file names inside a dataset directory ---- */
 #define SF_MANIFEST_NAME "manifest.sfm"
-#define SF_SHARD_NAME_FMT "shard-%06u.sfs"
+#define SF_SHARD_NAME_FMT "shard-%06u.sfs" /* six digits; seven from 1,000,000 */
 #define SF_SHARD_NAME_MAX 32
+/* The index i < SF_MAX_SHARDS whose SF_SHARD_NAME_FMT name is exactly the
+ * `len` bytes at `name`, or -1 (another name, or one that only looks alike:
+ * "shard-+00001.sfs", "shard-01000000.sfs", fewer digits). */
+int64_t sf_shard_name_index(const char *name, size_t len);
 
 /* ---- limits every reader enforces before allocating (SPEC.md "Limits") ---- */
 #define SF_MAX_FIELDS 64u

@@ -395,3 +395,24 @@ int sf_guarded_hash(uint64_t *out, XXH3_state_t *scratch, const uint8_t *const *
         *out = j.digest;
     return rc;
 }
+
+int64_t sf_shard_name_index(const char *name, size_t len)
+{
+    static const char pre[] = "shard-", suf[] = ".sfs";
+    const size_t np = sizeof pre - 1, ns = sizeof suf - 1;
+    if (len < np + 6 + ns || len > np + 7 + ns || memcmp(name, pre, np) != 0 ||
+        memcmp(name + len - ns, suf, ns) != 0)
+        return -1;
+    size_t digits = len - np - ns;
+    int64_t v = 0;
+    for (size_t i = 0; i < digits; i++) {
+        char c = name[np + i];
+        if (c < '0' || c > '9')
+            return -1;
+        v = v * 10 + (c - '0');
+    }
+    /* %06u pads to six digits only: seven digits are a number >= 1,000,000. */
+    if ((digits == 7 && v < 1000000) || v >= SF_MAX_SHARDS)
+        return -1;
+    return v;
+}

@@ -230,19 +230,10 @@ typedef struct found_file {
     uint64_t id;    /* dataset_id it carries (not KIND_FOREIGN, KIND_LOCK) */
 } found_file;
 
-/* NNNNNN of "shard-NNNNNN.sfs" (exactly six digits); -1 otherwise. */
+/* N of "shard-NNNNNN.sfs" (SF_SHARD_NAME_FMT); -1 otherwise. */
 static long shard_number(const char *name, size_t len)
 {
-    if (len != strlen("shard-000000.sfs") || memcmp(name, "shard-", 6) != 0 ||
-        memcmp(name + 12, ".sfs", 4) != 0)
-        return -1;
-    long n = 0;
-    for (int i = 6; i < 12; i++) {
-        if (name[i] < '0' || name[i] > '9')
-            return -1;
-        n = n * 10 + (name[i] - '0');
-    }
-    return n;
+    return (long)sf_shard_name_index(name, len);
 }
 
 /* 1 when `name` is a temporary name shardfeed gives a shard or the manifest:

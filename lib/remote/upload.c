@@ -815,15 +815,10 @@ static int push_manifest(push_ctx *p, const local_dataset *d)
 /* Whether `name` is exactly a shard file's name (SF_SHARD_NAME_FMT), its index in *index. */
 static bool shard_name_index(const char *name, uint64_t *index)
 {
-    unsigned n;
-    int end = 0;
-    char again[64];
-    if (sscanf(name, "shard-%6u.sfs%n", &n, &end) != 1 || name[end] != '\0')
+    int64_t n = sf_shard_name_index(name, strlen(name));
+    if (n < 0) /* "shard-+00001.sfs", " 1", fewer digits: not ours */
         return false;
-    snprintf(again, sizeof again, SF_SHARD_NAME_FMT, n);
-    if (strcmp(again, name) != 0) /* "shard-+00001.sfs", " 1", fewer digits: not ours */
-        return false;
-    *index = n;
+    *index = (uint64_t)n;
     return true;
 }
 

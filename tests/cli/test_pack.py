@@ -434,6 +434,23 @@ class OutputDirectory(Base):
                     else:
                         self.assertEqual(open(path, "rb").read(), data)
 
+    def test_a_seven_digit_shard_of_a_dataset_is_its_shard(self):
+        # SF_SHARD_NAME_FMT writes shard 1,000,000 and on with seven digits; pack took only six
+        # for shardfeed's, so such a shard (of an earlier, larger pack) was a foreign file that
+        # even --force refused. Now it is a shard of another dataset, replaced with --force.
+        write_samples(self.inp, 3)
+        os.makedirs(self.out)
+        other = os.path.join(self.tmp, "other")
+        write_samples(os.path.join(self.tmp, "other-npy"), 4, seed=3)
+        run("pack", os.path.join(self.tmp, "other-npy"), "-o", other, check=0)
+        shutil.copy(os.path.join(other, "shard-000000.sfs"), os.path.join(self.out, "shard-1000000.sfs"))
+        p = run("pack", self.inp, "-o", self.out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("different shardfeed dataset (shard-1000000.sfs", p.stderr)
+        run("pack", self.inp, "-o", self.out, "--force", check=0)
+        self.assertNotIn("shard-1000000.sfs", os.listdir(self.out))
+        run("verify", self.out, check=0)
+
     def test_temporaries_of_another_dataset_removed_only_with_force(self):
         write_samples(self.inp, 3)
         os.makedirs(self.out)
@@ -599,6 +616,13 @@ class Corruption(Base):
         p = run("verify", self.out)
         self.assertEqual(p.returncode, 2)
         self.assertIn("shard-000099.sfs", p.stdout)
+        # Shard 1,000,000 and on have seven digits (SPEC.md: up to 2^20 shards): it is a shard
+        # name too, which verify did not see as one.
+        os.remove(os.path.join(self.out, "shard-000099.sfs"))
+        shutil.copy(path, os.path.join(self.out, "shard-1000000.sfs"))
+        p = run("verify", self.out)
+        self.assertEqual(p.returncode, 2)
+        self.assertRegex(p.stdout, r"shard-1000000.sfs .*shard file not listed in the manifest")
 
     def test_json_report(self):
         res = json.loads(run("verify", self.out, "--json", check=0).stdout)

@@ -374,3 +374,22 @@ Test(rules, out_of_file_descriptors_says_which_limit)
     cr_assert_eq(n, 0);
     cr_assert_neq(access(out, F_OK), 0, "a refused export left its folder");
 }
+
+/* Shard names as SF_SHARD_NAME_FMT writes them: six digits, seven from
+ * 1,000,000 (up to SF_MAX_SHARDS). Parsers took six digits only ("%6u"), so
+ * a dataset's shard 1,000,000 was a foreign file to pack and never an extra
+ * shard to verify. */
+Test(rules, shard_names_are_exactly_what_the_format_writes)
+{
+    const uint64_t good[] = {0, 1, 999999, 1000000, SF_MAX_SHARDS - 1};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char name[SF_SHARD_NAME_MAX];
+        int n = snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)good[i]);
+        cr_assert_eq(sf_shard_name_index(name, (size_t)n), (int64_t)good[i], "%s", name);
+    }
+    const char *bad[] = {"shard-00001.sfs",  "shard-0000001.sfs", "shard-+00001.sfs", "shard- 00001.sfs",
+                         "shard-000001.sfz", "shard-000001.sfs.tmp", "Shard-000001.sfs", "shard-1048576.sfs",
+                         "shard-9999999.sfs", "shard-01000000.sfs", "shard-.sfs",  "manifest.sfm"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(sf_shard_name_index(bad[i], strlen(bad[i])), -1, "%s", bad[i]);
+}
