@@ -195,7 +195,9 @@ static int check_parts(part *p, size_t n, unsigned flags)
     return 0;
 }
 
-static int copy_all(int in, int out, uint64_t size, const char *src)
+/* Copies `size` bytes of src (open as in) to dst (open as out). Errors name
+ * both: a full disk is the output's, a read error the input's. */
+static int copy_all(int in, int out, uint64_t size, const char *src, const char *dst)
 {
     uint64_t done = 0;
     while (done < size) {
@@ -205,8 +207,8 @@ static int copy_all(int in, int out, uint64_t size, const char *src)
         if (n <= 0) {
             if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL))
                 break; /* fall back to read + write below */
-            return sf_fail(n < 0 ? -errno : SF_E_TRUNCATED, "%s: copy failed: %s", src,
-                           n < 0 ? strerror(errno) : "file shrank");
+            return sf_fail(n < 0 ? -errno : SF_E_TRUNCATED, "copying %s to %s: %s", src, dst,
+                           n < 0 ? strerror(errno) : "the input shrank");
         }
         done += (uint64_t)n;
     }
@@ -217,7 +219,7 @@ static int copy_all(int in, int out, uint64_t size, const char *src)
         if (!rc)
             rc = sf_write_full(out, buf, want);
         if (rc)
-            return sf_fail(rc, "%s: copy failed: %s", src, sf_strerror(rc));
+            return sf_fail(rc, "copying %s to %s: %s", src, dst, sf_strerror(rc));
         done += want;
     }
     return 0;
@@ -288,7 +290,7 @@ static int merge_shard(const part *p, uint64_t local, uint64_t global, const cha
     if (!rc && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0)
         rc = sf_fail(-errno, "%s: cannot create: %s", tmp, sf_errno_text(errno));
     if (!rc)
-        rc = copy_all(in, fd, meta.file_size, src);
+        rc = copy_all(in, fd, meta.file_size, src, tmp);
     if (!rc) {
         sf_shard_header h = meta.header;
         h.shard_index = global;

@@ -179,6 +179,38 @@ def full_disk_replacing(tmp, src, ref, ref_pages):
     return 1
 
 
+def full_disk_merge(tmp, src, ref_pages):
+    """merge into a disk too small for the merged shards: exit 1 naming the output file it
+    could not write and the cause (it named the part's shard it was copying from), nothing
+    of the merge left in the output folder."""
+    parts = []
+    for k in range(2):
+        d = os.path.join(tmp, f"part{k}")
+        p = subprocess.run([SF, "pack", src, "-o", d, "--part", f"{k}/2", "--shard-size", "64KiB", "-q"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            fail(f"packing part {k} failed: {p.stderr.decode(errors='replace')}")
+            return 0
+        parts.append(d)
+    mnt = os.path.join(tmp, "full")
+    size = f"{ref_pages * 4 // 2}k"
+    what = f"full disk, merge (tmpfs size={size}, the merge needs {ref_pages * 4} KiB)"
+    mount_tmpfs(mnt, size)
+    try:
+        out = os.path.join(mnt, "out")
+        p = subprocess.run([SF, "merge", *parts, "-o", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = p.stderr.decode(errors="replace").strip()
+        if p.returncode != 1 or "No space left on device" not in err or f"to {out}/" not in err:
+            fail(f"{what}: exit {p.returncode}, want 1 naming the output file and the cause: {err!r}")
+        left = [n for n in os.listdir(out) if n != ".shardfeed.lock"] if os.path.isdir(out) else []
+        if left:
+            fail(f"{what}: left {left[:3]} in the output folder")
+        print(f"  {what}: exit {p.returncode}: {err}", flush=True)
+    finally:
+        umount(mnt)
+    return 1
+
+
 def read_only(tmp, src, ref):
     mnt = os.path.join(tmp, "ro")
     cases = 0
@@ -271,6 +303,7 @@ def main():
         print(f"reference: {len(ref) - 1} shards + manifest, {pages * 4} KiB in pages", flush=True)
         n = full_disk(tmp, src, ref, pages)
         n += full_disk_replacing(tmp, src, ref, pages)
+        n += full_disk_merge(tmp, src, pages)
         n += read_only(tmp, src, ref)
         print(f"disk error cases: {n}", flush=True)
     finally:
