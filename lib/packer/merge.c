@@ -404,10 +404,8 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
                 bytes += whole.shards[written++].file_size;
         }
     free(scan);
-    if (!rc)
-        rc = pack_outdir_install(output_dir, &plan, state == PACK_OUT_REPLACE);
-    else if (plan.shard_count)
-        rc = pack_outdir_abandon(rc, output_dir, &plan, state);
+    /* The manifest too is written before any shard takes its name, so that
+     * only renames and removals remain (pack_outdir_install). */
     uint64_t msize = 0;
     if (!rc) {
         msize = sf_manifest_encoded_size(&whole);
@@ -416,10 +414,14 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
             rc = sf_fail(-ENOMEM, "out of memory");
         } else {
             sf_manifest_encode(buf, &whole);
-            rc = pack_write_atomic(output_dir, SF_MANIFEST_NAME, whole.dataset_id, buf, msize);
+            rc = pack_write_temp(output_dir, SF_MANIFEST_NAME, whole.dataset_id, buf, msize);
             free(buf);
         }
     }
+    if (!rc)
+        rc = pack_outdir_install(output_dir, &plan, state == PACK_OUT_REPLACE);
+    else if (plan.shard_count)
+        rc = pack_outdir_abandon(rc, output_dir, &plan, state);
     if (!rc && result) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         memset(result, 0, sizeof *result);

@@ -42,12 +42,10 @@ void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, ui
     pack_out_path(buf, cap, dir, temp);
 }
 
-int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
-                      uint64_t len)
+int pack_write_temp(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf, uint64_t len)
 {
-    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP];
+    char tmp[SF_PATH_CAP];
     pack_temp_path(tmp, sizeof tmp, dir, name, dataset_id);
-    pack_out_path(dst, sizeof dst, dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return sf_fail(-errno, "%s: cannot create: %s", tmp, sf_errno_text(errno));
@@ -56,9 +54,24 @@ int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, co
         rc = -errno;
     if (close(fd) != 0 && !rc)
         rc = -errno;
-    if (!rc && rename(tmp, dst) != 0)
-        rc = -errno;
     if (rc) {
+        unlink(tmp);
+        return sf_fail(rc, "%s: %s", tmp, strerror(-rc));
+    }
+    return 0;
+}
+
+int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
+                      uint64_t len)
+{
+    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP];
+    int rc = pack_write_temp(dir, name, dataset_id, buf, len);
+    if (rc)
+        return rc;
+    pack_temp_path(tmp, sizeof tmp, dir, name, dataset_id);
+    pack_out_path(dst, sizeof dst, dir, name);
+    if (rename(tmp, dst) != 0) {
+        rc = -errno;
         unlink(tmp);
         return sf_fail(rc, "%s: %s", dst, strerror(-rc));
     }
@@ -459,6 +472,8 @@ void pack_outdir_drop_temps(const char *out, const pack_plan *plan)
         pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
         unlink(tmp); /* ENOENT: never written, or renamed */
     }
+    pack_temp_path(tmp, sizeof tmp, out, SF_MANIFEST_NAME, plan->dataset_id);
+    unlink(tmp);
 }
 
 int pack_outdir_abandon(int rc, const char *out, const pack_plan *plan, pack_outdir_state state)
@@ -472,47 +487,73 @@ int pack_outdir_abandon(int rc, const char *out, const pack_plan *plan, pack_out
                    why, out, rc == -ENOSPC || rc == -EDQUOT ? ", so replacing it needs room for both" : "");
 }
 
+/* Renames DIR/.NAME.<id>.tmp to DIR/NAME. */
+static int name_temp(const char *out, const char *name, uint64_t id)
+{
+    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP];
+    pack_temp_path(tmp, sizeof tmp, out, name, id);
+    pack_out_path(dst, sizeof dst, out, name);
+    if (rename(tmp, dst) != 0)
+        return sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
+    return 0;
+}
+
 int pack_outdir_install(const char *out, const pack_plan *plan, int replace)
 {
     int rc = 0;
-    /* The old manifest first: from here until the new one is written the
-     * folder is not a dataset, rather than one whose manifest lists other
-     * shards. Nothing below writes data, so nothing below runs out of
-     * room; a crash here leaves a folder the next run (with --force)
-     * writes again. */
+    /* The old manifest first: from here until the new one takes its name
+     * the folder is not a dataset, rather than one whose manifest lists
+     * other shards. Everything is written already (the new manifest too,
+     * under its temporary name): what follows renames and removes only,
+     * so it cannot run out of room; a crash here leaves a folder the next
+     * run (with --force) writes again. */
     if (replace) {
         DIR *d = opendir(out);
         if (!d)
             return sf_fail(-errno, "%s: cannot open output directory: %s", out, sf_errno_text(errno));
         found_file m;
-        if ((rc = classify(dirfd(d), out, SF_MANIFEST_NAME, &m)) == 0 && m.kind == KIND_MANIFEST &&
-            (rc = remove_file(out, SF_MANIFEST_NAME)) == 0)
-            rc = sf_fsync_dir(out);
+        if ((rc = classify(dirfd(d), out, SF_MANIFEST_NAME, &m)) == 0 && m.kind == KIND_MANIFEST)
+            rc = remove_file(out, SF_MANIFEST_NAME);
         closedir(d);
+        if (rc) /* nothing removed */
+            return pack_outdir_abandon(rc, out, plan, PACK_OUT_REPLACE);
+        rc = sf_fsync_dir(out);
     }
-    char tmp[SF_PATH_CAP], dst[SF_PATH_CAP], name[SF_SHARD_NAME_MAX];
+    char name[SF_SHARD_NAME_MAX];
     for (uint64_t i = 0; i < plan->shard_count && !rc; i++) {
         snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
-        pack_temp_path(tmp, sizeof tmp, out, name, plan->dataset_id);
-        pack_out_path(dst, sizeof dst, out, name);
-        if (rename(tmp, dst) != 0)
-            rc = sf_fail(-errno, "%s: rename failed: %s", dst, strerror(errno));
+        rc = name_temp(out, name, plan->dataset_id);
     }
     if (!rc && replace) {
         /* What is left of the old dataset: its shards past the new plan. */
         DIR *d = opendir(out);
-        if (!d)
-            return sf_fail(-errno, "%s: cannot open output directory: %s", out, sf_errno_text(errno));
-        struct dirent *de;
-        while (!rc && (de = readdir(d)) != NULL) {
-            found_file f;
-            if ((rc = classify(dirfd(d), out, de->d_name, &f)) == 0 && f.kind == KIND_SHARD &&
-                f.shard >= plan->shard_count)
-                rc = remove_file(out, de->d_name);
+        if (!d) {
+            rc = sf_fail(-errno, "%s: cannot open output directory: %s", out, sf_errno_text(errno));
+        } else {
+            struct dirent *de;
+            while (!rc && (errno = 0, de = readdir(d)) != NULL) {
+                found_file f;
+                if ((rc = classify(dirfd(d), out, de->d_name, &f)) == 0 && f.kind == KIND_SHARD &&
+                    f.shard >= plan->shard_count)
+                    rc = remove_file(out, de->d_name);
+            }
+            if (!rc && errno)
+                rc = sf_fail(-errno, "%s: reading directory: %s", out, strerror(errno));
+            closedir(d);
         }
-        closedir(d);
     }
     if (!rc)
         rc = sf_fsync_dir(out);
-    return rc;
+    if (!rc)
+        rc = name_temp(out, SF_MANIFEST_NAME, plan->dataset_id);
+    if (!rc)
+        return sf_fsync_dir(out);
+    /* Part way: no manifest, so not a dataset (never one whose manifest
+     * lists other shards). */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sf_last_error());
+    pack_outdir_drop_temps(out, plan);
+    return sf_fail(rc, "%s (%s stopped part way through taking the new dataset's names: it holds no dataset "
+                       "now; the same command, with the force option, writes it again)",
+                   why, out);
 }

@@ -114,18 +114,27 @@ static int encode_manifest(uint8_t **out, uint64_t *size, const input_set *in, c
     return rc;
 }
 
+/* What finish_manifest does with the manifest this run makes. */
+typedef enum manifest_step {
+    MANIFEST_WRITE, /* write it (atomically) */
+    MANIFEST_TEMP,  /* write it under its temporary name only (PACK_OUT_REPLACE) */
+    MANIFEST_PROVE  /* the folder holds this dataset complete: compare, write nothing */
+} manifest_step;
+
 /* Writes the manifest; or, when the folder already holds this dataset_id
  * complete and every shard was proven, checks that the manifest there is
  * byte for byte the one this run writes, writing nothing. */
 static int finish_manifest(const char *out, const input_set *in, const pack_plan *plan,
                            const pack_shard_result *results, const sf_part_info *part,
-                           const pack_images *images, int prove_only, uint64_t *bytes)
+                           const pack_images *images, manifest_step step, uint64_t *bytes)
 {
     uint8_t *buf = NULL;
     uint64_t size = 0;
     int rc = encode_manifest(&buf, &size, in, plan, results, part, images);
-    if (!rc && !prove_only) {
+    if (!rc && step == MANIFEST_WRITE) {
         rc = pack_write_atomic(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
+    } else if (!rc && step == MANIFEST_TEMP) {
+        rc = pack_write_temp(out, SF_MANIFEST_NAME, plan->dataset_id, buf, size);
     } else if (!rc) {
         char path[SF_PATH_CAP];
         pack_out_path(path, sizeof path, out, SF_MANIFEST_NAME);
@@ -357,11 +366,17 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
                                   "the force option replaces it)",
                      output_dir, why);
     }
-    if (state == PACK_OUT_REPLACE)
+    if (state == PACK_OUT_REPLACE) {
+        /* The old dataset stays whole until everything new is written, the
+         * manifest included: then only renames and removals remain. */
+        if (!rc)
+            rc = finish_manifest(output_dir, &in, &plan, results, &part, &images, MANIFEST_TEMP,
+                                 &manifest_bytes);
         rc = rc ? pack_outdir_abandon(rc, output_dir, &plan, state) : pack_outdir_install(output_dir, &plan, 1);
-    if (!rc)
-        rc = finish_manifest(output_dir, &in, &plan, results, &part, &images, state == PACK_OUT_COMPLETE,
-                             &manifest_bytes);
+    } else if (!rc) {
+        rc = finish_manifest(output_dir, &in, &plan, results, &part, &images,
+                             state == PACK_OUT_COMPLETE ? MANIFEST_PROVE : MANIFEST_WRITE, &manifest_bytes);
+    }
     if (!rc && opts->progress)
         opts->progress(opts->progress_ctx, samples, samples, atomic_load(&p->bytes_done));
     if (!rc && result) {

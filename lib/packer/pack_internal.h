@@ -152,13 +152,14 @@ typedef enum pack_outdir_state {
  * it, pack_write_shard); never with `force`. */
 int pack_outdir_prepare(const char *out, const pack_plan *plan, int force, uint8_t *reuse,
                         pack_outdir_state *state);
-/* Every shard of `plan` is written, fsync'd, under its temporary name:
- * gives them their names. With `replace` (PACK_OUT_REPLACE) it first
- * removes the old manifest and then the old shards past the plan. The
- * caller writes the manifest next. Renames and unlinks only, so it needs
- * no room on the disk. */
+/* Every shard of `plan` and its manifest are written, fsync'd, under their
+ * temporary names: gives them their names, the manifest last. With
+ * `replace` (PACK_OUT_REPLACE) it first removes the old manifest and then
+ * the old shards past the plan. Renames and unlinks only, so it needs no
+ * room on the disk; a failure part way drops the temporaries and says the
+ * folder holds no dataset. */
 int pack_outdir_install(const char *out, const pack_plan *plan, int replace);
-/* Removes the temporaries of `plan`'s shards (a failed run's). */
+/* Removes the temporaries of `plan`'s shards and manifest (a failed run's). */
 void pack_outdir_drop_temps(const char *out, const pack_plan *plan);
 /* A run that failed with rc after pack_outdir_prepare: drops its shards'
  * temporaries and returns rc, its message saying, when it was replacing a
@@ -173,8 +174,10 @@ void pack_out_path(char *buf, size_t cap, const char *out, const char *name);
  * carrying the run's identity so that only its own run removes it. DIR is
  * the locked OUT (pack_out_path). */
 void pack_temp_path(char *buf, size_t cap, const char *dir, const char *name, uint64_t dataset_id);
-/* Writes `len` bytes to DIR/NAME under its temporary name, fsyncs, renames
- * and fsyncs the directory. */
+/* Writes `len` bytes to DIR/NAME's temporary name and fsyncs it (removed
+ * again on failure). */
+int pack_write_temp(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf, uint64_t len);
+/* pack_write_temp, then renames it to DIR/NAME and fsyncs the directory. */
 int pack_write_atomic(const char *dir, const char *name, uint64_t dataset_id, const uint8_t *buf,
                       uint64_t len);
 

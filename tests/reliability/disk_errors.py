@@ -179,6 +179,50 @@ def full_disk_replacing(tmp, src, ref, ref_pages):
     return 1
 
 
+def full_disk_replacing_sweep(tmp, src, ref, ref_pages):
+    """pack --force of B over A, A held open by a reader, on disks sized around "A plus B's
+    shards fit, B's manifest does not": each run either replaces A with exactly B, or fails
+    leaving A file for file.
+    The old dataset must never be removed before the new manifest is written (it was: a full
+    disk at the manifest left neither). Needs full_disk_replacing's B."""
+    ref_b = read_dir(os.path.join(tmp, "ref_b"))
+    src_b = os.path.join(tmp, "in_b")
+    mnt = os.path.join(tmp, "full")
+    cases = manifest_hits = 0
+    for pages in range(2 * ref_pages - 4, 2 * ref_pages + 3):
+        what = f"full disk, --force over a complete dataset (tmpfs {pages * 4} KiB, each dataset {ref_pages * 4} KiB)"
+        mount_tmpfs(mnt, f"{pages * 4}k")
+        try:
+            out = os.path.join(mnt, "out")
+            shutil.copytree(os.path.join(tmp, "ref"), out)
+            # A reader has the old dataset open, as a training job would: shards renamed over
+            # or removed keep their room until it closes them.
+            held = [open(os.path.join(out, n), "rb") for n in os.listdir(out)]
+            try:
+                p = pack(src_b, out, "--force")
+            finally:
+                for f in held:
+                    f.close()
+            err = p.stderr.decode(errors="replace").strip()
+            got = read_dir(out)
+            if p.returncode == 0:
+                if got != ref_b:
+                    fail(f"{what}: succeeded but the folder is not B's pack")
+            elif got != ref:
+                fail(f"{what}: failed ({err}) and the dataset to be replaced changed: "
+                     f"{sorted(set(got) ^ set(ref))[:4]}")
+            elif "manifest.sfm" in err:
+                manifest_hits += 1
+            cases += 1
+        finally:
+            umount(mnt)
+    print(f"  --force on a nearly full disk: {cases} sizes, {manifest_hits} failed writing the manifest, "
+          f"the old dataset whole after every failure", flush=True)
+    if manifest_hits == 0:
+        fail("no size made the new manifest's write fail")
+    return cases
+
+
 def full_disk_merge(tmp, src, ref_pages):
     """merge into a disk too small for the merged shards: exit 1 naming the output file it
     could not write and the cause (it named the part's shard it was copying from), nothing
@@ -303,6 +347,7 @@ def main():
         print(f"reference: {len(ref) - 1} shards + manifest, {pages * 4} KiB in pages", flush=True)
         n = full_disk(tmp, src, ref, pages)
         n += full_disk_replacing(tmp, src, ref, pages)
+        n += full_disk_replacing_sweep(tmp, src, ref, pages)
         n += full_disk_merge(tmp, src, pages)
         n += read_only(tmp, src, ref)
         print(f"disk error cases: {n}", flush=True)
