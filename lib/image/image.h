@@ -61,7 +61,8 @@ typedef struct image_header {
 } image_header;
 
 /* The format (from the magic bytes) and the size (from the header) of an
- * encoded image. SF_E_UNSUPPORTED for an unknown magic, SF_E_CORRUPT for a
+ * encoded image. SF_E_UNSUPPORTED for the magic of a format not decoded here
+ * (BMP, GIF, TIFF, ...), SF_E_CORRUPT for bytes of no known format or a
  * header that does not parse; detail in sf_last_error(). */
 int image_probe(image_header *out, const uint8_t *data, size_t len);
 

@@ -84,9 +84,10 @@ def _held_error(e, loader):
 class EpochControl:
     """What every Loader has, of one dataset or a mix: the epoch and set_epoch, the position
     load_state_dict sets (_seek), and use in a with block. Needs _epoch, _pos, _resume, _gen,
-    _lock (a threading.Lock: the position's and _gen's changes, so that an iterator's "still
-    current? then count this batch" is one step against another thread's seek or close) and
-    _check_open()."""
+    _lock (a threading.RLock: the position's and _gen's changes, so that an iterator's "still
+    current? then count this batch" is one step against another thread's seek or close;
+    re-entrant, so that a signal handler which seeks or closes while the main thread's
+    iterator holds it does not deadlock) and _check_open()."""
 
     @property
     def epoch(self):
@@ -255,7 +256,7 @@ class Loader(EpochControl):
                  ):
         self._reader = None
         self._final_stats = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
         if weights is not None:
             raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "

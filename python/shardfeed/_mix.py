@@ -177,7 +177,7 @@ class MixedLoader(EpochControl):
 
     def __init__(self, path, batch_size, weights=None, fields=None, seed=0, **options):
         self._children = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.paths = [os.fspath(p) for p in path]
         if not self.paths:
             raise ValueError("shardfeed: path=[]: give at least one dataset")
@@ -254,7 +254,7 @@ class MixedLoader(EpochControl):
         order options and dataset_id], batch_size, world_size, num_batches}. O(number of
         datasets). After close() too, as Loader.state_dict."""
         pos = self._resume if self._resume is not None else self._pos
-        return {"version": _resume.VERSION, "mix": True, "epoch": self._epoch,
+        return {"version": _resume.VERSION, "mix": True, "rotation": True, "epoch": self._epoch,
                 "next_batch": pos, "rank": self.rank, "batch_size": self.batch_size,
                 "world_size": self.world_size, "num_batches": self._num_batches,
                 "weights": list(self.weights),
@@ -303,6 +303,12 @@ class MixedLoader(EpochControl):
                              "give other batches): " + "; ".join(bad))
         epoch = _resume.check_int("epoch", state["epoch"], 2 ** 63)  # SF_MAX_EPOCH + 1
         nb = _resume.check_int("next_batch", state["next_batch"], self._num_batches + 1)
+        if self.shuffle == "none" and nb and "rotation" not in state:
+            raise ValueError("shardfeed: state_dict was saved mid-epoch by a shardfeed whose "
+                             "shuffle='none' mix read the same batches of each dataset every "
+                             "epoch; this one reads on (README \"Mixing datasets\"), so that "
+                             "position holds other batches: load a state of an epoch's start "
+                             "(next_batch 0), or finish the epoch with that shardfeed")
         self._seek(epoch, nb)
 
     # ---- the rest ----

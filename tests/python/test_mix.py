@@ -212,6 +212,15 @@ class Resume(unittest.TestCase):
             new = mixed(shuffle="none")
             new.load_state_dict(part.state_dict())
             self.assertEqual(steps(new), epochs[2][k:], f"resumed after {k} batches")
+        # A state an older shardfeed saved mid-epoch (no "rotation"): its position was in the
+        # batches it read then, not in these; refused. At an epoch's start it loads.
+        old = part.state_dict()
+        del old["rotation"]
+        with self.assertRaisesRegex(ValueError, "mid-epoch by a shardfeed whose shuffle='none' mix"):
+            mixed(shuffle="none").load_state_dict(old)
+        new = mixed(shuffle="none")
+        new.load_state_dict(dict(old, next_batch=0))
+        self.assertEqual(steps(new), epochs[2])
 
     def test_holding_every_slot_names_the_dataset(self):
         # The child's error lists its own batch numbers, which a mixed Batch's .index (its
