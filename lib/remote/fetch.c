@@ -730,10 +730,12 @@ static void *parts_worker(void *arg)
     return NULL;
 }
 
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd)
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
+                            unsigned max_parts)
 {
+    assert(max_parts >= 1 && max_parts <= REMOTE_PARTS);
     uint64_t parts = (size + REMOTE_PART_MIN - 1) / REMOTE_PART_MIN;
-    parts = parts < 1 ? 1 : parts > REMOTE_PARTS ? REMOTE_PARTS : parts;
+    parts = parts < 1 ? 1 : parts > max_parts ? max_parts : parts;
     /* Parts of whole write chunks: each writes the file at chunk offsets. */
     uint64_t part = (size + parts - 1) / parts;
     part = (part + REMOTE_WRITE_CHUNK - 1) / REMOTE_WRITE_CHUNK * REMOTE_WRITE_CHUNK;
@@ -801,9 +803,10 @@ int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uin
     return no_curl();
 }
 
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd)
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
+                            unsigned max_parts)
 {
-    (void)p, (void)name, (void)size, (void)fd;
+    (void)p, (void)name, (void)size, (void)fd, (void)max_parts;
     return no_curl();
 }
 

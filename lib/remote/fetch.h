@@ -40,7 +40,9 @@
 #define REMOTE_WRITE_CHUNK (128u << 10) /* a download is written to its file in chunks this size */
 /* remote_pool_fetch_to_fd: an object of at least 2 x REMOTE_PART_MIN bytes
  * is fetched as up to REMOTE_PARTS ranges at once, each on its own
- * connection (one connection's copy was the limit on loopback). */
+ * connection (one connection's copy was the limit on loopback). Callers
+ * with several downloads running ask for fewer: ext4 writes one file's
+ * parts one at a time, under the file's lock (dataset_remote.c). */
 #define REMOTE_PART_MIN (8u << 20)
 #define REMOTE_PARTS 4u
 
@@ -88,12 +90,13 @@ int remote_pool_open(remote_pool **out, const remote_location *loc, const remote
 void remote_pool_free(remote_pool *p); /* NULL ok; every fetcher given back */
 int remote_pool_take(remote_fetcher **out, remote_pool *p);
 void remote_pool_give(remote_pool *p, remote_fetcher *f);
-/* remote_fetch_to_fd in up to REMOTE_PARTS ranges fetched at once by as
- * many threads, each with a fetcher of the pool, each written at its offset
- * (each retried as remote_fetch_range is, a retry resuming where its range
- * stopped). 0, or the failure of the lowest failing range, the others
- * finished first. */
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd);
+/* remote_fetch_to_fd in up to max_parts (1..REMOTE_PARTS) ranges fetched
+ * at once by as many threads, each with a fetcher of the pool, each written
+ * at its offset (each retried as remote_fetch_range is, a retry resuming
+ * where its range stopped). 0, or the failure of the lowest failing range,
+ * the others finished first. */
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
+                            unsigned max_parts);
 
 /* ---- for the tests: the transport's decisions, without a server ---- */
 
