@@ -9,6 +9,7 @@
 
 #include "big_alloc.h"
 #include "error_internal.h"
+#include "fault_guard.h"
 #include "le.h"
 #include "path.h"
 #include "shard_file.h"
@@ -141,7 +142,8 @@ void sf_shard_meta_clear(sf_shard_meta *m)
 }
 
 /* Sequential reader over the data area: ranges are consumed in increasing,
- * contiguous order, so one buffer refilled with large reads suffices. */
+ * contiguous order, so one buffer refilled with large reads suffices. Over
+ * a mapped shard (fd -1) the buffer is the mapping's [0, end). */
 struct stream {
     int fd;
     uint8_t *buf;
@@ -155,6 +157,8 @@ struct stream {
 static int stream_get(struct stream *s, uint64_t off, uint64_t want, const uint8_t **p, uint64_t *got)
 {
     if (off < s->buf_off || off >= s->buf_off + s->buf_len) {
+        if (s->fd < 0)
+            return SF_E_TRUNCATED; /* mapped: never asked past end; no sf_fail under the guard */
         uint64_t len = s->end - off < s->cap ? s->end - off : s->cap;
         int rc = sf_pread_full(s->fd, s->buf, len, off);
         if (rc)
@@ -208,16 +212,35 @@ static int stream_hash(struct stream *s, XXH3_state_t *st, uint64_t off, uint64_
     return 0;
 }
 
-int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, uint8_t *buf,
-                           uint64_t buf_size, sf_shard_problem_fn cb, void *ctx)
+/* One scan of the data area through a stream (sf_shard_scan_data,
+ * sf_shard_scan_mapped). Its problems are counted in `problems` as they
+ * are found, so a scan abandoned by the fault guard keeps its count. */
+typedef struct scan_run {
+    const sf_shard_meta *m;
+    const sf_schema *sc;
+    struct stream *s;
+    XXH3_state_t *st;
+    sf_shard_problem_fn cb;
+    void *ctx;
+    int64_t problems;
+} scan_run;
+
+static void scan_report(scan_run *run, const sf_shard_problem *p)
 {
-    const sf_shard_header *h = &m->header;
-    struct stream s = {.fd = fd, .buf = buf, .cap = buf_size, .end = h->index_offset};
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return sf_fail(-ENOMEM, "out of memory");
+    if (run->cb)
+        run->cb(run->ctx, p);
+    run->problems++;
+}
+
+/* sf_guarded_fn: 0, or the stream's error. */
+static int scan_records(void *arg)
+{
+    scan_run *run = arg;
+    const sf_schema *sc = run->sc;
+    const sf_shard_header *h = &run->m->header;
+    struct stream *s = run->s;
+    XXH3_state_t *st = run->st;
     uint64_t field_off[SF_MAX_FIELDS], field_size[SF_MAX_FIELDS];
-    int64_t problems = 0;
     int rc = 0;
     uint64_t cursor = SF_SHARD_HEADER_SIZE;
     sf_index_entry e;
@@ -226,20 +249,16 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
         /* Zero padding up to this record (or, after the last one, the index). */
         uint64_t next = r < h->record_count ? 0 : h->index_offset;
         if (r < h->record_count) {
-            sf_index_entry_decode(&e, sc, m->index + r * sc->entry_size); /* checked at load */
+            sf_index_entry_decode(&e, sc, run->m->index + r * sc->entry_size); /* checked at load */
             uint64_t record_size;
             sf_record_layout(sc, h->align, e.var_len, field_off, field_size, &record_size);
             next = e.offset;
         }
-        uint64_t bad = stream_zero(&s, cursor, next - cursor, &rc);
+        uint64_t bad = stream_zero(s, cursor, next - cursor, &rc);
         if (rc)
             break;
-        if (bad != UINT64_MAX) {
-            sf_shard_problem p = {SF_E_CORRUPT, -1, bad, SF_PROBLEM_PADDING, 0};
-            if (cb)
-                cb(ctx, &p);
-            problems++;
-        }
+        if (bad != UINT64_MAX)
+            scan_report(run, &(sf_shard_problem){SF_E_CORRUPT, -1, bad, SF_PROBLEM_PADDING, 0});
         if (r == h->record_count)
             break;
         XXH3_64bits_reset(st);
@@ -250,7 +269,7 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
             if (sc->fields[f].storage == SF_STORAGE_INLINE)
                 continue;
             uint64_t start = e.offset + field_off[k];
-            bad = stream_zero(&s, cursor, start - cursor, &rc);
+            bad = stream_zero(s, cursor, start - cursor, &rc);
             if (bad != UINT64_MAX && first_bad_pad == UINT64_MAX)
                 first_bad_pad = bad;
             /* Stored bytes are the value unless compressed (verify
@@ -258,7 +277,7 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
             int bools = (sc->bool_payload >> k & 1) && sc->fields[f].codec == SF_CODEC_NONE;
             uint64_t before = first_bad_value;
             if (rc == 0)
-                rc = stream_hash(&s, st, start, field_size[k], bools, &first_bad_value);
+                rc = stream_hash(s, st, start, field_size[k], bools, &first_bad_value);
             if (before != first_bad_value)
                 bad_field = f;
             cursor = start + field_size[k];
@@ -267,29 +286,51 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
         if (rc)
             break;
         int hashed_ok = XXH3_64bits_digest(st) == e.checksum;
-        if (!hashed_ok) {
-            sf_shard_problem p = {SF_E_CHECKSUM, (int64_t)r, e.offset, SF_PROBLEM_CHECKSUM, 0};
-            if (cb)
-                cb(ctx, &p);
-            problems++;
-        }
-        if (first_bad_pad != UINT64_MAX) {
-            sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_pad, SF_PROBLEM_PADDING, 0};
-            if (cb)
-                cb(ctx, &p);
-            problems++;
-        }
+        if (!hashed_ok)
+            scan_report(run, &(sf_shard_problem){SF_E_CHECKSUM, (int64_t)r, e.offset,
+                                                 SF_PROBLEM_CHECKSUM, 0});
+        if (first_bad_pad != UINT64_MAX)
+            scan_report(run, &(sf_shard_problem){SF_E_CORRUPT, (int64_t)r, first_bad_pad,
+                                                 SF_PROBLEM_PADDING, 0});
         /* A damaged payload is reported by its checksum; a bad value under
          * a good checksum was written so. */
-        if (hashed_ok && first_bad_value != UINT64_MAX) {
-            sf_shard_problem p = {SF_E_CORRUPT, (int64_t)r, first_bad_value, SF_PROBLEM_VALUE, bad_field};
-            if (cb)
-                cb(ctx, &p);
-            problems++;
-        }
+        if (hashed_ok && first_bad_value != UINT64_MAX)
+            scan_report(run, &(sf_shard_problem){SF_E_CORRUPT, (int64_t)r, first_bad_value,
+                                                 SF_PROBLEM_VALUE, bad_field});
     }
-    XXH3_freeState(st);
-    return rc ? rc : problems;
+    return rc;
+}
+
+int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, uint8_t *buf,
+                           uint64_t buf_size, sf_shard_problem_fn cb, void *ctx)
+{
+    struct stream s = {.fd = fd, .buf = buf, .cap = buf_size, .end = m->header.index_offset};
+    scan_run run = {m, sc, &s, XXH3_createState(), cb, ctx, 0};
+    if (!run.st)
+        return sf_fail(-ENOMEM, "out of memory");
+    int rc = scan_records(&run);
+    XXH3_freeState(run.st);
+    return rc ? rc : run.problems;
+}
+
+int64_t sf_shard_scan_mapped(const sf_shard_meta *m, const sf_schema *sc, const uint8_t *base,
+                             uint64_t size, sf_shard_problem_fn cb, void *ctx)
+{
+    uint64_t end = m->header.index_offset;
+    if (end > size)
+        return sf_fail(SF_E_TRUNCATED, "the data area ends at byte %llu, past the %llu bytes mapped",
+                       (unsigned long long)end, (unsigned long long)size);
+    /* The whole area is the stream's buffer: nothing is read or copied. */
+    struct stream s = {.fd = -1, .buf = (uint8_t *)base, .cap = end, .buf_len = end, .end = end};
+    scan_run run = {m, sc, &s, XXH3_createState(), cb, ctx, 0};
+    if (!run.st)
+        return sf_fail(-ENOMEM, "out of memory");
+    int rc = sf_fault_guarded(scan_records, &run);
+    XXH3_freeState(run.st);
+    if (rc)
+        return sf_fail(rc, "reading the mapped data area: %s (the file shrank, or its disk failed)",
+                       sf_strerror(rc));
+    return run.problems;
 }
 
 /* Reads dir/manifest.sfm whole, capped at the largest valid manifest. */

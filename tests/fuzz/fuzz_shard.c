@@ -24,6 +24,20 @@
 #include "fuzz_schemas.h"
 #include "shardfeed/error.h"
 
+/* Every problem a scan reported, folded in order. */
+typedef struct problem_log {
+    uint64_t count, digest;
+} problem_log;
+
+static void log_problem(void *ctx, const sf_shard_problem *p)
+{
+    problem_log *l = ctx;
+    uint64_t what[5] = {(uint64_t)p->kind, (uint64_t)p->record, p->offset, p->field,
+                        (uint64_t)p->code};
+    l->digest = l->digest * 0x9E3779B97F4A7C15u ^ sf_hash(what, sizeof what);
+    l->count++;
+}
+
 static void check_index_sound(const sf_schema *s, const sf_shard_header *h, const uint8_t *index)
 {
     uint64_t entries = h->record_count * s->entry_size;
@@ -87,10 +101,19 @@ static void check_file(const sf_schema *s, const uint8_t *hb, const sf_shard_hea
         FUZZ_CHECK(m.file_size == size && m.index != NULL, "meta");
         uint8_t *buf = malloc(64 << 10);
         FUZZ_CHECK(buf, "out of memory");
-        int64_t problems = sf_shard_scan_data(&m, s, fd, buf, 64 << 10, NULL, NULL);
+        problem_log read = {0}, mapped = {0};
+        int64_t problems = sf_shard_scan_data(&m, s, fd, buf, 64 << 10, log_problem, &read);
         FUZZ_CHECK(problems >= 0 && (uint64_t)problems <= 3 * h->record_count + 1,
                    "scan_data returned %" PRId64, problems);
         free(buf);
+        /* The same scan over a map: the same problems, in the same order. */
+        void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        FUZZ_CHECK(map != MAP_FAILED, "mmap");
+        int64_t in_map = sf_shard_scan_mapped(&m, s, map, size, log_problem, &mapped);
+        munmap(map, size);
+        FUZZ_CHECK(in_map == problems && mapped.count == read.count &&
+                       mapped.digest == read.digest,
+                   "scan_mapped found %" PRId64 " problems, scan_data %" PRId64, in_map, problems);
         sf_shard_meta_clear(&m);
     } else {
         FUZZ_CHECK(rc < 0 && bad <= size, "load_meta failure %d at %" PRIu64, rc, bad);
