@@ -361,13 +361,39 @@ static void mmap_copy_mapped(sf_reader *r, reader_task *const *tasks, unsigned n
     }
 }
 
+/* tasks[0..n) into out[0..n), grouped by shard: the groups in the order
+ * their shards first appear in the claim (the order the cache's prefetcher
+ * planned for), each group's tasks in claim order. O(n x shards touched),
+ * n <= CLAIM_MAX. */
+static void group_by_shard(reader_task **out, reader_task *const *tasks, unsigned n)
+{
+    assert(n <= CLAIM_MAX);
+    uint8_t taken[CLAIM_MAX] = {0};
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (taken[i])
+            continue;
+        uint64_t shard = tasks[i]->shard;
+        for (unsigned j = i; j < n; j++)
+            if (!taken[j] && tasks[j]->shard == shard) {
+                taken[j] = 1;
+                out[k++] = tasks[j];
+            }
+    }
+    assert(k == n);
+}
+
 /* A dataset at a URL: a thread pins one shard at a time, as pread's do (a
  * claim that pinned every shard it touches could pin more than the cache
  * has room for, and wait on its own pins for a download's room). The claim
- * goes in runs of one shard's tasks: the first that reads pins and maps it
- * for the run, copied under one guard, then released. */
-static void mmap_claim_pinned(sf_reader *r, reader_task *const *tasks, unsigned n)
+ * goes in runs of one shard's tasks, grouped first: the first that reads
+ * pins and maps it for the run, copied under one guard, then released.
+ * Ungrouped, a global shuffle's claim switched shards at nearly every
+ * record, each switch a pin, an unpin and the prefetcher's lock. */
+static void mmap_claim_pinned(sf_reader *r, reader_task *const *claim, unsigned n)
 {
+    reader_task *tasks[CLAIM_MAX];
+    group_by_shard(tasks, claim, n);
     for (unsigned i = 0, end; i < n; i = end) {
         reader_task *holder = NULL;
         for (end = i; end < n && tasks[end]->shard == tasks[i]->shard; end++)
