@@ -1380,11 +1380,21 @@ Test(reader, uring_registers_pieces_of_the_slab_under_a_small_memlock_limit, .ti
     cr_assert_eq(st.registered_bytes % (128 << 10), 0, "pieces of a quarter of the limit");
     sf_reader_close(r);
     read_all_checked(&d, keys, &o, "uring registered in pieces");
-    /* Small slots fit: some or all get registered, the rest read plainly. */
+    /* Small slots fit: some or all get registered, the rest read plainly.
+     * The kernel gives back the closed reader's locked memory (its rings
+     * and buffers) from a work queue after io_uring's descriptors close:
+     * an open right after can find the limit still taken (1 run in 12 did,
+     * registering nothing), so it is tried again for up to 2 s. */
     o.batch_size = 4;
     o.prefetch = 16; /* 16 slots of 32 KiB + a label page: the limit takes some */
-    r = open_reader(&d, &o);
-    sf_reader_stats(&st, r);
+    for (int tries = 0;; tries++) {
+        r = open_reader(&d, &o);
+        sf_reader_stats(&st, r);
+        if (st.registered_bytes > 0 || tries == 40)
+            break;
+        sf_reader_close(r);
+        usleep(50 * 1000);
+    }
     cr_assert_gt(st.registered_bytes, 0);
     cr_assert_lt(st.registered_bytes, st.slab_bytes);
     sf_reader_close(r);
