@@ -15,7 +15,9 @@
  * the submission that precedes the reap), not in a second pass over the
  * record from memory; a record's reads land in any order, so each record
  * being read keeps a hash state of its own (landing_*). */
+#include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <liburing.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,6 +51,14 @@ typedef struct uring_thread {
     unsigned nretry;
     reader_task **pend; /* claimed tasks with reads not yet submitted (FIFO) */
     unsigned pend_head, pend_count;
+    /* Tasks holding their shard's descriptor (claimed, not yet finished),
+     * and the most this ring may hold. Each pins a descriptor until its
+     * reads finish, and only idle ones can be closed: a ring of queue depth
+     * 128 claimed up to 256 at once, and 4 such rings over a global shuffle
+     * of thousands of shards ran out of descriptors under `ulimit -n 256`.
+     * Where the dataset keeps every shard open there is no limit; else the
+     * rings share the dataset's cap (half the soft RLIMIT_NOFILE). */
+    unsigned open_tasks, open_limit;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
     /* Hash states for the records being read (landing_*): a record holds
      * one from its claim to its finish. At most qd in the FIFO and qd with
@@ -226,6 +236,11 @@ static int uring_thread_init(reader_io_thread *t)
         return sf_fail(-ENOMEM, "out of memory");
     t->ctx = u;
     u->qd = r->opts.queue_depth;
+    uint64_t share = dataset_fd_cap(r->ds) / (r->nthreads_wanted ? r->nthreads_wanted : 1);
+    u->open_limit = dataset_fd_all_kept(r->ds) ? UINT_MAX
+                    : share < 1                 ? 1
+                    : share > UINT_MAX          ? UINT_MAX
+                                                : (unsigned)share;
     u->reqs = calloc(u->qd, sizeof *u->reqs);
     u->free_reqs = calloc(u->qd, sizeof *u->free_reqs);
     u->retry = calloc(u->qd, sizeof *u->retry);
@@ -362,6 +377,8 @@ static void task_finish(reader_io_thread *t, uring_thread *u, reader_task *task)
 {
     landing_end(t, u, task);
     reader_task_close(t->r, task);
+    assert(u->open_tasks > 0);
+    u->open_tasks--;
     reader_task_done(t, task);
 }
 
@@ -444,8 +461,14 @@ static void uring_run(reader_io_thread *t)
         while (u->nfree) {
             if (!u->pend_count) {
                 int idle = u->nfree == u->qd && !u->nretry;
+                /* At the limit, some task's reads are in flight: their
+                 * completions make room (enter() waits for them). */
+                unsigned room = u->open_limit - u->open_tasks;
+                assert(room > 0 || !idle);
+                if (!room)
+                    break;
                 reader_task **slot = u->pend;
-                unsigned got = reader_claim(r, slot, u->nfree, idle);
+                unsigned got = reader_claim(r, slot, u->nfree < room ? u->nfree : room, idle);
                 if (!got) {
                     if (idle)
                         return; /* stop, and nothing in flight */
@@ -463,6 +486,7 @@ static void uring_run(reader_io_thread *t)
                         reader_task_done(t, slot[i]);
                         continue;
                     }
+                    u->open_tasks++;
                     landing_begin(u, slot[i]);
                     u->pend[u->pend_count++] = slot[i];
                 }

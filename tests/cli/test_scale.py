@@ -40,6 +40,15 @@ class ManyShards(unittest.TestCase):
                 self.assertEqual(j["options"]["engine"], engine)
                 self.assertEqual(j.get("substituted", 0), 0)
 
+    def test_deep_uring_queues_share_the_descriptor_cap(self):
+        # Each task a ring claims holds its shard's descriptor until its reads finish: 4 rings
+        # of queue depth 128 held up to 1,024, and under a global shuffle of one-record shards
+        # failed with "Too many open files" at the first batch. The rings now share the cap.
+        j = self.bench("--engine", "uring", "--threads", "4", "--queue-depth", "128",
+                       "--prefetch", "16", "--epochs", "2")
+        self.assertEqual((j["samples"], j["options"]["engine"]), (2 * SHARDS, "uring"))
+        self.assertEqual(j.get("substituted", 0), 0)
+
     def test_mmap_is_not_chosen_past_the_map_budget(self):
         # The mmap engine keeps a map of every shard it reads until the dataset closes, and a
         # process may have vm.max_map_count maps (65,530 by default): past half of that (or
