@@ -19,10 +19,13 @@
  *
  * A shard is opened by name again after the dataset opened it (its O_DIRECT
  * entry, or any entry the LRU closed): each open is checked to find the same
- * file (device and inode) the dataset's open read the shard's index from, so
- * a folder re-packed or synced over while a trainer reads it is an error
- * naming the shard, never records read at the old index's offsets from the
- * new file. */
+ * file (device and inode) the dataset's open read the shard's index from,
+ * of the same size, with the same header and footer bytes (which hold the
+ * index's checksum: file systems hand a deleted file's inode number to the
+ * next file made, so `rm` and a copy put another shard under the same
+ * device and inode), so a folder re-packed or synced over while a trainer
+ * reads it is an error naming the shard, never records read at the old
+ * index's offsets from the new file. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -326,6 +329,61 @@ static void remote_entry_set_locked(dataset_files *f, uint64_t e, int fd)
     f->open++;
 }
 
+/* Reads len bytes at off (both multiples of SAME_BLOCK for O_DIRECT) into
+ * buf: the bytes read, or -1. */
+#define SAME_BLOCK 4096u
+static ssize_t read_some(int fd, uint8_t *buf, size_t len, uint64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = pread(fd, buf + got, len - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+/* Whether the file open on fd (of st's size, buffered or O_DIRECT) is the
+ * one shard's metadata was loaded from: its size, header and footer bytes
+ * as they were. 1, 0, or -1 with errno. Reads through an aligned buffer, as
+ * O_DIRECT needs: the first block, and the two around the footer. Before
+ * the metadata is loaded (the open that loads it) there is nothing to
+ * compare: 1. */
+static int same_shard_file(const sf_dataset *ds, uint64_t shard, int fd, const struct stat *st)
+{
+    const sf_shard_meta *m = &ds->shards[shard].meta;
+    if (!m->index)
+        return 1;
+    if ((uint64_t)st->st_size != m->file_size)
+        return 0;
+    assert(m->file_size >= SF_SHARD_HEADER_SIZE + SF_SHARD_FOOTER_SIZE && "checked at load");
+    uint8_t want_h[SF_SHARD_HEADER_SIZE], want_f[SF_SHARD_FOOTER_SIZE];
+    sf_shard_header h = m->header;
+    sf_shard_footer ft = m->footer;
+    sf_shard_header_encode(want_h, &h);
+    sf_shard_footer_encode(want_f, &ft);
+    uint8_t *buf;
+    if ((errno = posix_memalign((void **)&buf, SAME_BLOCK, 2 * SAME_BLOCK)) != 0)
+        return -1;
+    uint64_t foot = m->file_size - SF_SHARD_FOOTER_SIZE, at = foot / SAME_BLOCK * SAME_BLOCK;
+    int same = -1;
+    ssize_t got = read_some(fd, buf, SAME_BLOCK, 0);
+    if (got >= 0 && (got < (ssize_t)sizeof want_h || memcmp(buf, want_h, sizeof want_h)))
+        same = 0;
+    else if (got >= 0 && (got = read_some(fd, buf, 2 * SAME_BLOCK, at)) >= 0)
+        same = (uint64_t)got >= foot - at + sizeof want_f &&
+               !memcmp(buf + (foot - at), want_f, sizeof want_f);
+    int e = errno;
+    free(buf);
+    errno = e;
+    return same;
+}
+
 /* Under f->lock: opens entry e (shard, direct). */
 static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *out)
 {
@@ -374,12 +432,23 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
         id->dev = (uint64_t)st.st_dev;
         id->ino = (uint64_t)st.st_ino;
         id->known = 1;
-    } else if (id->dev != (uint64_t)st.st_dev || id->ino != (uint64_t)st.st_ino) {
-        close(fd);
-        return sf_fail(SF_E_CORRUPT,
-                       "%s/%s was replaced by another file since the dataset was opened (its "
-                       "index no longer describes it): open the dataset again",
-                       ds->dir, name);
+    } else {
+        int same = id->dev == (uint64_t)st.st_dev && id->ino == (uint64_t)st.st_ino
+                       ? same_shard_file(ds, shard, fd, &st)
+                       : 0;
+        if (same < 0) {
+            int e = errno;
+            close(fd);
+            return sf_fail(-e, "%s/%s: reading its header and footer again: %s", ds->dir, name,
+                           strerror(e));
+        }
+        if (!same) {
+            close(fd);
+            return sf_fail(SF_E_CORRUPT,
+                           "%s/%s was replaced by another file since the dataset was opened (its "
+                           "index no longer describes it): open the dataset again",
+                           ds->dir, name);
+        }
     }
     atomic_store_explicit(&f->fds[entry_of(shard, direct)].fd, fd, memory_order_release);
     f->open++;
