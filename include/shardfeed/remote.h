@@ -51,10 +51,13 @@ typedef struct sf_remote_opts {
                               else ~/.cache/shardfeed */
     uint64_t cache_limit;  /* bytes the cache folder may hold; 0: $SHARDFEED_CACHE_LIMIT,
                               else SF_REMOTE_DEFAULT_CACHE_LIMIT */
-    uint32_t retries;      /* attempts after the first failed one; 0: 6 */
+    uint32_t retries;      /* attempts after the first failed one, at most
+                              SF_REMOTE_MAX_RETRIES; 0: 6 */
     uint32_t timeout_ms;   /* a request that receives nothing for this long fails (and is
                               retried); 0: 30000 */
 } sf_remote_opts;
+
+#define SF_REMOTE_MAX_RETRIES 100u
 
 #define SF_REMOTE_OPTS_INIT {SF_REMOTE_OPTS_VERSION, SF_REMOTE_CACHE, NULL, 0, 0, 0}
 

@@ -119,6 +119,11 @@ static int check_opts(const sf_remote_opts *o)
     int rc = sf_check_opts_version("sf_remote_opts", o->version, SF_REMOTE_OPTS_VERSION);
     if (!rc && o->mode != SF_REMOTE_CACHE && o->mode != SF_REMOTE_DIRECT)
         rc = sf_fail(SF_E_INVALID, "remote mode %d: expected cache (0) or direct (1)", o->mode);
+    /* Counted in 32 bits with the first attempt: UINT32_MAX would wrap and
+     * retry for ever (push caps its retries alike). */
+    if (!rc && o->retries > SF_REMOTE_MAX_RETRIES)
+        rc = sf_fail(SF_E_INVALID, "remote retries %u: at most %u", o->retries,
+                     SF_REMOTE_MAX_RETRIES);
     return rc;
 }
 

@@ -270,9 +270,11 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
         s->ignored_range = 1; /* the whole object, not the range: never copied */
         return 0;
     }
-    if (s->ranged && s->status == 206 && !s->range_ok) {
+    if (s->ranged && ((s->status == 206 && !s->range_ok) || (s->status != 200 && s->status != 206))) {
         /* Bytes of another range (a cache keyed on the URL alone, a broken
-         * server) would land where the asked ones belong: never copied. */
+         * server) would land where the asked ones belong: never copied.
+         * Another 2xx (203 from a transforming proxy, 226, ...) says not
+         * which bytes it holds: refused the same way. */
         s->wrong_range = 1;
         return 0;
     }
@@ -441,8 +443,8 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
         else if (curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &whole) == CURLE_OK &&
                  whole >= 0)
             o->wrong_size = (uint64_t)whole != s->expect; /* a 200: the whole object */
-        if (o->wrong_size && !s->total)
-            s->total = (uint64_t)whole;
+        if (o->wrong_size && o->status != 206)
+            s->total = (uint64_t)whole; /* a Content-Range's total is not this body's */
     }
     return 0;
 }
@@ -478,6 +480,10 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
+    else if (o->wrong_range && o->status != 206)
+        snprintf(what, sizeof what, "HTTP %ld to a range request: neither 206 with the bytes asked "
+                                    "for nor 200 with the whole object",
+                 o->status);
     else if (o->wrong_range && s->seen_range[0])
         snprintf(what, sizeof what, "HTTP 206 with Content-Range \"%s\", not the bytes asked for",
                  s->seen_range);

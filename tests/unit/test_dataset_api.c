@@ -110,6 +110,17 @@ Test(dataset_api, a_null_argument_is_named)
     EXPECT_REFUSED(sf_dataset_metadata(&data, &len, ds, NULL), "sf_dataset_metadata: key is NULL");
 }
 
+Test(dataset_api, remote_retries_past_the_cap_are_refused_before_any_request)
+{
+    sf_remote_opts o = SF_REMOTE_OPTS_INIT;
+    o.retries = UINT32_MAX; /* counted with the first attempt, it would wrap: no end */
+    sf_dataset *ds = NULL;
+    cr_assert_eq(sf_dataset_open_ex(&ds, "http://127.0.0.1:9/ds", &o), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "remote retries 4294967295: at most 100"), "%s",
+              sf_last_error());
+    cr_assert_null(ds);
+}
+
 Test(dataset_api, out_of_range_says_which_and_how_many)
 {
     sf_dataset *ds = g_ds;

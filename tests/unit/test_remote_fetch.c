@@ -342,6 +342,53 @@ Test(remote_fetch, a_206_naming_no_range_or_another_one_fails_after_the_retries)
     responder_stop(&s);
 }
 
+Test(remote_fetch, another_2xx_to_a_range_is_refused_unread_and_retried)
+{
+    /* A 203 (a transforming proxy) to a range, chunked (no Content-Length to
+     * check), with a Content-Range naming the asked bytes but holding others:
+     * a 2xx other than 206 and 200 says nothing of which bytes it holds. */
+    responder s = {0};
+    add(&s, "HTTP/1.1 203 Non-Authoritative Information\r\nContent-Range: bytes 50-59/100\r\n"
+            "Transfer-Encoding: chunked",
+        "a\r\nOTHERBYTES\r\n0\r\n\r\n", 20);
+    add(&s, "HTTP/1.1 203 Non-Authoritative Information\r\nTransfer-Encoding: chunked",
+        "a\r\nOTHERBYTES\r\n0\r\n\r\n", 20);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 1);
+    char buf[10];
+    memset(buf, '#', sizeof buf);
+    cr_assert_eq(remote_fetch_range_sized(f, "o", 100, 50, 10, buf), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "HTTP 203 to a range request"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), "2 attempts"), "%s", sf_last_error());
+    for (size_t i = 0; i < sizeof buf; i++)
+        cr_assert_eq(buf[i], '#', "byte %zu of a refused body was written", i);
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
+Test(remote_fetch, a_whole_object_of_another_size_is_named_by_its_own_length)
+{
+    /* A 200 to a range from byte 0 is the whole object: its size is its
+     * Content-Length, whatever Content-Range it also carries. */
+    responder s = {0};
+    add(&s, "HTTP/1.1 200 OK\r\nContent-Range: bytes 0-9/100\r\nContent-Length: 10",
+        "0123456789", 10);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 0);
+    char buf[10];
+    cr_assert_eq(remote_fetch_range_sized(f, "o", 100, 0, 10, buf), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "the store's object is 10 bytes, the manifest says 100"),
+              "%s", sf_last_error());
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
 Test(remote_fetch, a_whole_object_over_its_cap_is_refused_as_it_arrives)
 {
     static char big[3000];
