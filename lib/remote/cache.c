@@ -626,7 +626,45 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
 }
 
 /* Opens (and locks) ROOT/SPACE/.fill-NAME: one process fills NAME at a time. */
-static int fill_lock(const remote_cache *c, const char *name)
+/* The newest modification time (ns) of `name`'s downloads under way here
+ * (.part-NAME-*) or of its final file, 0 when there is none: it moves while
+ * a download writes. */
+static int64_t download_stamp(const remote_cache *c, const char *name)
+{
+    DIR *d = opendir(c->dir);
+    if (!d)
+        return 0;
+    char prefix[PATH_MAX_LEN];
+    int n = snprintf(prefix, sizeof prefix, PART_PREFIX "%s-", name);
+    int64_t newest = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if ((strncmp(e->d_name, prefix, (size_t)n) && strcmp(e->d_name, name)) ||
+            fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+            continue;
+        int64_t t = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        newest = t > newest ? t : newest;
+    }
+    closedir(d);
+    return newest;
+}
+
+static uint64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Takes `name`'s .fill lock, the right to download it: its descriptor, or
+ * a negative code. Another process holding it is downloading the object:
+ * waited for while that download writes (a .part of it whose time moves),
+ * and for at most wait_s seconds in which it writes nothing (a process
+ * stopped or hung: a plain blocking lock hung every reader of the object
+ * with it). With wait_s 0 (the prefetcher, which has other work): -EAGAIN
+ * at once, without detail. */
+static int fill_lock(const remote_cache *c, const char *name, unsigned wait_s)
 {
     char path[PATH_MAX_LEN], fill_name[PATH_MAX_LEN];
     snprintf(fill_name, sizeof fill_name, FILL_PREFIX "%s", name);
@@ -634,8 +672,34 @@ static int fill_lock(const remote_cache *c, const char *name)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return sf_fail(-errno, "%s: %s", path, strerror(errno));
-    lock_fd(fd, LOCK_EX);
-    return fd;
+    int64_t seen = -1;
+    uint64_t since = monotonic_ms();
+    unsigned nap = 2;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e != EWOULDBLOCK || !wait_s) {
+            close(fd);
+            return e == EWOULDBLOCK ? -EAGAIN : sf_fail(-e, "%s: %s", path, strerror(e));
+        }
+        int64_t stamp = download_stamp(c, name);
+        uint64_t now = monotonic_ms();
+        if (stamp != seen) {
+            seen = stamp;
+            since = now;
+        } else if (now - since >= (uint64_t)wait_s * 1000) {
+            close(fd);
+            return sf_fail(-ETIMEDOUT,
+                           "remote cache %s: another process is downloading %s and has written "
+                           "nothing of it for %u s (stopped or hung? it holds %s)",
+                           c->dir, name, wait_s, path);
+        }
+        sleep_ms(nap);
+        nap = nap * 2 > 100 ? 100 : nap * 2;
+    }
 }
 
 /* Fetches `name` unless another process did meanwhile (it held the .fill
@@ -669,7 +733,7 @@ static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsign
         free(p);
         return 0;
     }
-    int rc = p->fill_fd = fill_lock(c, name);
+    int rc = p->fill_fd = fill_lock(c, name, wait_s);
     if (rc >= 0) {
         /* Another process may have filled it while this one waited. */
         char path[PATH_MAX_LEN];
@@ -710,6 +774,8 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
             return sf_fail(-errno, "%s/%s: %s", c->dir, name, strerror(errno));
         int got;
         rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
+        if (rc == -EAGAIN)
+            return 0; /* a prefetch (wait_s 0): another process is downloading it */
         if (rc < 0)
             return rc;
         if (rc && out)

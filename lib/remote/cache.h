@@ -43,7 +43,8 @@ typedef int (*remote_fill_fn)(void *ctx, int fd, uint64_t size);
 int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, const char *space);
 void remote_cache_free(remote_cache *c); /* NULL ok */
 const char *remote_cache_dir(const remote_cache *c); /* ROOT/SPACE */
-/* How long a download waits for room (default REMOTE_CACHE_WAIT_S). */
+/* How long a download waits for room, and a reader for another process's
+ * download of the object that writes nothing (default REMOTE_CACHE_WAIT_S). */
 void remote_cache_set_wait(remote_cache *c, unsigned seconds);
 
 /* A descriptor of object `name` (`size` bytes) opened with O_RDONLY | oflags

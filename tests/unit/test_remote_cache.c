@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -328,6 +329,90 @@ Test(remote_cache, a_pinned_object_is_never_evicted)
     close(a);
     close(b);
     close(d);
+    remote_cache_free(c);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Another process's download of `name`: its .fill lock held (flock locks
+ * belong to the open file, so another open in this process stands in for
+ * it) and, while `writing`, a .part of it written to every 100 ms. */
+typedef struct other_download {
+    remote_cache *c;
+    const char *name;
+    int writing_ms; /* how long it writes before it lets go */
+    int fill_fd;
+} other_download;
+
+static void other_start(other_download *o)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/.fill-%s", remote_cache_dir(o->c), o->name);
+    o->fill_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    cr_assert_geq(o->fill_fd, 0);
+    cr_assert_eq(flock(o->fill_fd, LOCK_EX), 0);
+}
+
+static void *other_writes(void *arg)
+{
+    other_download *o = arg;
+    char path[600];
+    snprintf(path, sizeof path, "%s/.part-%s-99999-0", remote_cache_dir(o->c), o->name);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    for (int t = 0; fd >= 0 && t < o->writing_ms; t += 100) {
+        (void)!pwrite(fd, "x", 1, (off_t)(t / 100));
+        usleep(100 * 1000);
+    }
+    if (fd >= 0)
+        close(fd);
+    unlink(path); /* it failed: nothing published, the lock goes */
+    close(o->fill_fd);
+    return NULL;
+}
+
+Test(remote_cache, a_reader_waits_for_another_process_download_only_while_it_writes)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    remote_cache_set_wait(c, 1);
+    fill_spec f = {0};
+    int fd;
+    /* A process that holds the lock and writes nothing (stopped, hung): the
+     * wait ends after wait_s, naming the lock. It used to last for ever. */
+    other_download stuck = {c, "s", 0, -1};
+    other_start(&stuck);
+    uint64_t t0 = now_ms();
+    cr_assert_eq(remote_cache_acquire(&fd, c, "s", 1000, 0, fill, &f), -ETIMEDOUT);
+    uint64_t waited = now_ms() - t0;
+    cr_assert(waited >= 1000 && waited < 5000, "waited %llu ms", (unsigned long long)waited);
+    cr_assert(strstr(sf_last_error(), "has written nothing of it for 1 s"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), ".fill-s"), "%s", sf_last_error());
+    /* The prefetcher does not wait at all, and leaves the object to it. */
+    t0 = now_ms();
+    cr_assert_eq(remote_cache_prefetch(c, "s", 1000, 1, fill, &f), 0, "%s", sf_last_error());
+    cr_assert_lt(now_ms() - t0, 500);
+    cr_assert_eq(f.calls, 0);
+    close(stuck.fill_fd);
+    /* A download that writes for 2.5 s, past wait_s: waited for; when it
+     * lets go without the object, this one downloads it. */
+    other_download slow = {c, "w", 2500, -1};
+    other_start(&slow);
+    pthread_t tid;
+    cr_assert_eq(pthread_create(&tid, NULL, other_writes, &slow), 0);
+    t0 = now_ms();
+    cr_assert_eq(remote_cache_acquire(&fd, c, "w", 10000, 0, fill, &f), 0, "%s", sf_last_error());
+    waited = now_ms() - t0;
+    pthread_join(tid, NULL);
+    cr_assert_geq(waited, 2000, "did not wait for the download under way (%llu ms)",
+                  (unsigned long long)waited);
+    cr_assert_eq(f.calls, 1);
+    assert_filled(fd, 0);
+    close(fd);
     remote_cache_free(c);
 }
 
