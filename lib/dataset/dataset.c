@@ -372,9 +372,15 @@ static int no_value(const char *fn, const sf_dataset *ds, uint64_t sample, uint3
                    ds->manifest.schema.field_count);
 }
 
-/* sf_dataset_get without the codec check: the stored bytes. */
+/* sf_dataset_get without the codec check: the stored bytes. With `held`
+ * (a caller that copies the value out at once), a dataset at a URL pins the
+ * shard in its cache, with a map that lasts as long as that pin, and sets
+ * *held to the shard + 1 for value_let_go; without it (sf_dataset_get,
+ * whose pointers last until close) the shard's map is kept until close, and
+ * its pin with it (shard_files.c: an evicted file still mapped would hold
+ * its disk space past the cache's limit). */
 static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
-                      uint32_t field, int check)
+                      uint32_t field, int check, uint64_t *held)
 {
     if (!data || !size || !ds)
         return sf_fail(SF_E_INVALID, "sf_dataset_get: %s is NULL",
@@ -394,9 +400,18 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
         return 0;
     }
     const uint8_t *map;
-    int rc = dataset_map(&map, ds, shard);
-    if (rc)
+    int rc, fd;
+    if (held && ds->remote) {
+        if ((rc = dataset_fd_acquire(&fd, ds, shard, 0)))
+            return rc;
+        if ((rc = dataset_map_pinned(&map, ds, shard))) {
+            dataset_fd_release(ds, shard, 0);
+            return rc;
+        }
+        *held = shard + 1;
+    } else if ((rc = dataset_map(&map, ds, shard))) {
         return rc;
+    }
     uint64_t off[SF_MAX_FIELDS], len[SF_MAX_FIELDS], record_size;
     sf_record_layout(s, ds->manifest.align, e.var_len, off, len, &record_size);
     if (check) {
@@ -418,7 +433,7 @@ static int get_stored(const void **data, uint64_t *size, sf_dataset *ds, uint64_
                            ds->dir, sh->name, (unsigned long long)local, (unsigned long long)sample,
                            (unsigned long long)e.offset);
         if (f->storage == SF_STORAGE_INLINE)
-            return get_stored(data, size, ds, sample, field, 0);
+            return get_stored(data, size, ds, sample, field, 0, NULL); /* no map: inline */
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < field; i++)
@@ -439,7 +454,14 @@ int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t s
                        "sf_dataset_get: field '%s' is compressed, so its stored bytes are not its "
                        "value: use sf_dataset_read_value",
                        ds->manifest.schema.fields[field].name);
-    return get_stored(data, size, ds, sample, field, check);
+    return get_stored(data, size, ds, sample, field, check, NULL);
+}
+
+/* What get_stored held for a caller that copied the value out. */
+static void value_let_go(sf_dataset *ds, uint64_t held)
+{
+    if (held)
+        dataset_fd_release(ds, held - 1, 0);
 }
 
 /* Codec work on a stored value that may lie in a shard's map: run under the
@@ -482,18 +504,15 @@ int sf_dataset_value_size(uint64_t *size, sf_dataset *ds, uint64_t sample, uint3
         return no_value("sf_dataset_value_size", ds, sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
     value_job j = {.f = f};
-    int rc = get_stored(&j.src, &j.len, ds, sample, field, 0);
-    if (rc)
-        return rc;
-    if (f->codec == SF_CODEC_NONE) {
+    uint64_t held = 0;
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, 0, &held);
+    if (!rc && f->codec == SF_CODEC_NONE)
         *size = j.len;
-        return 0;
-    }
     /* Checked before anyone allocates from it (SPEC.md "Compression"). */
-    if ((rc = value_guarded(job_content_size, &j, ds, sample)))
-        return rc;
-    *size = j.size;
-    return 0;
+    else if (!rc && !(rc = value_guarded(job_content_size, &j, ds, sample)))
+        *size = j.size;
+    value_let_go(ds, held);
+    return rc;
 }
 
 /* One ZSTD_DCtx kept by the dataset for random access; a caller that finds
@@ -518,19 +537,14 @@ static void dctx_give(sf_dataset *ds, ZSTD_DCtx *c)
     ZSTD_freeDCtx(c);
 }
 
-int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds, uint64_t sample,
-                          uint32_t field, int check)
+/* sf_dataset_read_value past its argument checks; what get_stored held
+ * goes back in the caller. */
+static int read_value_held(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds,
+                           uint64_t sample, uint32_t field, int check, uint64_t *held)
 {
-    if (!size || !ds)
-        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: %s is NULL", !size ? "size" : "ds");
-    if (!dst && cap)
-        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: dst is NULL but cap is %llu",
-                       (unsigned long long)cap);
-    if (sample >= ds->manifest.record_count || field >= ds->manifest.schema.field_count)
-        return no_value("sf_dataset_read_value", ds, sample, field);
     const sf_field *f = &ds->manifest.schema.fields[field];
     value_job j = {.f = f, .dst = dst};
-    int rc = get_stored(&j.src, &j.len, ds, sample, field, check);
+    int rc = get_stored(&j.src, &j.len, ds, sample, field, check, held);
     if (rc)
         return rc;
     if (f->codec == SF_CODEC_NONE)
@@ -552,5 +566,21 @@ int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *d
     if (rc && rc != SF_E_CORRUPT)
         ZSTD_DCtx_reset(j.dctx, ZSTD_reset_session_and_parameters);
     dctx_give(ds, j.dctx);
+    return rc;
+}
+
+int sf_dataset_read_value(void *dst, uint64_t cap, uint64_t *size, sf_dataset *ds, uint64_t sample,
+                          uint32_t field, int check)
+{
+    if (!size || !ds)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: %s is NULL", !size ? "size" : "ds");
+    if (!dst && cap)
+        return sf_fail(SF_E_INVALID, "sf_dataset_read_value: dst is NULL but cap is %llu",
+                       (unsigned long long)cap);
+    if (sample >= ds->manifest.record_count || field >= ds->manifest.schema.field_count)
+        return no_value("sf_dataset_read_value", ds, sample, field);
+    uint64_t held = 0;
+    int rc = read_value_held(dst, cap, size, ds, sample, field, check, &held);
+    value_let_go(ds, held);
     return rc;
 }

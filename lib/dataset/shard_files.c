@@ -95,6 +95,9 @@ struct dataset_files {
     /* a dataset at a URL, per shard: its map was made by dataset_map_pinned
      * and is unmade when its buffered entry gives up its cache pin */
     uint8_t *map_follows_pin;
+    /* a dataset at a URL, per shard: its map is kept until close
+     * (dataset_map), and its buffered entry keeps one pin until then */
+    uint8_t *kept_pin;
 };
 
 /* Half the soft RLIMIT_NOFILE: the rest stays the caller's (sockets, other
@@ -285,7 +288,8 @@ int dataset_files_init(sf_dataset *ds)
          * evict what this process keeps open but is not reading. */
         f->keep = 0;
         f->map_follows_pin = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, 1);
-        return f->map_follows_pin ? 0 : sf_fail(-ENOMEM, "out of memory");
+        f->kept_pin = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, 1);
+        return f->map_follows_pin && f->kept_pin ? 0 : sf_fail(-ENOMEM, "out of memory");
     }
     f->dirfd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (f->dirfd < 0)
@@ -299,6 +303,8 @@ void dataset_files_free(sf_dataset *ds)
     if (!f)
         return;
     for (uint64_t e = 0; f->fds && e < f->count; e++) {
+        if (f->kept_pin && e % 2 == 0 && f->kept_pin[e / 2])
+            f->fds[e].pins--; /* map_publish's */
         assert(f->fds[e].pins == 0 && "a shard descriptor is still in use at close");
         int fd = atomic_load(&f->fds[e].fd);
         if (fd >= 0)
@@ -308,6 +314,7 @@ void dataset_files_free(sf_dataset *ds)
         close(f->dirfd);
     pthread_mutex_destroy(&f->lock);
     free(f->map_follows_pin);
+    free(f->kept_pin);
     free(f->ids);
     free(f->fds);
     free(f);
@@ -609,19 +616,30 @@ int dataset_fd_all_kept(const sf_dataset *ds)
  * pinned: publishes map `made` (NULL: the one there already), following the
  * pin (dataset_map_pinned) or kept until close (dataset_map: sf_dataset_get
  * hands out pointers valid until close). Marked before it is published, so
- * that map_kept never takes a map about to follow a pin for a kept one. */
-static void map_publish(sf_dataset *ds, uint64_t shard, const uint8_t *made, int follow)
+ * that map_kept never takes a map about to follow a pin for a kept one.
+ * 1 when the map is kept from now on: the caller's pin then stays until
+ * close (dataset_files_free), so that the cache never evicts the file
+ * under it (a map keeps an evicted file's disk space: random access and
+ * export over a dataset 4x the cache limit held 4.5x the limit on disk),
+ * and the shard counts against the limit while kept. */
+static int map_publish(sf_dataset *ds, uint64_t shard, const uint8_t *made, int follow)
 {
     dataset_files *f = ds->files;
     pthread_mutex_lock(&f->lock);
     assert(f->fds[entry_of(shard, 0)].pins > 0);
+    int keep_pin = 0;
     if (made) {
         f->map_follows_pin[shard] = (uint8_t)follow;
+        keep_pin = !follow;
         atomic_store_explicit(&ds->shards[shard].map, made, memory_order_release);
-    } else if (!follow) {
+    } else if (!follow && f->map_follows_pin[shard]) {
         f->map_follows_pin[shard] = 0;
+        keep_pin = 1;
     }
+    assert(!(keep_pin && f->kept_pin[shard]) && "a kept map holds one pin");
+    f->kept_pin[shard] |= (uint8_t)keep_pin;
     pthread_mutex_unlock(&f->lock);
+    return keep_pin;
 }
 
 /* A dataset at a URL: the map of `shard` when it is kept until close, else
@@ -661,11 +679,13 @@ static int map_shard(const uint8_t **out, sf_dataset *ds, uint64_t shard, int fo
             else
                 map = made = p;
         }
+        int kept = 0;
         if (map && ds->remote)
-            map_publish(ds, shard, made, follow_pin);
+            kept = map_publish(ds, shard, made, follow_pin);
         else if (made)
             atomic_store_explicit(&s->map, made, memory_order_release);
-        dataset_fd_release(ds, shard, 0);
+        if (!kept)
+            dataset_fd_release(ds, shard, 0);
     }
     pthread_mutex_unlock(&ds->map_lock);
     *out = map;

@@ -76,6 +76,32 @@ class HeldWhilePinned(RemoteCase):
     def test_pread_engine_holds_no_evicted_shard(self):
         self.read_within_the_limit("pread")
 
+    def test_random_access_holds_no_evicted_shard(self):
+        # shardfeed.open's values (and export's) are copies: the shard is pinned, and mapped,
+        # only while each one is copied. They were read through maps kept until close: over a
+        # dataset 4x the limit the folder plus the evicted shards still mapped took 4.2x it.
+        ds, www, limit = self.served_over_limit()
+        cache = self.cache()
+        local = shardfeed.open(ds)
+        with servers.Nginx(www) as ng, FolderPeak(cache, held=deleted_held) as peak:
+            remote = shardfeed.open(ng.url + "/ds", cache_dir=cache, cache_limit=limit)
+            try:
+                self.assertEqual(len(remote), len(local))
+                for i in range(len(local)):
+                    self.assertEqual(remote[i]["img"].tobytes(), local[i]["img"].tobytes(), i)
+                end = deleted_held(cache)
+                for _ in range(20):
+                    if not end:
+                        break
+                    time.sleep(0.05)
+                    end = deleted_held(cache)
+            finally:
+                remote.close()
+                local.close()
+        self.assertEqual(end, {}, "evicted shards still mapped or open after the reads")
+        self.assertLessEqual(peak.bytes, limit, f"cache and held files took {peak.bytes} bytes "
+                             f"(at most {peak.held} evicted files at once), limit {limit}")
+
 
 if __name__ == "__main__":
     main()
