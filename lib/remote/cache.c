@@ -51,6 +51,17 @@ struct remote_cache {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     pending *pending;  /* newest first */
+    /* Objects whose .fill wait ran out (fill_lock), with the progress stamp
+     * they had then and when: another thread of this process needing one of
+     * them within wait_s of that, the stamp not moved, fails at once, where
+     * it waited wait_s again (k threads queued: k x 120 s). A ring of the
+     * latest. */
+    struct {
+        char name[256];
+        int64_t stamp;
+        uint64_t at_ms;
+    } stalled[4];
+    unsigned stalled_next;
     pthread_t publisher;
     int publisher_running, stop;
 };
@@ -626,26 +637,41 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
 }
 
 /* Opens (and locks) ROOT/SPACE/.fill-NAME: one process fills NAME at a time. */
-/* The newest modification time (ns) of `name`'s downloads under way here
- * (.part-NAME-*) or of its final file, 0 when there is none: it moves while
- * a download writes. */
-static int64_t download_stamp(const remote_cache *c, const char *name)
+/* The progress of another process's download of `name`: the newest
+ * modification time (ns) of its .part (found once by listing the folder,
+ * then stat'ed alone) or of the final file, 0 when there is neither yet. */
+typedef struct progress {
+    char part[PATH_MAX_LEN]; /* the .part found, or "" */
+} progress;
+
+static int64_t mtime_ns(const struct stat *st)
 {
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int64_t download_stamp(const remote_cache *c, const char *name, progress *pr)
+{
+    struct stat st;
+    char path[PATH_MAX_LEN];
+    cache_path(path, sizeof path, c->dir, name);
+    int64_t newest = stat(path, &st) == 0 ? mtime_ns(&st) : 0;
+    if (pr->part[0] && stat(pr->part, &st) == 0) {
+        int64_t t = mtime_ns(&st);
+        return t > newest ? t : newest;
+    }
+    pr->part[0] = '\0'; /* none yet, or gone: look for it */
     DIR *d = opendir(c->dir);
     if (!d)
-        return 0;
+        return newest;
     char prefix[PATH_MAX_LEN];
     int n = snprintf(prefix, sizeof prefix, PART_PREFIX "%s-", name);
-    int64_t newest = 0;
     struct dirent *e;
-    while ((e = readdir(d))) {
-        struct stat st;
-        if ((strncmp(e->d_name, prefix, (size_t)n) && strcmp(e->d_name, name)) ||
-            fstatat(dirfd(d), e->d_name, &st, 0) != 0)
-            continue;
-        int64_t t = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        newest = t > newest ? t : newest;
-    }
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, (size_t)n) && fstatat(dirfd(d), e->d_name, &st, 0) == 0) {
+            int64_t t = mtime_ns(&st);
+            newest = t > newest ? t : newest;
+            cache_path(pr->part, sizeof pr->part, c->dir, e->d_name);
+        }
     closedir(d);
     return newest;
 }
@@ -657,14 +683,26 @@ static uint64_t monotonic_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Under c->lock: whether a wait for `name` ran out at progress `stamp`
+ * less than wait_s ago. */
+static int stalled_at_locked(const remote_cache *c, const char *name, int64_t stamp,
+                             uint64_t now, unsigned wait_s)
+{
+    for (unsigned i = 0; i < sizeof c->stalled / sizeof c->stalled[0]; i++)
+        if (!strcmp(c->stalled[i].name, name) && c->stalled[i].stamp == stamp &&
+            now - c->stalled[i].at_ms < (uint64_t)wait_s * 1000)
+            return 1;
+    return 0;
+}
+
 /* Takes `name`'s .fill lock, the right to download it: its descriptor, or
  * a negative code. Another process holding it is downloading the object:
  * waited for while that download writes (a .part of it whose time moves),
  * and for at most wait_s seconds in which it writes nothing (a process
  * stopped or hung: a plain blocking lock hung every reader of the object
- * with it). With wait_s 0 (the prefetcher, which has other work): -EAGAIN
- * at once, without detail. */
-static int fill_lock(const remote_cache *c, const char *name, unsigned wait_s)
+ * with it); polled every 20 ms at most. With wait_s 0 (the prefetcher,
+ * which has other work): -EAGAIN at once, without detail. */
+static int fill_lock(remote_cache *c, const char *name, unsigned wait_s)
 {
     char path[PATH_MAX_LEN], fill_name[PATH_MAX_LEN];
     snprintf(fill_name, sizeof fill_name, FILL_PREFIX "%s", name);
@@ -672,9 +710,10 @@ static int fill_lock(const remote_cache *c, const char *name, unsigned wait_s)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return sf_fail(-errno, "%s: %s", path, strerror(errno));
+    progress pr = {""};
     int64_t seen = -1;
     uint64_t since = monotonic_ms();
-    unsigned nap = 2;
+    unsigned nap = 1;
     for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             return fd;
@@ -685,20 +724,32 @@ static int fill_lock(const remote_cache *c, const char *name, unsigned wait_s)
             close(fd);
             return e == EWOULDBLOCK ? -EAGAIN : sf_fail(-e, "%s: %s", path, strerror(e));
         }
-        int64_t stamp = download_stamp(c, name);
+        int64_t stamp = download_stamp(c, name, &pr);
         uint64_t now = monotonic_ms();
-        if (stamp != seen) {
-            seen = stamp;
-            since = now;
-        } else if (now - since >= (uint64_t)wait_s * 1000) {
+        pthread_mutex_lock(&c->lock);
+        int stalled = stalled_at_locked(c, name, stamp, now, wait_s);
+        int out = stalled || (stamp == seen && now - since >= (uint64_t)wait_s * 1000);
+        if (out && !stalled) {
+            unsigned i = c->stalled_next++ % (sizeof c->stalled / sizeof c->stalled[0]);
+            snprintf(c->stalled[i].name, sizeof c->stalled[i].name, "%s", name);
+            c->stalled[i].stamp = stamp;
+            c->stalled[i].at_ms = now;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (out) {
             close(fd);
             return sf_fail(-ETIMEDOUT,
                            "remote cache %s: another process is downloading %s and has written "
-                           "nothing of it for %u s (stopped or hung? it holds %s)",
+                           "nothing of it for %u s (stopped, hung, or waiting for room in the "
+                           "cache? it holds %s)",
                            c->dir, name, wait_s, path);
         }
+        if (stamp != seen) {
+            seen = stamp;
+            since = now;
+        }
         sleep_ms(nap);
-        nap = nap * 2 > 100 ? 100 : nap * 2;
+        nap = nap * 2 > 20 ? 20 : nap * 2;
     }
 }
 
@@ -731,7 +782,7 @@ static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsign
     pthread_mutex_unlock(&c->lock);
     if (!ours) {
         free(p);
-        return 0;
+        return wait_s ? 0 : -EAGAIN; /* a prefetch leaves it to that download */
     }
     int rc = p->fill_fd = fill_lock(c, name, wait_s);
     if (rc >= 0) {
@@ -762,7 +813,8 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
     if (rc)
         return rc;
     for (int round = 0; round < 8; round++) {
-        int fd = open_object(c, name, oflags, 1);
+        /* A prefetch (wait_s 0) waits for nothing, this process's downloads neither. */
+        int fd = open_object(c, name, oflags, wait_s != 0);
         if (fd >= 0) {
             if (out)
                 *out = fd;
@@ -775,7 +827,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
         int got;
         rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
         if (rc == -EAGAIN)
-            return 0; /* a prefetch (wait_s 0): another process is downloading it */
+            return 0; /* a prefetch (wait_s 0): another download of it is under way */
         if (rc < 0)
             return rc;
         if (rc && out)

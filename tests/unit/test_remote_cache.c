@@ -416,6 +416,58 @@ Test(remote_cache, a_reader_waits_for_another_process_download_only_while_it_wri
     remote_cache_free(c);
 }
 
+typedef struct acquirer {
+    remote_cache *c;
+    const char *name;
+    int rc;
+    uint64_t ms;
+} acquirer;
+
+static void *acquire_one(void *arg)
+{
+    acquirer *a = arg;
+    fill_spec f = {0};
+    int fd = -1;
+    uint64_t t0 = now_ms();
+    a->rc = remote_cache_acquire(&fd, a->c, a->name, 1000, 0, fill, &f);
+    a->ms = now_ms() - t0;
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+Test(remote_cache, threads_behind_a_stalled_download_fail_together_and_prefetches_do_not_wait)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    remote_cache_set_wait(c, 2);
+    other_download stuck = {c, "s", 0, -1};
+    other_start(&stuck);
+    /* 4 threads of this process need it: one waits on the lock, the others
+     * on that thread. Each used to wait its own 2 s after the one before. */
+    acquirer a[4];
+    pthread_t tid[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (acquirer){c, "s", 0, 0};
+        cr_assert_eq(pthread_create(&tid[i], NULL, acquire_one, &a[i]), 0);
+    }
+    usleep(300 * 1000);
+    /* Meanwhile a prefetch of it returns at once: it used to wait for the
+     * thread of this process that waits. */
+    fill_spec f = {0};
+    uint64_t t0 = now_ms();
+    cr_assert_eq(remote_cache_prefetch(c, "s", 1000, 1, fill, &f), 0, "%s", sf_last_error());
+    cr_assert_lt(now_ms() - t0, 500, "the prefetch waited");
+    for (int i = 0; i < 4; i++) {
+        pthread_join(tid[i], NULL);
+        cr_assert_eq(a[i].rc, -ETIMEDOUT, "thread %d: %d", i, a[i].rc);
+        cr_assert_lt(a[i].ms, 3500, "thread %d failed after %llu ms", i, (unsigned long long)a[i].ms);
+    }
+    cr_assert_eq(f.calls, 0);
+    close(stuck.fill_fd);
+    remote_cache_free(c);
+}
+
 Test(remote_cache, a_dead_download_is_removed_when_room_is_needed)
 {
     remote_cache *c;
