@@ -98,6 +98,7 @@ struct dataset_files {
     /* a dataset at a URL, per shard: its map is kept until close
      * (dataset_map), and its buffered entry keeps one pin until then */
     uint8_t *kept_pin;
+    uint64_t kept_bytes; /* the files of those shards */
 };
 
 /* Half the soft RLIMIT_NOFILE: the rest stays the caller's (sockets, other
@@ -638,6 +639,8 @@ static int map_publish(sf_dataset *ds, uint64_t shard, const uint8_t *made, int 
     }
     assert(!(keep_pin && f->kept_pin[shard]) && "a kept map holds one pin");
     f->kept_pin[shard] |= (uint8_t)keep_pin;
+    if (keep_pin)
+        f->kept_bytes += ds->shards[shard].meta.file_size;
     pthread_mutex_unlock(&f->lock);
     return keep_pin;
 }
@@ -655,6 +658,28 @@ static const uint8_t *map_kept(sf_dataset *ds, uint64_t shard)
     return map;
 }
 
+/* A dataset at a URL, before dataset_map keeps `shard` pinned until close:
+ * SF_E_LIMIT at once when the shards kept so would pass the cache limit.
+ * They never give their room back, so waiting for it (as a download waits
+ * for other readers' pins) would only end in the same error 120 s later. */
+static int kept_room(sf_dataset *ds, uint64_t shard)
+{
+    dataset_files *f = ds->files;
+    uint64_t limit = dataset_remote_cache_limit(ds), size = ds->shards[shard].meta.file_size;
+    pthread_mutex_lock(&f->lock);
+    int room = !limit || f->kept_pin[shard] || (f->kept_bytes <= limit && size <= limit - f->kept_bytes);
+    uint64_t kept = f->kept_bytes;
+    pthread_mutex_unlock(&f->lock);
+    if (room)
+        return 0;
+    return sf_fail(SF_E_LIMIT,
+                   "%s/%s: sf_dataset_get keeps every shard it points into pinned in the cache until "
+                   "close, and this one (%llu bytes) would take them past the cache limit (%llu "
+                   "bytes, %llu kept): use sf_dataset_read_value, which copies, or raise cache_limit",
+                   ds->dir, ds->shards[shard].name, (unsigned long long)size,
+                   (unsigned long long)limit, (unsigned long long)kept);
+}
+
 /* dataset_map and dataset_map_pinned past their fast paths. */
 static int map_shard(const uint8_t **out, sf_dataset *ds, uint64_t shard, int follow_pin)
 {
@@ -664,9 +689,18 @@ static int map_shard(const uint8_t **out, sf_dataset *ds, uint64_t shard, int fo
     if (rc)
         return rc;
     pthread_mutex_lock(&ds->map_lock);
+    if (ds->remote && !follow_pin && (rc = kept_room(ds, shard))) {
+        pthread_mutex_unlock(&ds->map_lock);
+        return rc;
+    }
     const uint8_t *map = atomic_load_explicit(&s->map, memory_order_relaxed);
     int fd = -1;
     if ((!map || ds->remote) && !(rc = dataset_fd_acquire(&fd, ds, shard, 0))) {
+        /* Read again under the pin: at a URL a map that followed another
+         * reader's pin may have gone since (unmap_followed_locked does not
+         * take map_lock), and one taken before the pin would be handed out
+         * unmapped. Under the pin, the map there stays. */
+        map = atomic_load_explicit(&s->map, memory_order_acquire);
         /* The map keeps the file; its descriptor goes back at once. */
         const uint8_t *made = NULL;
         if (!map) {

@@ -4,7 +4,9 @@ map and descriptor last only while the reader pins the shard in the cache. Over 
 cache limit, an epoch with either engine never keeps an evicted shard mapped or open (an unlinked
 file still takes its disk space until then): the cache folder plus the deleted cache files the
 process holds stays within the limit, and the epoch's bytes are the local read's. About 5 s."""
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -101,6 +103,78 @@ class HeldWhilePinned(RemoteCase):
         self.assertEqual(end, {}, "evicted shards still mapped or open after the reads")
         self.assertLessEqual(peak.bytes, limit, f"cache and held files took {peak.bytes} bytes "
                              f"(at most {peak.held} evicted files at once), limit {limit}")
+
+    def test_zero_copy_get_keeps_its_shards_pinned_within_the_limit(self):
+        # C's sf_dataset_get hands out pointers into maps that last until close: at a URL each
+        # shard it maps stays pinned in the cache (never evicted under the pointers), counted
+        # against the limit, and once they would pass it the next fails at once with
+        # SF_E_LIMIT (it waited 120 s for room its own pins held). Through ctypes, in a
+        # process that does not load the Python module's copy of the library.
+        lib = os.path.join(os.path.dirname(os.environ["SHARDFEED"]), "libshardfeed.so")
+        if not os.path.exists(lib):
+            self.skipTest(f"no {lib} (a build without the shared library)")
+        ds, www, limit = self.served_over_limit()
+        cache = self.cache()
+        local = shardfeed.open(ds)
+        field = list(local[0].keys()).index("img")
+        want = [local[i]["img"].tobytes().hex() for i in range(len(local))]
+        local.close()
+        with servers.Nginx(www) as ng:
+            p = subprocess.run([sys.executable, "-c", GET_CHILD, lib, ng.url + "/ds", cache,
+                                str(limit), str(field), str(len(want))],
+                               capture_output=True, text=True, timeout=100)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = json.loads(p.stdout)
+        self.assertEqual(out["rc"], -30905, out)  # SF_E_LIMIT
+        self.assertIn("sf_dataset_get keeps every shard it points into pinned", out["error"])
+        self.assertLess(out["seconds_to_fail"], 10)
+        self.assertGreater(out["got"], 0)
+        self.assertLessEqual(out["folder_peak"], limit)
+        self.assertEqual(out["held_deleted"], 0)
+        for i, data in out["values"].items():  # read at the end, through the first pointers
+            self.assertEqual(data, want[int(i)], f"sample {i}")
+
+
+GET_CHILD = r"""
+import ctypes, json, os, sys, time
+lib_path, url, cache, limit, field, n = sys.argv[1:7]
+lib = ctypes.CDLL(lib_path)
+class RemoteOpts(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("mode", ctypes.c_int), ("cache_dir", ctypes.c_char_p),
+                ("cache_limit", ctypes.c_uint64), ("retries", ctypes.c_uint32),
+                ("timeout_ms", ctypes.c_uint32)]
+lib.sf_last_error.restype = ctypes.c_char_p
+opts = RemoteOpts(1, 0, cache.encode(), int(limit), 0, 0)
+ds = ctypes.c_void_p()
+assert lib.sf_dataset_open_ex(ctypes.byref(ds), url.encode(), ctypes.byref(opts)) == 0, lib.sf_last_error()
+def folder():
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs
+               if os.path.exists(os.path.join(r, f)))
+ptrs, peak, rc, got = {}, 0, 0, 0
+t0 = time.monotonic()
+for i in range(int(n)):
+    data, size = ctypes.c_void_p(), ctypes.c_uint64()
+    t0 = time.monotonic()
+    rc = lib.sf_dataset_get(ctypes.byref(data), ctypes.byref(size), ds, ctypes.c_uint64(i),
+                            ctypes.c_uint32(int(field)), 1)
+    peak = max(peak, folder())
+    if rc:
+        break
+    got += 1
+    ptrs[i] = (data.value, size.value)
+failed_after = time.monotonic() - t0
+error = lib.sf_last_error().decode()
+held = 0
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        held += os.readlink(f"/proc/self/fd/{fd}").endswith(" (deleted)")
+    except OSError:
+        pass
+values = {i: ctypes.string_at(p, s).hex() for i, (p, s) in list(ptrs.items())[::7]}
+lib.sf_dataset_close(ds)
+print(json.dumps({"rc": rc, "error": error, "seconds_to_fail": failed_after, "got": got,
+                  "folder_peak": peak, "held_deleted": held, "values": values}))
+"""
 
 
 if __name__ == "__main__":
