@@ -42,6 +42,18 @@ def deleted_held(cache):
     return held
 
 
+def settled_held(cache):
+    """deleted_held, sampled again for up to a second while it is not empty: the evictor holds
+    the file it unlinks for a moment, which one sample may see and a later one would not."""
+    end = deleted_held(cache)
+    for _ in range(20):
+        if not end:
+            break
+        time.sleep(0.05)
+        end = deleted_held(cache)
+    return end
+
+
 class HeldWhilePinned(RemoteCase):
     def read_within_the_limit(self, engine):
         ds, www, limit = self.served_over_limit()
@@ -51,15 +63,8 @@ class HeldWhilePinned(RemoteCase):
                                   engine=engine, cache_dir=cache, cache_limit=limit) as loader:
                 got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
                 ran = loader.stats()["engine"]
-                # Read to the end, not closed: nothing evicted is still held. (The evictor
-                # holds the file it unlinks for a moment: a sample may see that, a second
-                # one later would not.)
-                end = deleted_held(cache)
-                for _ in range(20):
-                    if not end:
-                        break
-                    time.sleep(0.05)
-                    end = deleted_held(cache)
+                # Read to the end, not closed: nothing evicted is still held.
+                end = settled_held(cache)
         self.assertEqual(ran, "mmap" if engine == "auto" else engine)
         self.assertGreater(peak.samples, 0, "the watcher saw nothing")
         self.assertEqual(end, {}, "evicted shards still mapped or open after the epoch")
@@ -91,12 +96,7 @@ class HeldWhilePinned(RemoteCase):
                 self.assertEqual(len(remote), len(local))
                 for i in range(len(local)):
                     self.assertEqual(remote[i]["img"].tobytes(), local[i]["img"].tobytes(), i)
-                end = deleted_held(cache)
-                for _ in range(20):
-                    if not end:
-                        break
-                    time.sleep(0.05)
-                    end = deleted_held(cache)
+                end = settled_held(cache)
             finally:
                 remote.close()
                 local.close()
