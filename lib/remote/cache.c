@@ -636,7 +636,6 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
     return 0;
 }
 
-/* Opens (and locks) ROOT/SPACE/.fill-NAME: one process fills NAME at a time. */
 /* The progress of another process's download of `name`: the newest
  * modification time (ns) of its .part (found once by listing the folder,
  * then stat'ed alone) or of the final file, 0 when there is neither yet. */
@@ -695,7 +694,8 @@ static int stalled_at_locked(const remote_cache *c, const char *name, int64_t st
     return 0;
 }
 
-/* Takes `name`'s .fill lock, the right to download it: its descriptor, or
+/* Opens and locks ROOT/SPACE/.fill-NAME (one process fills NAME at a time),
+ * the right to download it: its descriptor, or
  * a negative code. Another process holding it is downloading the object:
  * waited for while that download writes (a .part of it whose time moves),
  * and for at most wait_s seconds in which it writes nothing (a process
