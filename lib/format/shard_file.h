@@ -78,7 +78,8 @@ void sf_keep_first_problem(void *ctx, const sf_shard_problem *p);
  * values of uncompressed bool fields are 0 or 1 (reported for records
  * whose checksum holds). Calls `cb` for each
  * problem (`cb` may be NULL). Reads sequentially through `buf` (buf_size bytes, >= 64 KiB).
- * Returns the number of problems (>= 0), or a negative code for an I/O error. */
+ * Returns the number of problems (>= 0), or a negative code for an I/O error.
+ * Both scans are an sf_shard_scanner fed in order (shard_scan.h). */
 int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *s, int fd, uint8_t *buf,
                            uint64_t buf_size, sf_shard_problem_fn cb, void *ctx);
 /* sf_shard_scan_data over a shard mapped at base ([0, size) of its file):

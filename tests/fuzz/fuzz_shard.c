@@ -9,7 +9,11 @@
  *   (any of bits 0-2: recompute the header checksum)
  *   bit 3: also build the whole shard file (header, zero data, index, a
  *          matching footer) in a memfd and run sf_shard_load_meta and
- *          sf_shard_scan_data on it, when the index offset is small.
+ *          sf_shard_scan_data on it, when the index offset is small; also
+ *          sf_shard_scan_mapped (the same problems in the same order) and
+ *          scanners over parts of the file fed in pieces (check_parts),
+ *   bit 4: with bit 3, the data area holds the index's bytes over and over
+ *          instead of zeros (padding and bool problems, not only checksums).
  * Checks: decode/encode of header and footer is the identity; an index that
  * sf_index_check accepts really is structurally sound (records inside the
  * data area, aligned, in order, sized by the layout; keys valid, inside the
@@ -20,6 +24,7 @@
 
 #include "format.h"
 #include "shard_file.h"
+#include "shard_scan.h"
 #include "fuzz_common.h"
 #include "fuzz_schemas.h"
 #include "shardfeed/error.h"
@@ -36,6 +41,79 @@ static void log_problem(void *ctx, const sf_shard_problem *p)
                         (uint64_t)p->code};
     l->digest = l->digest * 0x9E3779B97F4A7C15u ^ sf_hash(what, sizeof what);
     l->count++;
+}
+
+/* Every problem a scan reported, folded in any order (scans of parts of a
+ * file report the same problems as one scan, part by part). */
+static void sum_problem(void *ctx, const sf_shard_problem *p)
+{
+    problem_log *l = ctx;
+    uint64_t what[5] = {(uint64_t)p->kind, (uint64_t)p->record, p->offset, p->field,
+                        (uint64_t)p->code};
+    l->digest += sf_hash(what, sizeof what);
+    l->count++;
+}
+
+static uint64_t next_rand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 33;
+}
+
+/* The file's bytes [lo, hi) cut into k parts at points drawn from seed, as
+ * a download's ranges are (dataset_remote.c): a scanner per part fed its
+ * bytes in pieces of drawn sizes, then the spans no part holds whole
+ * scanned from the file. The problems of all of them must be the one
+ * scan's (`whole`, folded by sum_problem). */
+static void check_parts(const sf_shard_meta *m, const sf_schema *s, int fd, const uint8_t *file,
+                        uint64_t size, uint64_t seed, const problem_log *whole)
+{
+    unsigned k = 1 + (unsigned)(seed % 4);
+    uint64_t cut[6] = {0};
+    for (unsigned i = 1; i < k; i++)
+        cut[i] = next_rand(&seed) % (size + 1);
+    cut[k] = size;
+    for (unsigned i = 1; i < k; i++) /* sorted: parts in file order */
+        for (unsigned j = i; j > 1 && cut[j - 1] > cut[j]; j--) {
+            uint64_t t = cut[j];
+            cut[j] = cut[j - 1];
+            cut[j - 1] = t;
+        }
+    problem_log got = {0};
+    uint64_t spans = sf_shard_span_count(m), done = 0;
+    uint8_t *buf = malloc(64 << 10);
+    FUZZ_CHECK(buf, "out of memory");
+    for (unsigned i = 0; i < k; i++) {
+        uint64_t first, end;
+        sf_shard_spans_within(m, s, cut[i], cut[i + 1], &first, &end);
+        FUZZ_CHECK(first >= done && first <= spans && end <= spans, "spans %" PRIu64 "..%" PRIu64,
+                   first, end);
+        if (first >= end)
+            continue;
+        FUZZ_CHECK(sf_shard_span_start(m, s, first) >= cut[i] &&
+                       sf_shard_span_start(m, s, end) <= cut[i + 1],
+                   "spans outside their part");
+        if (first > done) /* spans cut by a part's edge */
+            FUZZ_CHECK(sf_shard_scan_spans(m, s, fd, buf, 64 << 10, done, first, sum_problem,
+                                           &got) >= 0, "scan_spans");
+        sf_shard_scanner sc;
+        FUZZ_CHECK(sf_shard_scanner_init(&sc, m, s, first, end, sum_problem, &got) == 0, "init");
+        for (uint64_t off = cut[i]; off < cut[i + 1];) {
+            uint64_t n = 1 + next_rand(&seed) % 5000;
+            n = n < cut[i + 1] - off ? n : cut[i + 1] - off;
+            FUZZ_CHECK(sf_shard_scanner_feed(&sc, off, file + off, n) == 0, "feed");
+            off += n;
+        }
+        FUZZ_CHECK(sf_shard_scanner_done(&sc), "a part's spans were not all fed");
+        sf_shard_scanner_free(&sc);
+        done = end;
+    }
+    if (done < spans)
+        FUZZ_CHECK(sf_shard_scan_spans(m, s, fd, buf, 64 << 10, done, spans, sum_problem, &got) >= 0,
+                   "scan_spans");
+    free(buf);
+    FUZZ_CHECK(got.count == whole->count && got.digest == whole->digest,
+               "parts found %" PRIu64 " problems, one scan %" PRIu64, got.count, whole->count);
 }
 
 static void check_index_sound(const sf_schema *s, const sf_shard_header *h, const uint8_t *index)
@@ -67,7 +145,7 @@ static void check_index_sound(const sf_schema *s, const sf_shard_header *h, cons
 
 /* Builds the file and runs the file-level reader on it. */
 static void check_file(const sf_schema *s, const uint8_t *hb, const sf_shard_header *h,
-                       const uint8_t *index, int index_ok)
+                       const uint8_t *index, int index_ok, int fill)
 {
     if (h->index_offset > (1u << 20))
         return;
@@ -83,6 +161,11 @@ static void check_file(const sf_schema *s, const uint8_t *hb, const sf_shard_hea
              pwrite(fd, hb, SF_SHARD_HEADER_SIZE, 0) == SF_SHARD_HEADER_SIZE &&
              pwrite(fd, index, h->index_size, (off_t)h->index_offset) == (ssize_t)h->index_size &&
              pwrite(fd, fb, sizeof fb, (off_t)(size - sizeof fb)) == (ssize_t)sizeof fb;
+    for (uint64_t off = SF_SHARD_HEADER_SIZE; ok && fill && h->index_size && off < h->index_offset;) {
+        uint64_t n = h->index_offset - off < h->index_size ? h->index_offset - off : h->index_size;
+        ok = pwrite(fd, index, n, (off_t)off) == (ssize_t)n;
+        off += n;
+    }
     if (!ok) {
         close(fd);
         return;
@@ -110,6 +193,9 @@ static void check_file(const sf_schema *s, const uint8_t *hb, const sf_shard_hea
         void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
         FUZZ_CHECK(map != MAP_FAILED, "mmap");
         int64_t in_map = sf_shard_scan_mapped(&m, s, map, size, log_problem, &mapped);
+        problem_log summed = {0};
+        FUZZ_CHECK(sf_shard_scan_mapped(&m, s, map, size, sum_problem, &summed) == in_map, "again");
+        check_parts(&m, s, fd, map, size, h->checksum ^ index_ok, &summed);
         munmap(map, size);
         FUZZ_CHECK(in_map == problems && mapped.count == read.count &&
                        mapped.digest == read.digest,
@@ -184,7 +270,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             else
                 FUZZ_CHECK(rc < 0 && sf_last_error()[0] != '\0', "failure %d without a message", rc);
             if (flags & 8)
-                check_file(&schema, hb, &h, index, rc == 0);
+                check_file(&schema, hb, &h, index, rc == 0, flags & 16);
         }
     }
     free(index);

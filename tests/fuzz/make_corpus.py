@@ -349,6 +349,7 @@ def main():
         man, shard = dataset_seed(a64)
         out("fuzz_shard", "img64", shard_seed(0, 0, shard))
         out("fuzz_shard", "img64-file", shard_seed(0, 0x0f, shard))
+        out("fuzz_shard", "img64-filled", shard_seed(0, 0x1f, shard))  # data area not zero
         man, shard = dataset_seed(y)
         out("fuzz_shard", "y-file", shard_seed(3, 0x0f, shard))
         # Variable-length schemas (the packer writes none): built here, the
@@ -367,6 +368,7 @@ def main():
         r1 = e2((128 + r0[1] + 7) // 8 * 8, 0, 1, 65535)
         end = (r1[0] + r1[1] + 7) // 8 * 8
         out("fuzz_shard", "mixed2", bytes([2, 0x0f]) + synthetic_shard(8, [r0, r1], [b"x", b"yy"], 56, end))
+        out("fuzz_shard", "mixed2-filled", bytes([2, 0x1f]) + synthetic_shard(8, [r0, r1], [b"x", b"yy"], 56, end))
 
     # Round trip: [n][dtype|be][ndim|fortran|zero][d0][d1][d2][b][align][shard size][flags] data...
     rt = "fuzz_roundtrip"
