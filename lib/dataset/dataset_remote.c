@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "dataset_internal.h"
+#include "download_check.h"
 #include "error_internal.h"
 #include "fetch.h"
 #include "hash.h"
@@ -23,7 +23,6 @@
 /* Open reads a shard's header with one request and its tail (footer, and
  * the index when it is at most this long) with another. */
 #define META_TAIL (64u << 10)
-#define SCAN_BUFFER (256u << 10)
 /* The prefetcher keeps at most this many shards, and half the cache limit,
  * downloaded ahead of the one being read. */
 #define PREFETCH_SHARDS 8u
@@ -359,73 +358,9 @@ typedef struct fill_job {
     uint64_t shard;
 } fill_job;
 
-/* The damage one download showed: a structure's bad offset, or each
- * damaged record and padding folded into a digest, so that two downloads
- * compare equal only when they show the same damage in the same places. */
-typedef struct damage {
-    uint64_t bad_offset;
-    uint64_t digest;
-} damage;
-
-static void note_damage(void *ctx, const sf_shard_problem *p)
-{
-    damage *d = ctx;
-    uint64_t what[4] = {(uint64_t)p->kind, (uint64_t)p->record, p->offset, p->field};
-    d->digest = XXH3_64bits_withSeed(what, sizeof what, d->digest);
-}
-
-/* Checks the data area of a download just written (check_download). The
- * bytes are in the page cache: read through a map, the check copies
- * nothing (read into a buffer, that copy was 6% of a cold epoch's CPU time
- * in mode cache on tools/bench/run's remote-large set). Where no map can
- * be made, read through a buffer. */
-static int64_t scan_download(const sf_shard_meta *m, const sf_schema *sc, int fd, damage *d)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return sf_fail(-errno, "fstat: %s", strerror(errno));
-    uint64_t size = (uint64_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
-    if (map != MAP_FAILED) {
-        int64_t problems = sf_shard_scan_mapped(m, sc, map, size, note_damage, d);
-        munmap(map, size);
-        return problems;
-    }
-    uint8_t *buf = malloc(SCAN_BUFFER);
-    int64_t problems = buf ? sf_shard_scan_data(m, sc, fd, buf, SCAN_BUFFER, note_damage, d)
-                           : sf_fail(-ENOMEM, "out of memory");
-    free(buf);
-    return problems;
-}
-
-/* What a downloaded shard's check found: 0 (all of it checks), a negative
- * code for damage in its structure (its offset in d->bad_offset), or the
- * number of damaged records and padding (> 0, each in d->digest). */
-static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, damage *d)
-{
-    const sf_manifest *mf = &ds->manifest;
-    const sf_shard_meta *want = &ds->shards[shard].meta;
-    sf_shard_expect exp = {&mf->schema, shard, mf->dataset_id, mf->align, &mf->shards[shard]};
-    sf_shard_meta got;
-    uint64_t bad = 0;
-    int rc = sf_shard_load_meta(&got, fd, &exp, &bad);
-    if (!rc && (got.header.checksum != want->header.checksum ||
-                got.footer.index_checksum != want->footer.index_checksum))
-        rc = sf_fail(SF_E_CORRUPT, "its header or footer differs from the ones open read (the "
-                                   "shard was replaced since): open the dataset again");
-    *d = (damage){0};
-    if (rc) {
-        sf_shard_meta_clear(&got);
-        d->bad_offset = bad;
-        return rc;
-    }
-    int64_t problems = scan_download(&got, &mf->schema, fd, d);
-    sf_shard_meta_clear(&got);
-    return problems;
-}
-
 /* Downloads the shard (in up to `parts` ranges at once) and checks all of
- * it (its records' checksums too). A download that fails its checks is
+ * it, its records' checksums too, as the bytes arrive (download_check.h).
+ * A download that fails its checks is
  * fetched again, up to 1 + retries times: damage on the way comes and
  * goes. A shard whose every download shows the same damaged records (stored
  * so) is kept: the reader's record checks then judge each record, as for a
@@ -433,21 +368,28 @@ static int64_t check_download(sf_dataset *ds, uint64_t shard, int fd, damage *d)
 static int fill_shard_parts(void *arg, int fd, uint64_t size, unsigned parts)
 {
     fill_job *j = arg;
-    dataset_remote *x = j->ds->remote;
-    const char *name = j->ds->shards[j->shard].name;
+    sf_dataset *ds = j->ds;
+    dataset_remote *x = ds->remote;
+    const sf_manifest *mf = &ds->manifest;
+    const char *name = ds->shards[j->shard].name;
+    sf_shard_expect exp = {&mf->schema, j->shard, mf->dataset_id, mf->align, &mf->shards[j->shard]};
+    download_check check;
+    download_check_init(&check, &ds->shards[j->shard].meta, &mf->schema);
     int64_t first = 0;
-    damage first_damage = {0};
-    int alike = 1;
+    download_damage first_damage = {0};
+    int alike = 1, rc = 0;
     for (uint32_t attempt = 0;; attempt++) {
-        int rc = remote_pool_fetch_to_fd(x->pool, name, size, fd, parts);
-        if (rc)
-            return rc;
-        damage d;
-        int64_t found = check_download(j->ds, j->shard, fd, &d);
+        download_check_reset(&check);
+        if ((rc = remote_pool_fetch_to_fd(x->pool, name, size, fd, parts, &check.watch)))
+            break;
+        download_damage d;
+        int64_t found = download_check_finish(&check, fd, &exp, &d);
         if (found == 0)
-            return 0;
-        if (found < 0 && !sf_is_data_error((int)found))
-            return (int)found; /* the machine's trouble, not the bytes' */
+            break;
+        if (found < 0 && !sf_is_data_error((int)found)) {
+            rc = (int)found; /* the machine's trouble, not the bytes' */
+            break;
+        }
         if (attempt == 0) {
             first = found;
             first_damage = d;
@@ -456,18 +398,23 @@ static int fill_shard_parts(void *arg, int fd, uint64_t size, unsigned parts)
                  d.digest == first_damage.digest;
         if (attempt < x->policy.retries)
             continue;
-        if (found > 0 && alike)
-            return 0; /* stored so */
-        if (found > 0)
-            return sf_fail(SF_E_CHECKSUM,
-                           "%s/%s: %u downloads of the shard failed their record checksums, "
-                           "not alike (bytes damaged on the way)",
-                           j->ds->dir, name, attempt + 1);
-        char where[4200];
-        snprintf(where, sizeof where, "%s/%s (downloaded %u times)", j->ds->dir, name,
-                 attempt + 1);
-        return sf_fail_prefix((int)found, where);
+        if (found > 0 && alike) {
+            rc = 0; /* stored so */
+        } else if (found > 0) {
+            rc = sf_fail(SF_E_CHECKSUM,
+                         "%s/%s: %u downloads of the shard failed their record checksums, "
+                         "not alike (bytes damaged on the way)",
+                         ds->dir, name, attempt + 1);
+        } else {
+            char where[4200];
+            snprintf(where, sizeof where, "%s/%s (downloaded %u times)", ds->dir, name,
+                     attempt + 1);
+            rc = sf_fail_prefix((int)found, where);
+        }
+        break;
     }
+    download_check_free(&check);
+    return rc;
 }
 
 /* remote_fill_fn. A large shard downloaded alone comes in REMOTE_PARTS

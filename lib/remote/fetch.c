@@ -93,6 +93,8 @@ typedef struct sink {
     uint64_t flushed;   /* bytes from fd_off whose write-back was started */
     uint64_t written;   /* bytes from fd_off written to fd; [written, got) are in wbuf */
     uint8_t *wbuf;      /* REMOTE_WRITE_CHUNK bytes: the file gets whole chunks */
+    const remote_watch *watch; /* shown the bytes as they are accepted (NULL: none) */
+    unsigned part;      /* the part of the object this range is, for watch */
     uint64_t got;       /* body bytes accepted this request (into the destination) */
     int too_long;       /* the body went past the destination: refused */
     int write_err;      /* the file write failed: -errno */
@@ -287,6 +289,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
             s->ignored_range = whole_object;
             return 0;
         }
+        if (s->watch)
+            s->watch->bytes(s->watch->ctx, s->part, s->fd_off + s->got, (const uint8_t *)data, n);
         int rc = sink_write(s, data, n);
         if (rc) {
             s->write_err = rc;
@@ -619,12 +623,12 @@ int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uin
 /* Bytes [off, off + len) of the `size`-byte object `name` into fd at the
  * same offset. */
 static int fetch_range_to_fd(remote_fetcher *f, const char *name, uint64_t size, uint64_t off,
-                             uint64_t len, int fd)
+                             uint64_t len, int fd, const remote_watch *watch, unsigned part)
 {
     if (len == 0)
         return 0;
     sink s = {.cap = len, .fd = fd, .fd_off = off, .expect = size,
-              .wbuf = malloc(REMOTE_WRITE_CHUNK)};
+              .wbuf = malloc(REMOTE_WRITE_CHUNK), .watch = watch, .part = part};
     if (!s.wbuf)
         return sf_fail(-ENOMEM, "out of memory");
     int rc = request(f, name, 1, off, len, &s);
@@ -640,7 +644,7 @@ static int fetch_range_to_fd(remote_fetcher *f, const char *name, uint64_t size,
 
 int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int fd)
 {
-    return fetch_range_to_fd(f, name, size, 0, size, fd);
+    return fetch_range_to_fd(f, name, size, 0, size, fd, NULL, 0);
 }
 
 /* ---- the pool ---- */
@@ -710,6 +714,7 @@ typedef struct parts_run {
     const char *name;
     uint64_t size, part;
     int fd;
+    const remote_watch *watch;
     _Atomic uint64_t next;  /* the next part to take */
     remote_jobs jobs;       /* a job: a part */
 } parts_run;
@@ -722,10 +727,13 @@ static void *parts_worker(void *arg)
             break; /* the download failed: no more parts */
         uint64_t off = k * run->part;
         uint64_t len = run->size - off < run->part ? run->size - off : run->part;
+        if (run->watch)
+            run->watch->begin(run->watch->ctx, (unsigned)k, off, off + len);
         remote_fetcher *f;
         int rc = remote_pool_take(&f, run->pool);
         if (!rc) {
-            rc = fetch_range_to_fd(f, run->name, run->size, off, len, run->fd);
+            rc = fetch_range_to_fd(f, run->name, run->size, off, len, run->fd, run->watch,
+                                   (unsigned)k);
             remote_pool_give(run->pool, f);
         }
         if (!rc)
@@ -736,16 +744,33 @@ static void *parts_worker(void *arg)
     return NULL;
 }
 
+#ifdef SHARDFEED_TEST_HOOKS
+/* SHARDFEED_TEST_PART_MIN=BYTES: the least bytes a part needs, for the
+ * tests' small shards to come in parts (a part stays whole write chunks).
+ * Compiled only into builds with the tests. */
+static uint64_t part_min(void)
+{
+    const char *v = getenv("SHARDFEED_TEST_PART_MIN");
+    unsigned long long n = v && *v ? strtoull(v, NULL, 10) : 0;
+    return n ? n : REMOTE_PART_MIN;
+}
+#else
+static uint64_t part_min(void)
+{
+    return REMOTE_PART_MIN;
+}
+#endif
+
 int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts)
+                            unsigned max_parts, const remote_watch *watch)
 {
     assert(max_parts >= 1 && max_parts <= REMOTE_PARTS);
-    uint64_t parts = (size + REMOTE_PART_MIN - 1) / REMOTE_PART_MIN;
+    uint64_t parts = (size + part_min() - 1) / part_min();
     parts = parts < 1 ? 1 : parts > max_parts ? max_parts : parts;
     /* Parts of whole write chunks: each writes the file at chunk offsets. */
     uint64_t part = (size + parts - 1) / parts;
     part = (part + REMOTE_WRITE_CHUNK - 1) / REMOTE_WRITE_CHUNK * REMOTE_WRITE_CHUNK;
-    parts_run run = {.pool = p, .name = name, .size = size, .fd = fd, .part = part};
+    parts_run run = {.pool = p, .name = name, .size = size, .fd = fd, .part = part, .watch = watch};
     remote_jobs_init(&run.jobs);
     remote_jobs_run((unsigned)parts, parts_worker, &run);
     return remote_jobs_finish(&run.jobs);
@@ -810,9 +835,9 @@ int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uin
 }
 
 int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts)
+                            unsigned max_parts, const remote_watch *watch)
 {
-    (void)p, (void)name, (void)size, (void)fd, (void)max_parts;
+    (void)p, (void)name, (void)size, (void)fd, (void)max_parts, (void)watch;
     return no_curl();
 }
 

@@ -90,13 +90,27 @@ int remote_pool_open(remote_pool **out, const remote_location *loc, const remote
 void remote_pool_free(remote_pool *p); /* NULL ok; every fetcher given back */
 int remote_pool_take(remote_fetcher **out, remote_pool *p);
 void remote_pool_give(remote_pool *p, remote_fetcher *f);
+/* What a caller of remote_pool_fetch_to_fd sees of the bytes as they
+ * arrive, before they are written (to check them while they are still in
+ * the CPU's cache). Part k is the object's bytes [lo, hi): `begin` runs
+ * before its first request, `bytes` with each piece of it accepted, at the
+ * piece's offset in the object, in order within the part (a retry resumes
+ * after the last piece); a part whose body turned out longer than its range
+ * is fetched again from lo, and `bytes` then starts at lo again. Both run
+ * on the thread fetching the part; parts run at once. */
+typedef struct remote_watch {
+    void (*begin)(void *ctx, unsigned part, uint64_t lo, uint64_t hi);
+    void (*bytes)(void *ctx, unsigned part, uint64_t off, const uint8_t *p, size_t n);
+    void *ctx;
+} remote_watch;
 /* remote_fetch_to_fd in up to max_parts (1..REMOTE_PARTS) ranges fetched
  * at once by as many threads, each with a fetcher of the pool, each written
  * at its offset (each retried as remote_fetch_range is, a retry resuming
- * where its range stopped). 0, or the failure of the lowest failing range,
- * the others finished first. */
+ * where its range stopped), shown to `watch` (NULL: none) as they arrive.
+ * 0, or the failure of the lowest failing range, the others finished
+ * first. */
 int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts);
+                            unsigned max_parts, const remote_watch *watch);
 
 /* ---- for the tests: the transport's decisions, without a server ---- */
 
