@@ -79,16 +79,9 @@ void sf_keep_first_problem(void *ctx, const sf_shard_problem *p);
  * whose checksum holds). Calls `cb` for each
  * problem (`cb` may be NULL). Reads sequentially through `buf` (buf_size bytes, >= 64 KiB).
  * Returns the number of problems (>= 0), or a negative code for an I/O error.
- * Both scans are an sf_shard_scanner fed in order (shard_scan.h). */
+ * It is an sf_shard_scanner fed in order (shard_scan.h). */
 int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *s, int fd, uint8_t *buf,
                            uint64_t buf_size, sf_shard_problem_fn cb, void *ctx);
-/* sf_shard_scan_data over a shard mapped at base ([0, size) of its file):
- * the same checks, the same problems, with no read and no copy. A page that
- * cannot be read (the file cut short since it was mapped, a disk error) is
- * a negative code, never SIGBUS (fault_guard.h); `cb` runs under that guard,
- * so it must neither lock nor allocate. */
-int64_t sf_shard_scan_mapped(const sf_shard_meta *m, const sf_schema *s, const uint8_t *base,
-                             uint64_t size, sf_shard_problem_fn cb, void *ctx);
 
 /* Reads and decodes DIR/manifest.sfm, its size capped at the largest valid
  * manifest before anything is allocated. Errors name the file. */

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "error_internal.h"
-#include "fault_guard.h"
 #include "io.h"
 #include "shard_scan.h"
 
@@ -256,40 +255,4 @@ int64_t sf_shard_scan_data(const sf_shard_meta *m, const sf_schema *sc, int fd, 
                            uint64_t buf_size, sf_shard_problem_fn cb, void *ctx)
 {
     return sf_shard_scan_spans(m, sc, fd, buf, buf_size, 0, sf_shard_span_count(m), cb, ctx);
-}
-
-typedef struct mapped_run {
-    sf_shard_scanner *s;
-    const uint8_t *base;
-    uint64_t end;
-} mapped_run;
-
-/* sf_guarded_fn: the whole data area fed at once. */
-static int feed_mapped(void *arg)
-{
-    mapped_run *run = arg;
-    return sf_shard_scanner_feed(run->s, SF_SHARD_HEADER_SIZE, run->base + SF_SHARD_HEADER_SIZE,
-                                 run->end - SF_SHARD_HEADER_SIZE);
-}
-
-int64_t sf_shard_scan_mapped(const sf_shard_meta *m, const sf_schema *sc, const uint8_t *base,
-                             uint64_t size, sf_shard_problem_fn cb, void *ctx)
-{
-    uint64_t end = m->header.index_offset;
-    if (end > size)
-        return sf_fail(SF_E_TRUNCATED, "the data area ends at byte %llu, past the %llu bytes mapped",
-                       (unsigned long long)end, (unsigned long long)size);
-    sf_shard_scanner s;
-    int rc = sf_shard_scanner_init(&s, m, sc, 0, sf_shard_span_count(m), cb, ctx);
-    if (rc)
-        return rc;
-    /* The map is the bytes: nothing is read or copied. */
-    mapped_run run = {&s, base, end};
-    rc = sf_fault_guarded(feed_mapped, &run);
-    int64_t problems = s.problems;
-    sf_shard_scanner_free(&s);
-    if (rc)
-        return sf_fail(rc, "reading the mapped data area: %s (the file shrank, or its disk failed)",
-                       sf_strerror(rc));
-    return problems;
 }

@@ -1,7 +1,7 @@
 /* The check of a shard's data area (SPEC.md "Reader rules": every record's
  * checksum, zero padding, bool values), fed its bytes in file order from
- * wherever they are: a read buffer (verify, merge, push), a map (a cache's
- * download), or a download's bytes as they arrive, each range of the file
+ * wherever they are: a read buffer (verify, merge, push), or a download's
+ * bytes as they arrive, each range of the file
  * with a scanner of its own (dataset_remote.c: the bytes are checked while
  * they are still in the CPU's cache, where a second pass read 1.2 GB back
  * from memory).

@@ -10,7 +10,8 @@
  *   bit 3: also build the whole shard file (header, zero data, index, a
  *          matching footer) in a memfd and run sf_shard_load_meta and
  *          sf_shard_scan_data on it, when the index offset is small; also
- *          sf_shard_scan_mapped (the same problems in the same order) and
+ *          a scanner fed the mapped file at once (the same problems in the
+ *          same order) and
  *          scanners over parts of the file fed in pieces (check_parts),
  *   bit 4: with bit 3, the data area holds the index's bytes over and over
  *          instead of zeros (padding and bool problems, not only checksums).
@@ -116,6 +117,21 @@ static void check_parts(const sf_shard_meta *m, const sf_schema *s, int fd, cons
                "parts found %" PRIu64 " problems, one scan %" PRIu64, got.count, whole->count);
 }
 
+/* The whole data area of the file at `file` fed to one scanner at once. */
+static int64_t scan_whole(const sf_shard_meta *m, const sf_schema *s, const uint8_t *file,
+                          sf_shard_problem_fn cb, problem_log *log)
+{
+    sf_shard_scanner sc;
+    FUZZ_CHECK(sf_shard_scanner_init(&sc, m, s, 0, sf_shard_span_count(m), cb, log) == 0, "init");
+    uint64_t end = m->header.index_offset;
+    FUZZ_CHECK(sf_shard_scanner_feed(&sc, SF_SHARD_HEADER_SIZE, file + SF_SHARD_HEADER_SIZE,
+                                     end - SF_SHARD_HEADER_SIZE) == 0, "feed");
+    FUZZ_CHECK(sf_shard_scanner_done(&sc), "not done");
+    int64_t n = sc.problems;
+    sf_shard_scanner_free(&sc);
+    return n;
+}
+
 static void check_index_sound(const sf_schema *s, const sf_shard_header *h, const uint8_t *index)
 {
     uint64_t entries = h->record_count * s->entry_size;
@@ -189,17 +205,18 @@ static void check_file(const sf_schema *s, const uint8_t *hb, const sf_shard_hea
         FUZZ_CHECK(problems >= 0 && (uint64_t)problems <= 3 * h->record_count + 1,
                    "scan_data returned %" PRId64, problems);
         free(buf);
-        /* The same scan over a map: the same problems, in the same order. */
+        /* The same scan fed the mapped file at once: the same problems, in
+         * the same order. */
         void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
         FUZZ_CHECK(map != MAP_FAILED, "mmap");
-        int64_t in_map = sf_shard_scan_mapped(&m, s, map, size, log_problem, &mapped);
+        int64_t in_map = scan_whole(&m, s, map, log_problem, &mapped);
         problem_log summed = {0};
-        FUZZ_CHECK(sf_shard_scan_mapped(&m, s, map, size, sum_problem, &summed) == in_map, "again");
+        FUZZ_CHECK(scan_whole(&m, s, map, sum_problem, &summed) == in_map, "again");
         check_parts(&m, s, fd, map, size, h->checksum ^ index_ok, &summed);
         munmap(map, size);
         FUZZ_CHECK(in_map == problems && mapped.count == read.count &&
                        mapped.digest == read.digest,
-                   "scan_mapped found %" PRId64 " problems, scan_data %" PRId64, in_map, problems);
+                   "one feed found %" PRId64 " problems, scan_data %" PRId64, in_map, problems);
         sf_shard_meta_clear(&m);
     } else {
         FUZZ_CHECK(rc < 0 && bad <= size, "load_meta failure %d at %" PRIu64, rc, bad);
