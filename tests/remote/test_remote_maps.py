@@ -147,9 +147,13 @@ lib.sf_last_error.restype = ctypes.c_char_p
 opts = RemoteOpts(1, 0, cache.encode(), int(limit), 0, 0)
 ds = ctypes.c_void_p()
 assert lib.sf_dataset_open_ex(ctypes.byref(ds), url.encode(), ctypes.byref(opts)) == 0, lib.sf_last_error()
+def file_bytes(path):
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:  # a download's .part renamed or removed since the walk saw it
+        return 0
 def folder():
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs
-               if os.path.exists(os.path.join(r, f)))
+    return sum(file_bytes(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs)
 ptrs, peak, rc, got = {}, 0, 0, 0
 t0 = time.monotonic()
 for i in range(int(n)):
