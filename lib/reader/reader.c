@@ -85,8 +85,9 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
         .drop_last = o.drop_last,
         .uneven = o.uneven,
     };
-    if ((rc = reader_sampler_create(&r->sampler, &sc)) || (rc = reader_order_start(r)))
+    if ((rc = reader_sampler_create(&r->sampler, &sc)))
         goto fail;
+    reader_order_start(r);
     r->num_batches = reader_sampler_num_batches(r->sampler);
     r->order_id = reader_sampler_order_id(r->sampler, r->ds->manifest.dataset_id);
     if (r->num_batches == 0) {
@@ -142,8 +143,6 @@ void sf_reader_close(sf_reader *r)
         return;
     if (r->engine)
         reader_engine_stop(r);
-    if (r->sampler)
-        reader_order_stop(r);
     reader_trace_free_all(atomic_load(&r->trace));
     /* Before the slab is unmapped: the device unregisters it. */
     if (r->device)

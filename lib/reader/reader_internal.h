@@ -308,13 +308,11 @@ struct sf_reader {
     /* schedule position: the next batch to give a slot to */
     uint64_t sched_epoch, sched_index;
     uint32_t held;        /* slots HELD or RELEASING (slot_set_state keeps it) */
-    /* the order thread (schedule.c): builds the next epoch's order ahead,
-     * outside r->lock and a slice per batch scheduled, so the schedule does
-     * not stall at an epoch boundary */
-    pthread_t order_tid;
-    int order_running;
-    pthread_cond_t order_cv;
-    int order_stop;        /* under lock */
+    /* the next epoch's order, built ahead (schedule.c) outside r->lock, a
+     * slice per batch scheduled, by the I/O threads as they claim, so the
+     * schedule does not stall at an epoch boundary */
+    int order_ahead;       /* shuffled: orders are built ahead (set at open) */
+    atomic_int order_busy; /* an I/O thread is running a slice */
     int order_pending;     /* under lock: order_want asked for and not yet taken */
     uint64_t order_want;   /* under lock */
     int order_building;    /* under lock: order_epoch's build has steps left */
@@ -402,10 +400,9 @@ void reader_place_claimed(sf_reader *r, reader_task **tasks, unsigned n);
 void reader_set_field_bytes(sf_reader *r, reader_slot *s);
 
 /* ---- schedule.c, for open and close ---- */
-/* Starts and stops the order thread (shuffled orders only; stop of none
- * started ok). */
-int reader_order_start(sf_reader *r);
-void reader_order_stop(sf_reader *r);
+/* Sets up building each next epoch's order ahead (shuffled orders only),
+ * and asks for the order after the sampler's epoch. */
+void reader_order_start(sf_reader *r);
 
 /* ---- schedule.c, for the engines ---- */
 /* Claims up to `max` tasks in batch order. With `block`, waits until there

@@ -57,6 +57,7 @@ struct reader_sampler {
     uint64_t spare_epoch;
     int spare_state;       /* enum spare_state */
     order_build build;     /* SPARE_BUILDING: where the spare's build stands */
+    uint64_t set_epoch_builds; /* set_epoch calls that built or finished an order */
 };
 
 enum spare_state {
@@ -321,7 +322,10 @@ int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch)
     pthread_mutex_lock(&s->spare_lock);
     s->epoch = epoch;
     s->built = 1;
+    int finishing = s->spare_state == SPARE_BUILDING && s->spare_epoch == epoch;
     int taken = s->perm && take_spare_locked(s, epoch);
+    if (s->perm && (finishing || !taken))
+        s->set_epoch_builds++;
     pthread_mutex_unlock(&s->spare_lock);
     /* Steps only write the spare, so perm is built outside the lock. */
     if (s->perm && !taken)
@@ -361,6 +365,16 @@ int reader_sampler_prepare(reader_sampler *s, uint64_t epoch)
     while ((rc = reader_sampler_prepare_step(s, epoch, PREPARE_CHUNK)) == 0)
         ;
     return rc < 0 ? rc : 0;
+}
+
+uint64_t reader_sampler_set_epoch_builds(reader_sampler *s)
+{
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->spare_lock);
+    uint64_t builds = s->set_epoch_builds;
+    pthread_mutex_unlock(&s->spare_lock);
+    return builds;
 }
 
 uint64_t reader_sampler_build_cost(const reader_sampler *s)

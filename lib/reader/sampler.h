@@ -78,7 +78,7 @@ int reader_sampler_set_epoch(reader_sampler *s, uint64_t epoch);
  * `budget` steps (reader_sampler_build_cost says how many a whole order
  * takes; a step is a few nanoseconds to tens of them), so that a later
  * set_epoch(epoch) takes it in O(1) instead of building it. The reader's
- * order thread calls it a slice per batch scheduled, spreading the O(n)
+ * I/O threads call it a slice per batch scheduled, spreading the O(n)
  * build over the epoch before: built in one go, 10 million samples took a
  * tenth of a second of one core, which on a small machine an I/O thread gave
  * up at every epoch boundary. Each call holds the sampler's spare lock while
@@ -93,6 +93,11 @@ int reader_sampler_prepare_step(reader_sampler *s, uint64_t epoch, uint64_t budg
 /* All of prepare_step's steps for epoch, a few thousand at a time. Returns 0
  * or SF_E_INVALID. */
 int reader_sampler_prepare(reader_sampler *s, uint64_t epoch);
+
+/* How many set_epoch calls (create's included) built an order or finished
+ * one part built, rather than taking it from the spare in O(1): what a
+ * reader's epoch crossings cost when its orders were not built ahead. */
+uint64_t reader_sampler_set_epoch_builds(reader_sampler *s);
 
 /* The steps of one whole order's build (about 2n; 0 in NONE mode). */
 uint64_t reader_sampler_build_cost(const reader_sampler *s);

@@ -36,105 +36,103 @@ static void slot_set_state(sf_reader *r, reader_slot *s, int from, int to)
     s->state = to;
 }
 
-/* ---- the order thread ----
+/* ---- the next epoch's order, built ahead by the I/O threads ----
  *
  * A shuffled epoch's order is an O(n) Fisher-Yates shuffle (sampler.c): for
  * 10 million samples about a tenth of a second. Built by schedule_locked when
  * the schedule crossed into the next epoch, it held r->lock that long, and
- * every I/O thread and the consumer waited at each epoch boundary. Built in
- * one go by this thread as soon as an epoch began, it took a core for that
- * tenth of a second, and on a 2-core machine an I/O thread lost its core:
- * the longest gap between batches near a boundary was 13-21x the median gap
- * against 2.6-3.4x with no shuffle (tools/bench/epoch_gaps.py, 10 M tiny
- * records, batch 1024). So the build is spread over the epoch before: each
- * batch scheduled grants this thread a slice of the build's steps
- * (reader_sampler_prepare_step), sized so that the build is done when three
- * quarters of the epoch's batches are scheduled, and the crossing takes the
- * order in O(1). Should the thread fall behind, the crossing finishes the
- * build itself (as it built it whole before). */
+ * every I/O thread and the consumer waited at each epoch boundary. So the
+ * next order is built into the sampler's spare array while the current epoch
+ * runs, a slice of the build's steps (reader_sampler_prepare_step) granted
+ * per batch scheduled, sized so that the build is done when three quarters of
+ * the epoch's batches are scheduled; the crossing takes the order in O(1).
+ * Should the build fall behind, the crossing finishes it itself.
+ *
+ * The slices are run by the I/O thread that claims a batch's tasks
+ * (reader_claim), outside r->lock, one thread at a time (order_busy). They
+ * were run by an order thread of their own, which the consumer woke with a
+ * condition variable; on 2 cores that thread, waking after a quarter epoch
+ * asleep, took the consumer's core at the crossing, and the consumer then
+ * waited a scheduler slice (0.6-1 ms) for a core with its next batch ready.
+ * Over 10 M tiny records (batch 1024, 6 epochs, six alternating rounds of
+ * each; README "Epoch boundaries"): 18 of 30 boundaries over 2x the median
+ * gap with the order thread, 3 of 30 with the I/O threads building; the
+ * median gap the same. The build's CPU is the same either way; it is the
+ * extra thread's wakes that cost. */
 
 /* Steps granted per batch at least (a few tens of microseconds of work), so
- * that epochs of many small batches do not wake the thread for nothing. */
+ * that epochs of many small batches do not take the slice for nothing. */
 #define ORDER_MIN_SLICE 4096u
+/* Slices one claim runs at most (order_take_locked). */
+#define ORDER_MAX_TAKE 4u
 
-/* Under r->lock: asks the order thread for the order after `epoch`. */
+/* Under r->lock: asks for the order after `epoch` to be built ahead. */
 static void order_ahead_locked(sf_reader *r, uint64_t epoch)
 {
-    if (!r->order_running)
+    if (!r->order_ahead)
         return;
     r->order_want = epoch + 1;
     r->order_pending = 1;
-    pthread_cond_signal(&r->order_cv);
 }
 
-/* Under r->lock: a batch was scheduled; the order thread may take its
- * slice of the build. */
+/* Under r->lock: a batch was scheduled; the build may take its slice. */
 static void order_grant_locked(sf_reader *r)
 {
     if (!r->order_building && !r->order_pending)
         return;
     r->order_credit += r->order_slice;
-    pthread_cond_signal(&r->order_cv);
 }
 
-static void *order_main(void *arg)
+/* Under r->lock, by a claiming I/O thread: takes the steps granted so far
+ * for this thread to run (order_build_slice, after the unlock), unless
+ * another thread is running a slice. Returns the steps (0: none to run) and
+ * the epoch they build in *epoch. */
+static uint64_t order_take_locked(sf_reader *r, uint64_t *epoch)
 {
-    sf_reader *r = arg;
-    pthread_setname_np(pthread_self(), "sf-order");
-    pthread_mutex_lock(&r->lock);
-    for (;;) {
-        while (!r->order_pending && !(r->order_building && r->order_credit) && !r->order_stop)
-            pthread_cond_wait(&r->order_cv, &r->lock);
-        if (r->order_stop)
-            break;
-        if (r->order_pending) { /* a new epoch to build: the old build is dropped */
-            r->order_epoch = r->order_want;
-            r->order_pending = 0;
-            r->order_building = 1;
-        }
-        uint64_t epoch = r->order_epoch, budget = r->order_credit;
-        r->order_credit = 0;
-        if (!budget)
-            continue;
-        pthread_mutex_unlock(&r->lock);
-        int done = reader_sampler_prepare_step(r->sampler, epoch, budget);
-        pthread_mutex_lock(&r->lock);
-        if (done != 0 && !r->order_pending)
-            r->order_building = 0;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return NULL;
-}
-
-int reader_order_start(sf_reader *r)
-{
-    pthread_cond_init(&r->order_cv, NULL);
-    if (r->opts.shuffle == SF_READER_SHUFFLE_NONE)
+    if (!r->order_ahead || atomic_load_explicit(&r->order_busy, memory_order_acquire))
         return 0;
+    if (r->order_pending) { /* a new epoch to build: the old build is dropped */
+        r->order_epoch = r->order_want;
+        r->order_pending = 0;
+        r->order_building = 1;
+    }
+    if (!r->order_building || !r->order_credit)
+        return 0;
+    /* Credit piles up while a slice runs or no thread claims; taken a few
+     * slices at a time, it delays the batch of the thread that runs it by
+     * a few hundred microseconds at most. */
+    uint64_t budget = r->order_credit < ORDER_MAX_TAKE * r->order_slice
+                          ? r->order_credit : ORDER_MAX_TAKE * r->order_slice;
+    r->order_credit -= budget;
+    *epoch = r->order_epoch;
+    /* Set under r->lock, which every taker holds: one slice at a time. */
+    atomic_store_explicit(&r->order_busy, 1, memory_order_relaxed);
+    return budget;
+}
+
+/* Outside r->lock: runs a slice order_take_locked took. */
+static void order_build_slice(sf_reader *r, uint64_t epoch, uint64_t budget)
+{
+    if (reader_sampler_prepare_step(r->sampler, epoch, budget) != 0) {
+        /* Built (or taken by the crossing already): no more grants for it,
+         * unless another epoch was asked for meanwhile. Once an epoch. */
+        pthread_mutex_lock(&r->lock);
+        if (!r->order_pending && r->order_epoch == epoch)
+            r->order_building = 0;
+        pthread_mutex_unlock(&r->lock);
+    }
+    atomic_store_explicit(&r->order_busy, 0, memory_order_release);
+}
+
+void reader_order_start(sf_reader *r)
+{
+    if (r->opts.shuffle == SF_READER_SHUFFLE_NONE)
+        return;
     uint64_t batches = reader_sampler_num_batches(r->sampler) * 3 / 4;
     uint64_t slice = reader_sampler_build_cost(r->sampler) / (batches ? batches : 1) + 1;
     r->order_slice = slice > ORDER_MIN_SLICE ? slice : ORDER_MIN_SLICE;
-    int e = pthread_create(&r->order_tid, NULL, order_main, r);
-    if (e)
-        return sf_fail(-e, "cannot start the order thread: %s", strerror(e));
-    pthread_mutex_lock(&r->lock);
-    r->order_running = 1;
-    order_ahead_locked(r, reader_sampler_epoch(r->sampler));
-    pthread_mutex_unlock(&r->lock);
-    return 0;
-}
-
-void reader_order_stop(sf_reader *r)
-{
-    pthread_mutex_lock(&r->lock);
-    int running = r->order_running;
-    r->order_stop = 1;
-    r->order_running = 0;
-    pthread_cond_signal(&r->order_cv);
-    pthread_mutex_unlock(&r->lock);
-    if (running)
-        pthread_join(r->order_tid, NULL);
-    pthread_cond_destroy(&r->order_cv);
+    r->order_ahead = 1;
+    order_ahead_locked(r, reader_sampler_epoch(r->sampler)); /* no other thread yet */
 }
 
 /* Under r->lock: the sampler moves to `epoch` (its order built ahead when the
@@ -354,8 +352,11 @@ unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
     }
     if (n && r->io_waiting && unclaimed_locked(r))
         r->wake_io++; /* the rest for the next thread */
-    if (n)
+    uint64_t order_steps = 0, order_epoch = 0;
+    if (n) {
         hints = reader_readahead_take_locked(r, hint, READAHEAD_TAKE);
+        order_steps = order_take_locked(r, &order_epoch);
+    }
     unlock_and_wake(r);
     /* Hints first: the kernel starts on later blocks while this thread
      * reads its tasks. */
@@ -364,6 +365,8 @@ unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
         reader_readahead_issue(r, hint, hints);
         reader_account_time(r, reader_now_ns() - t0, 0);
     }
+    if (order_steps)
+        order_build_slice(r, order_epoch, order_steps);
     /* The claimed tasks are this thread's until reader_task_done, and
      * their slots stay LOADING until then, so placing them unlocked is safe.
      * Placing looks records up in the index: I/O time in the stats. */

@@ -255,6 +255,59 @@ Test(reader, same_seed_same_order_epochs_differ)
     sf_reader_close(r2);
 }
 
+/* The next epoch's order is built ahead, a slice per batch, by the I/O
+ * threads (schedule.c): every crossing takes it from the sampler's spare in
+ * O(1), none builds it (only create did, for epoch 0), and the orders built
+ * in slices are the ones a sampler builds in one go. 12,000 samples in
+ * batches of 4: each order is about 6 slices, on both shuffles and every
+ * engine (each claims through reader_claim). */
+Test(reader, each_next_order_is_built_ahead_by_the_io_threads)
+{
+    enum { N = 12000, B = 4, EPOCHS = 4 };
+    test_ds d = make_ds("ahead", N, 8, 64);
+    static const int shuffles[] = {SF_READER_SHUFFLE_GLOBAL, SF_READER_SHUFFLE_BLOCK};
+    static const int engines[] = {SF_ENGINE_URING, SF_ENGINE_PREAD, SF_ENGINE_MMAP};
+    uint64_t *got = malloc(N * sizeof *got), *want = malloc(B * sizeof *want);
+    cr_assert(got && want);
+    for (size_t m = 0; m < 2; m++)
+        for (size_t e = 0; e < 3; e++) {
+            sf_reader_opts o = SF_READER_OPTS_INIT;
+            o.batch_size = B;
+            o.shuffle = shuffles[m];
+            o.engine = engines[e];
+            o.seed = 77;
+            sf_reader *r = open_reader(&d, &o);
+            cr_assert_gt(reader_sampler_build_cost(r->sampler), 4 * 4096,
+                         "the build must take several slices for this test to show anything");
+            reader_sampler_config c = {.n = N, .seed = 77, .batch_size = B, .world_size = 1,
+                                       .shuffle = shuffles[m] == SF_READER_SHUFFLE_GLOBAL
+                                                      ? SF_SHUFFLE_GLOBAL : SF_SHUFFLE_BLOCK};
+            reader_sampler *one_go;
+            cr_assert_eq(reader_sampler_create(&one_go, &c), 0, "%s", sf_last_error());
+            for (uint64_t ep = 0; ep < EPOCHS; ep++) {
+                uint64_t n = 0;
+                cr_assert_eq(read_epoch(r, &d, NULL, got, &n), N / B);
+                cr_assert_eq(n, N);
+                cr_assert_eq(reader_sampler_set_epoch(one_go, ep), 0);
+                for (uint64_t b = 0; b < N / B; b++) {
+                    cr_assert_eq(reader_sampler_batch(one_go, b, want), B);
+                    cr_assert_arr_eq(got + b * B, want, B * sizeof *want,
+                                     "shuffle %zu engine %zu epoch %llu batch %llu: not the order "
+                                     "built in one go", m, e, (unsigned long long)ep,
+                                     (unsigned long long)b);
+                }
+            }
+            /* Epochs 1-3 and the read-ahead into 4 crossed without a build. */
+            cr_assert_eq(reader_sampler_set_epoch_builds(r->sampler), 1,
+                         "shuffle %zu engine %zu: %llu orders built at a crossing (1 is create's)",
+                         m, e, (unsigned long long)reader_sampler_set_epoch_builds(r->sampler));
+            reader_sampler_free(one_go);
+            sf_reader_close(r);
+        }
+    free(got);
+    free(want);
+}
+
 Test(reader, end_of_epoch_then_next_epoch_without_set_epoch)
 {
     test_ds d = make_ds("a", 20, 64, 64);
@@ -1288,7 +1341,7 @@ static long rss_kib(void)
 Test(reader, rss_is_flat_over_epochs_and_the_slab_is_the_only_large_allocation)
 {
     test_ds d = make_ds("a", 256, 16384, 4096);
-    static const int engines[] = {SF_ENGINE_URING, SF_ENGINE_PREAD};
+    static const int engines[] = {SF_ENGINE_URING, SF_ENGINE_PREAD, SF_ENGINE_MMAP};
     for (size_t i = 0; i < 2; i++) {
         sf_reader_opts o = SF_READER_OPTS_INIT;
         o.batch_size = 32;
