@@ -136,6 +136,12 @@ static uint64_t rng_bounded(rng *r, uint64_t range)
     return hi;
 }
 
+/* Swaps drawn ahead of the one being made, for prefetching (shuffle_steps),
+ * and the array length from which that pays: below it the array stays in
+ * the caches and the second generator would only add its draws. */
+#define SHUFFLE_AHEAD 32u
+#define SHUFFLE_PREFETCH_FROM (1u << 18)
+
 /* At most `budget` steps of the Fisher–Yates shuffle of a[0..len) whose
  * cursor is *cursor (len when it starts, finished at 1 or below): the swaps
  * of the whole shuffle, in its order, however it is cut. Returns the steps
@@ -145,6 +151,27 @@ static uint64_t shuffle_steps(rng *r, uint32_t *a, uint64_t *cursor, uint64_t bu
     uint64_t i = *cursor, stop = i > budget ? i - budget : 0;
     if (stop < 1)
         stop = 1;
+    if (i > SHUFFLE_PREFETCH_FROM) {
+        /* Each swap's a[j] is a cache miss (and a TLB miss) once the array
+         * outgrows the caches, and the loop waits for each in turn. The
+         * draws do not depend on the array, so a copy of the generator runs
+         * SHUFFLE_AHEAD swaps ahead and prefetches their a[j]: several misses
+         * in flight at once, the same swaps in the same order. */
+        rng lead = *r;
+        uint64_t li = i;
+        for (unsigned k = 0; k < SHUFFLE_AHEAD && li > stop; k++, li--)
+            __builtin_prefetch(&a[rng_bounded(&lead, li)], 1);
+        for (; i > stop; i--) {
+            if (li > stop) {
+                __builtin_prefetch(&a[rng_bounded(&lead, li)], 1);
+                li--;
+            }
+            uint64_t j = rng_bounded(r, i);
+            uint32_t t = a[i - 1];
+            a[i - 1] = a[j];
+            a[j] = t;
+        }
+    }
     for (; i > stop; i--) {
         uint64_t j = rng_bounded(r, i);
         uint32_t t = a[i - 1];

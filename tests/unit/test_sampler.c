@@ -656,6 +656,13 @@ Test(sampler, orders_never_change)
         {SF_SHUFFLE_BLOCK, 1001, 42, 1, 8, 32, {663, 818, 820, 344}, 0x6b2a0b2fd6e8d94bull},
         {SF_SHUFFLE_BLOCK, 100003, 9, 3, 0, 0, {19440, 37167, 60848, 44881}, 0x992fc275aa1b50f8ull},
         {SF_SHUFFLE_BLOCK, 5000, 3, 2, 1, 7, {217, 1145, 3672, 1776}, 0x1172fb4b3f92d0e3ull},
+        /* Past 2^18 ids the shuffles prefetch their swaps (sampler.c): the
+         * whole order, the blocks' order and the windows of the last one.
+         * Values from the sampler before it prefetched. */
+        {SF_SHUFFLE_GLOBAL, 1000003, 5, 2, 0, 0, {577981, 217471, 524752, 706861},
+         0x84ae485265b1c8e4ull},
+        {SF_SHUFFLE_BLOCK, 600001, 8, 1, 1, 600001, {380263, 37066, 454278, 430423},
+         0x917985caa77f493dull},
     };
     for (size_t k = 0; k < COUNT(pinned); k++) {
         reader_sampler_config c = cfg_of(pinned[k].n, pinned[k].seed, pinned[k].mode);
