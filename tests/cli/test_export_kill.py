@@ -5,7 +5,8 @@ system has no O_TMPFILE, hidden .shardfeed-* temporaries).
 
 The dataset's values are several MB each, so that most kills land while a file is being
 written; the test checks that enough kills landed inside the export (some files written, not
-all). SF_EXPORT_KILL_RUNS (default 24) kills, SF_EXPORT_KILL_SEED the random delays. Run by
+all): every other kill is timed from the first file under a final name rather than from the
+start. SF_EXPORT_KILL_RUNS (default 24) kills, SF_EXPORT_KILL_SEED the random delays. Run by
 ctest or by hand:
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_export_kill.py -v
 """
@@ -81,23 +82,43 @@ class KilledExport(ScratchTest):
             self.assertEqual(finals, len(self.ref), f"{what}: list.csv before every file")
         return finals
 
+    @staticmethod
+    def wait_for_a_final(out, p):
+        """Waits until a file under a final name is under out or p exits; True for the former."""
+        while p.poll() is None:
+            for _, _, names in os.walk(out):
+                if any(not n.startswith(".shardfeed-") for n in names):
+                    return True
+            time.sleep(0.0005)
+        return False
+
     def test_kill_at_random_moments(self):
         rnd = random.Random(SEED)
         inside = 0  # kills that found some files written, not all
         latest = self.full_s  # kills land before it: the earliest so far that found the export done
+        latest_after = self.full_s  # the same for the kills timed from the first file
         for k in range(RUNS):
             out = os.path.join(self.tmp, f"out-{k}")
             sig = SIGNALS[k % len(SIGNALS)]
             delay = rnd.uniform(0, latest)
             p = subprocess.Popen([SHARDFEED, "export", self.ds, "-o", out],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if k % 2:
+                # Every other kill waits for the first file under a final name, then its
+                # delay: on a loaded machine the process's start alone can outlast full_s,
+                # and kills timed from the start then seldom land while files are written.
+                first = self.wait_for_a_final(out, p)
+                delay = rnd.uniform(0, latest_after)
             time.sleep(delay)
             p.send_signal(sig)
             rc = p.wait()
-            what = f"run {k} ({sig.name} after {delay * 1000:.0f} ms, exit {rc})"
+            what = (f"run {k} ({sig.name} {delay * 1000:.0f} ms after "
+                    f"{'the first file' if k % 2 and first else 'the start'}, exit {rc})")
             finals = self.check_left(out, what)
             if rc != 0 and 0 < finals < len(self.ref):
                 inside += 1
+            elif finals == len(self.ref) and k % 2:
+                latest_after = delay
             elif finals == len(self.ref):
                 latest = delay
             remove(out)
