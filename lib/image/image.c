@@ -114,9 +114,9 @@ int image_transform(uint8_t *out, const image_spec *spec, uint64_t key, const ui
                        hd.width, hd.height, (unsigned long long)spec->max_pixels);
     if (spec->mode == IMAGE_MODE_DECODE && (hd.width != spec->out_w || hd.height != spec->out_h))
         return sf_fail(SF_E_SCHEMA,
-                       "image of %ux%u pixels, but decoding without resizing makes %ux%u "
-                       "(every image must have the first one's size, or Decode's size=; resize or crop "
-                       "instead)",
+                       "image of %ux%u pixels (width x height), but Decode does not resize and "
+                       "this batch's images are %ux%u (the first sample's size, or Decode's size=): "
+                       "every image must have that size; resize or crop instead",
                        hd.width, hd.height, spec->out_w, spec->out_h);
     image_rng g;
     image_rng_init(&g, key);

@@ -96,7 +96,7 @@ class BenchImageTest(ScratchTest):
                 p = self.bench(ds, "--image", "image=decode", "--engine", engine, *skip, check=1)
                 self.assertIn("key 'class_1/img_1.jpg'", p.stderr)
                 self.assertIn("(sample 4)", p.stderr)
-                self.assertIn("image of 50x30 pixels, but decoding without resizing makes 40x30", p.stderr)
+                self.assertIn("image of 50x30 pixels (width x height), but Decode does not resize and this batch's images are 40x30", p.stderr)
                 self.assertNotIn("does not decode", p.stderr)
         # Without the odd one, the same run delivers every image.
         os.remove(os.path.join(tree, "class_1", "img_1.jpg"))

@@ -11,6 +11,7 @@ errors (naming the key) or substitutions; normalize() matches torchvision's
 Normalize."""
 import io
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -296,10 +297,13 @@ class DamagedImageTest(unittest.TestCase):
                     for _ in ld:
                         pass
             self.assertEqual(e.exception.code, shardfeed.E_SCHEMA, on_corrupt)
-            self.assertIn("every image must have the first one's size", str(e.exception))
             self.assertRegex(str(e.exception), r"key 'class_\d\d/img_\d+\.(jpg|png)'")
-            self.assertRegex(str(e.exception), r"image of \d+x\d+ pixels, but decoding without resizing makes "
-                                               r"\d+x\d+")
+            # This image's size first, then the one the batch holds (the first sample's).
+            m = re.search(r"image of (\d+)x(\d+) pixels \(width x height\), but Decode does not "
+                          r"resize and this batch's images are (\d+)x(\d+) \(the first sample's size",
+                          str(e.exception))
+            self.assertIsNotNone(m, str(e.exception))
+            self.assertNotEqual(m.group(1, 2), m.group(3, 4))
 
 
 if __name__ == "__main__":
