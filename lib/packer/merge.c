@@ -4,6 +4,7 @@
  * header and 64-byte footer are rewritten with the whole dataset's shard
  * number, first record and dataset_id. Parts are slices of one shard plan,
  * so the result is byte for byte what a single pack writes. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -156,21 +157,33 @@ static int check_same_input(const part *a, const part *b, unsigned flags)
                    b->dir, a->dir, old->dir);
 }
 
-/* Every part of one run, each once, consistent with each other. */
+/* Every part of one run, each once, consistent with each other. p is sorted
+ * by part index, so a repeat is two neighbours and a missing part a gap; each
+ * refusal names the parts it is about, not only how many were given. */
 static int check_parts(part *p, size_t n, unsigned flags)
 {
     uint32_t count = p[0].info.count;
-    if (n != count)
-        return sf_fail(SF_E_INPUT, "%zu part(s) given, but the run made %u (%s is part %u of %u)", n,
-                       count, p[0].dir, p[0].info.index, count);
+    for (size_t k = 1; k < n; k++)
+        if (p[k].info.count != count)
+            return sf_fail(SF_E_INPUT, "%s and %s are parts of different runs (%s is part %u of %u, "
+                           "%s part %u of %u)", p[0].dir, p[k].dir, p[0].dir, p[0].info.index, count,
+                           p[k].dir, p[k].info.index, p[k].info.count);
+    for (size_t k = 1; k < n; k++)
+        if (p[k].info.index == p[k - 1].info.index)
+            return sf_fail(SF_E_INPUT, "%s and %s are both part %u of %u", p[k - 1].dir, p[k].dir,
+                           p[k].info.index, count);
+    for (size_t k = 0; k < n; k++)
+        if (p[k].info.index != k)
+            return sf_fail(SF_E_INPUT, "part %u of %u is missing: %zu part(s) given, the run made %u",
+                           (unsigned)k, count, n, count);
+    if (n != count) /* parts 0..n-1 given, n < count */
+        return sf_fail(SF_E_INPUT, "part %zu of %u is missing: %zu part(s) given, the run made %u",
+                       n, count, n, count);
     uint64_t shards = 0, records = 0;
     for (size_t k = 0; k < n; k++) {
         const part *a = &p[k], *b = &p[0];
-        if (k > 0 && a->info.index == p[k - 1].info.index)
-            return sf_fail(SF_E_INPUT, "%s and %s are both part %u", p[k - 1].dir, a->dir, a->info.index);
-        if (a->info.index != k)
-            return sf_fail(SF_E_INPUT, "part %u of %u is missing", (unsigned)k, count);
-        if (a->info.count != count || a->info.whole_dataset_id != b->info.whole_dataset_id ||
+        assert(a->info.index == k && a->info.count == count);
+        if (a->info.whole_dataset_id != b->info.whole_dataset_id ||
             a->info.whole_records != b->info.whole_records ||
             a->info.whole_shards != b->info.whole_shards || a->m.align != b->m.align ||
             sf_schema_hash(&a->m.schema) != sf_schema_hash(&b->m.schema))

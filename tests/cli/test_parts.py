@@ -189,7 +189,11 @@ class Parts(ScratchTest):
         write_samples(self.inp, 200, **MNIST_LIKE)
         self.pack_whole()
         dirs = self.pack_parts(3)
-        for args, needle in ((dirs[:2], "2 part(s) given, but the run made 3"),
+        # Each refusal names the part that is missing or repeated, not only how many came.
+        for args, needle in ((dirs[:2], "part 2 of 3 is missing: 2 part(s) given, the run made 3"),
+                             ([dirs[0], dirs[2]], "part 1 of 3 is missing"),
+                             ([dirs[1], dirs[2], dirs[0], dirs[1]],
+                              f"{dirs[1]} and {dirs[1]} are both part 1 of 3"),
                              ([dirs[0], dirs[0], dirs[1]], "are both part 0"),
                              ([dirs[0], dirs[1], self.whole], "not one part of a pack split into parts"),
                              ([dirs[0], dirs[1], os.path.join(self.tmp, "nope")],
@@ -200,6 +204,10 @@ class Parts(ScratchTest):
         other = self.pack_parts(3, "--align", "128", tag="other")
         out, p = self.merge([dirs[0], dirs[1], other[2]], check=1)
         self.assertIn("parts of different runs", p.stderr)
+        halves = self.pack_parts(2, tag="halves")
+        out, p = self.merge([dirs[0], dirs[1], halves[1]], check=1)
+        self.assertIn("parts of different runs", p.stderr)
+        self.assertIn(f"{halves[1]} part 1 of 2", p.stderr)
         # A damaged shard in a part is caught before anything is written under its name:
         # corrupt data, exit 2 as from every command that reads a dataset.
         shard = os.path.join(dirs[1], "shard-000000.sfs")
