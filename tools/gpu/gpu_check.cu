@@ -84,6 +84,18 @@ static sf_reader *open_reader(const char *dir, int dev, unsigned batch, int veri
     return r;
 }
 
+// The next batch, or nullptr at the end of the epoch; an error (a corrupt
+// record, a read that failed) ends the check rather than an epoch early.
+static const sf_batch *next_batch(sf_reader *r)
+{
+    const sf_batch *b = nullptr;
+    if (sf_reader_next(&b, r) < 0) {
+        std::fprintf(stderr, "gpu_check: sf_reader_next: %s\n", sf_last_error());
+        std::exit(2);
+    }
+    return b;
+}
+
 static size_t free_mem()
 {
     size_t f = 0, t = 0;
@@ -131,7 +143,7 @@ int main(int argc, char **argv)
     unsigned char *back = nullptr;
     size_t back_bytes = 0;
     const sf_batch *b;
-    while (sf_reader_next(&b, r) == 0 && b) {
+    while ((b = next_batch(r)) != nullptr) {
         CK(cudaStreamWaitEvent(cs, (cudaEvent_t)b->device_event, 0));
         uint64_t bytes = 0;
         for (uint32_t f = 0; f < b->num_fields; f++) {
@@ -186,11 +198,11 @@ int main(int argc, char **argv)
     sf_reader_close(r);
     r = open_reader(dir, dev, batch, 0);
     // Warm the page cache and the pipeline with one epoch.
-    while (sf_reader_next(&b, r) == 0 && b)
+    while ((b = next_batch(r)) != nullptr)
         sf_reader_release(r, b);
     double t0 = now();
     uint64_t delivered = 0;
-    while (sf_reader_next(&b, r) == 0 && b) {
+    while ((b = next_batch(r)) != nullptr) {
         sf_batch_wait(r, b);
         for (uint32_t f = 0; f < b->num_fields; f++)
             delivered += b->fields[f].bytes;
@@ -202,8 +214,7 @@ int main(int argc, char **argv)
                 (unsigned long long)batch_bytes, plain_gbs, reader_gbs, reader_gbs / plain_gbs,
                 timing_verdict(reader_gbs >= 0.9 * plain_gbs, "below 0.9x: read-bound, see bench's verdict"));
     // Copy-only comparison: cudaMemcpyAsync from the reader's own slab pages.
-    const sf_batch *hb = nullptr;
-    sf_reader_next(&hb, r);
+    const sf_batch *hb = next_batch(r);
     if (hb) {
         const sf_batch_field *bf = &hb->fields[0];
         CK(cudaEventRecord(e0, cs));
@@ -243,7 +254,7 @@ int main(int argc, char **argv)
         sf_reader_set_epoch(r, e);
         for (;;) {
             double w0 = now();
-            if (sf_reader_next(&b, r) != 0 || !b)
+            if (!(b = next_batch(r)))
                 break;
             waited += now() - w0;
             CK(cudaStreamWaitEvent(cs, (cudaEvent_t)b->device_event, 0));
@@ -268,7 +279,7 @@ int main(int argc, char **argv)
     size_t mem_first = 0;
     for (unsigned e = 0; e < epochs; e++) {
         sf_reader_set_epoch(r, e);
-        while (sf_reader_next(&b, r) == 0 && b)
+        while ((b = next_batch(r)) != nullptr)
             sf_reader_release(r, b);
         if (e == 0)
             mem_first = free_mem();
