@@ -18,7 +18,7 @@
 # Run as root (CI is root); otherwise it prints the apt-get command to run.
 set -euo pipefail
 declare -A group=(
-    [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libcurl4-openssl-dev libssl-dev"
+    [build]="build-essential cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libarchive-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libcurl4-openssl-dev libssl-dev"
     [python]="python3 python3-dev libdlpack-dev python3-numpy python3-setuptools python3-wheel python3-pip python3-venv"
     [demo]="python3-torch dataset-fashion-mnist"
     [test]="libcriterion-dev python3-torch python3-torchvision python3-pil python3-skimage dataset-fashion-mnist openmpi-bin bc python3-build man-db"

@@ -36,6 +36,7 @@
 #include "error_internal.h"
 #include "input_memory.h"
 #include "input_util.h"
+#include "tar_end.h"
 
 /* ---- names ---- */
 
@@ -394,21 +395,62 @@ static int add_member(scan *sc, uint32_t t, member_pos at, struct archive_entry 
 }
 
 /* One pass over tar `t`'s headers. */
+/* Opens tar t for discovery: *a reads its headers, from the file itself
+ * when it is not compressed (*src NULL), else from *src, a stream that
+ * decompresses it and checks it whole (tar_end.c). */
+static int scan_open(struct archive **a, tar_stream **src, int *fd, const tar_priv *p, uint32_t t,
+                     struct stat *st)
+{
+    *src = NULL;
+    int rc = tar_open(a, fd, p, t, 0, st);
+    if (rc || archive_filter_count(*a) == 1) /* no filter but the file */
+        return rc;
+    archive_read_free(*a);
+    *a = NULL;
+    const char *tar = p->tars[t];
+    if (!(rc = tar_stream_open(src, tar, *fd, p->mem, p->mem_len)) && *src) {
+        if (!(*a = archive_read_new())) {
+            rc = sf_fail(-ENOMEM, "out of memory");
+        } else {
+            archive_read_support_format_tar(*a); /* and no filter: the stream decompressed it */
+            if (tar_stream_attach(*a, *src) != ARCHIVE_OK && !(rc = tar_stream_failed(*src)))
+                rc = sf_fail(SF_E_INPUT, "%s: cannot read as a tar file: %s", tar, archive_error_string(*a));
+        }
+    } else if (!rc) {
+        rc = sf_fail(SF_E_INPUT, "%s: compressed, but its bytes read back plain", tar);
+    }
+    if (rc) {
+        if (*a)
+            archive_read_free(*a);
+        *a = NULL;
+        tar_stream_free(*src);
+        *src = NULL;
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
 static int scan_tar(scan *sc, uint32_t t)
 {
     const char *tar = sc->p->tars[t];
     struct archive *a;
+    tar_stream *src;
     struct stat st;
     int fd;
-    int rc = tar_open(&a, &fd, sc->p, t, 0, &st);
+    int rc = scan_open(&a, &src, &fd, sc->p, t, &st);
     if (rc)
         return rc;
+    sc->p->plain[t] = src == NULL; /* where a cursor may enter at a sample's header */
     const char *base = strrchr(tar, '/');
     input_note_file(sc->in, base ? base + 1 : tar, (uint64_t)st.st_size, input_mtime_ns(&st));
     struct archive_entry *e;
+    char last[256] = "";
+    tar_end ends = {0, 0, last};
     for (uint64_t ord = 0; (rc = next_header(a, tar, &e)) == 0; ord++) {
-        if (ord == 0)
-            sc->p->plain[t] = archive_filter_count(a) == 1; /* no filter but the file */
+        const char *name = archive_entry_pathname(e);
+        snprintf(last, sizeof last, "%s", name ? name : "");
         int kind = member_kind(tar, e);
         member_pos at = {ord, archive_read_header_position(a)};
         if (kind == 0)
@@ -422,8 +464,18 @@ static int scan_tar(scan *sc, uint32_t t)
                          archive_error_string(a));
         if (rc)
             break;
+        ends.data_end = (uint64_t)archive_filter_bytes(a, 0);
     }
+    ends.end = (uint64_t)archive_filter_bytes(a, 0);
     archive_read_free(a);
+    int failed = rc < 0 ? tar_stream_failed(src) : 0;
+    if (failed) /* the decompression's own error, not the tar reader's account of it */
+        rc = failed;
+    if (rc == 1) { /* the headers' end: what follows them, and the compressed stream whole */
+        int bad = tar_end_check(tar, src, fd, sc->p->mem, sc->p->mem_len, &ends);
+        rc = bad ? bad : rc;
+    }
+    tar_stream_free(src);
     if (fd >= 0)
         close(fd);
     if (rc < 0)

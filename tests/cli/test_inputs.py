@@ -13,6 +13,7 @@ import os
 import sys
 import tarfile
 import unittest
+import zlib
 
 import numpy as np
 
@@ -334,6 +335,55 @@ class TarInput(Base):
         with open(gz, "wb") as f:
             f.write(raw[:len(raw) // 2])
         self.assert_fails(gz, "g.tar.gz:")
+
+    def test_a_tar_must_end_whole(self):
+        # libarchive (like GNU tar) takes a tar that simply stops after a member, never reads
+        # past the end-of-archive marker, and skips the CRC-32 of a gzip: each lost or changed
+        # samples without a word.
+        members, want = self.samples(["a", "b", "c"])
+        good = self.bad(members, name="good.tar")
+        with open(good, "rb") as f:
+            raw = f.read()
+        with tarfile.open(good) as t:
+            ms = t.getmembers()
+        marker = ms[-1].offset_data + -(-ms[-1].size // 512) * 512  # the two zero blocks start here
+
+        def variant(name, data):
+            path = os.path.join(self.tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            return path
+
+        # Cut at a member's end (after sample a's three members): refused, naming that member.
+        self.assert_fails(variant("cut.tar", raw[:ms[3].offset]), "cut.tar: no end-of-archive marker after its "
+                          f"last member '{ms[2].name}'", "cut short")
+        # One zero block of the marker's two is the end all the same (GNU tar: "a lone zero block").
+        self.pack(variant("lone.tar", raw[:marker + 512]), out=os.path.join(self.tmp, "lone"))
+        self.check_dataset(os.path.join(self.tmp, "lone"), "tar", TAR_FIELDS, want)
+        # A second tar appended (cat a.tar b.tar): refused, rather than packing a's samples alone.
+        other, _ = self.samples(["d"])
+        with open(self.bad(other, name="other.tar"), "rb") as f:
+            self.assert_fails(variant("cat.tar", raw + f.read()), "cat.tar: data after the end-of-archive "
+                              f"marker (a byte that is not zero at byte {len(raw)}")
+        # gzip: a CRC-32 that does not match, in the trailer or from a changed stored byte.
+        gz = zlib.compressobj(6, zlib.DEFLATED, 31)
+        gz = gz.compress(raw) + gz.flush()
+        bad_crc = bytearray(gz)
+        bad_crc[-8] ^= 1
+        self.assert_fails(variant("crc.tar.gz", bytes(bad_crc)), "crc.tar.gz: damaged gzip data (zlib: "
+                          "incorrect data check")
+        stored = zlib.compressobj(0, zlib.DEFLATED, 31)
+        stored = bytearray(stored.compress(raw) + stored.flush())
+        first = raw.index(want[0][1]["seg.png"][:64])
+        stored[stored.index(raw[first:first + 64]) + 10] ^= 0x20  # a byte of sample a's value
+        self.assert_fails(variant("flip.tar.gz", bytes(stored)), "flip.tar.gz: damaged gzip data",
+                          "incorrect data check")
+        # Two gzip members that make one tar, then zero padding: whole, and packed.
+        halves = [zlib.compressobj(6, zlib.DEFLATED, 31) for _ in range(2)]
+        two = b"".join(h.compress(part) + h.flush()
+                       for h, part in zip(halves, (raw[:4096], raw[4096:]))) + bytes(100)
+        self.pack(variant("two.tar.gz", two), out=os.path.join(self.tmp, "two"))
+        self.check_dataset(os.path.join(self.tmp, "two"), "tar", TAR_FIELDS, want)
 
     def test_sample_missing_or_extra_field(self):
         self.assert_fails(self.bad([("a.x", b"1"), ("a.y", b"2"), ("b.x", b"3")]),
