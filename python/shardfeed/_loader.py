@@ -108,13 +108,24 @@ class EpochControl:
 
     def _begin_epoch(self):
         """For iter(): retires older iterators and takes where this one starts: (its
-        generation, the epoch, the batch: where load_state_dict() put it, else 0)."""
+        generation, the epoch, the batch: where load_state_dict() put it, else 0, and what
+        _begin_failed() puts back)."""
         with self._lock:
             self._gen += 1
             start = self._resume if self._resume is not None else 0
+            before = (self._resume, self._pos)
             self._resume = None
             self._pos = start
-            return self._gen, self._epoch, start
+            return self._gen, self._epoch, start, before
+
+    def _begin_failed(self, gen, before):
+        """iter() raised after _begin_epoch() (the reader in use by another thread, say): the
+        position load_state_dict() set stays for the next iter(), as state_dict() says, unless
+        a seek came since. Before, the failed iter() had taken it, and the next one started the
+        epoch from its first batch while state_dict() still reported the loaded one."""
+        with self._lock:
+            if self._gen == gen:
+                self._resume, self._pos = before
 
     def _seek(self, epoch, batch):
         """The next iter() runs `epoch` from `batch`; older iterators are retired."""
@@ -374,9 +385,13 @@ class Loader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
         self._check_open()
-        gen, epoch, start = self._begin_epoch()
-        if self._reader.state() != (epoch, start):
-            self._reader.restore(epoch, start)
+        gen, epoch, start, before = self._begin_epoch()
+        try:
+            if self._reader.state() != (epoch, start):
+                self._reader.restore(epoch, start)
+        except BaseException:
+            self._begin_failed(gen, before)
+            raise
         return _EpochIterator(self, gen)
 
     # ---- resume ----

@@ -233,14 +233,18 @@ class MixedLoader(EpochControl):
     def __iter__(self):
         """An iterator over the rest of the current epoch."""
         self._check_open()
-        gen, epoch, start = self._begin_epoch()
-        steps = schedule(self._counts, self.seed, epoch)
-        for i, child in enumerate(self._children):
-            taken = steps[:start].count(i)
-            if self.shuffle == "none":  # the next counts[i] batches, from where epoch - 1 ended
-                taken = (epoch * self._counts[i] + taken) % len(child)
-            child._seek(epoch, taken)
-        iters = [iter(c) for c in self._children]
+        gen, epoch, start, before = self._begin_epoch()
+        try:
+            steps = schedule(self._counts, self.seed, epoch)
+            for i, child in enumerate(self._children):
+                taken = steps[:start].count(i)
+                if self.shuffle == "none":  # the next counts[i] batches, from where epoch - 1 ended
+                    taken = (epoch * self._counts[i] + taken) % len(child)
+                child._seek(epoch, taken)
+            iters = [iter(c) for c in self._children]
+        except BaseException:
+            self._begin_failed(gen, before)
+            raise
         return _MixIterator(self, gen, steps, iters)
 
     def as_iterable_dataset(self):

@@ -84,6 +84,20 @@ def epoch_ids(loader):
     return [as_numpy(b.ids).tolist() for b in loader]
 
 
+class BusyReader:
+    """Stands in for a Loader's reader whose restore() fails as the real one's does while
+    another thread is inside its next(): what iter() from a second thread meets."""
+
+    def __init__(self, reader):
+        self.reader = reader
+
+    def __getattr__(self, name):
+        return getattr(self.reader, name)
+
+    def restore(self, epoch, batch):
+        raise RuntimeError("shardfeed: the reader is in use by another thread")
+
+
 class ReaderWithHook:
     """Stands in for a Loader's reader (loader._reader = ReaderWithHook(loader._reader)): each
     function appended to .hook runs once inside the next next(), after the read, where the

@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (ReaderWithHook, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
+from sfpytest import (BusyReader, ReaderWithHook, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
                       write_samples)
 import sfwrite  # noqa: E402
 
@@ -324,6 +324,25 @@ class Misuse(unittest.TestCase):
             next(it)
         self.assertEqual([b.epoch for b in ld][:1], [7])
         self.assertEqual(len(whole), len(ld))
+
+    def test_an_iter_that_fails_keeps_the_loaded_position(self):
+        # iter() from a second thread while one reads fails ("in use by another thread"). It
+        # had taken the position load_state_dict() set already: state_dict() still said it,
+        # while the next iter() started the epoch from batch 0 (a checkpoint written between
+        # recorded a position never used). BusyReader makes restore() fail every time.
+        ld = loader(shuffle="global", seed=1)
+        ld.load_state_dict({**ld.state_dict(), "epoch": 2, "next_batch": 3})
+        real, ld._reader = ld._reader, BusyReader(ld._reader)
+        with self.assertRaisesRegex(RuntimeError, "in use by another thread"):
+            iter(ld)
+        ld._reader = real
+        state = ld.state_dict()
+        self.assertEqual((state["epoch"], state["next_batch"]), (2, 3))
+        b = next(iter(ld))
+        self.assertEqual((b.epoch, b.index), (2, 3))
+        ref = loader(shuffle="global", seed=1)
+        ref.set_epoch(2)
+        self.assertEqual(as_numpy(b.ids).tolist(), [as_numpy(r.ids).tolist() for r in ref][3])
 
     def test_options_that_leave_an_epoch_without_batches_are_refused(self):
         # batch_size x world_size above the dataset's size with the tail dropped: every epoch

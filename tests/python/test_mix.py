@@ -9,7 +9,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (HAVE_TORCH, ReaderWithHook, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
+from sfpytest import (HAVE_TORCH, BusyReader, ReaderWithHook, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
                       torch, write_samples)
 
 NA, NB = 997, 613   # neither a multiple of the batch size
@@ -149,6 +149,27 @@ class Resume(unittest.TestCase):
         ref = mixed(seed=2)
         ref.set_epoch(3)
         self.assertEqual(steps(ld), steps(ref))
+
+    def test_an_iter_that_fails_keeps_the_loaded_position(self):
+        # As test_errors' test of one dataset: an iter() that fails in a child (its reader in
+        # use by another thread) leaves the mix's loaded position for the next iter().
+        full = steps(mixed(seed=2))
+        ld = mixed(seed=2)
+        it = iter(ld)
+        for _ in range(5):
+            next(it)
+        state = ld.state_dict()
+        ld = mixed(seed=2)
+        ld.load_state_dict(state)
+        real = [c._reader for c in ld._children]
+        for c in ld._children:
+            c._reader = BusyReader(c._reader)
+        with self.assertRaisesRegex(RuntimeError, "in use by another thread"):
+            iter(ld)
+        for c, r in zip(ld._children, real):
+            c._reader = r
+        self.assertEqual(ld.state_dict()["next_batch"], 5)
+        self.assertEqual(steps(ld), full[5:])
 
     def test_a_seek_while_a_batch_is_being_finished_stands(self):
         # After the child's read, the mix still makes the batch (its fields, its sources)
