@@ -18,12 +18,16 @@ Shard.__doc__ = """A shard of the dataset: name (its file name), first_sample (t
 its first sample), num_samples, file_size (bytes)."""
 
 
-def _sample_index(i):
+def _sample_index(i, n):
     """i as an int: any integer (int, NumPy's and torch's integer scalars), never a bool,
-    whose index would read sample 0 or 1 (ds[True], a one-element mask)."""
-    if isinstance(i, bool) or str(getattr(i, "dtype", "")) in ("bool", "torch.bool"):
+    whose index would read sample 0 or 1 (ds[True], a one-element mask). One beyond 64 bits
+    is out of range, as any other (before: OverflowError from the conversion to C)."""
+    if opt.is_bool(i):
         raise TypeError(f"shardfeed: a sample index is an integer, not a bool ({i!r})")
-    return operator.index(i)
+    i = operator.index(i)
+    if not -2 ** 63 <= i < 2 ** 63:
+        raise IndexError(f"shardfeed: sample {i} out of range (the dataset has {n})")
+    return i
 
 
 class Dataset:
@@ -81,7 +85,7 @@ class Dataset:
 
     def key(self, i):
         """The key of sample `i` (e.g. "17" for img_17.npy)."""
-        return self._ds.key(_sample_index(i))
+        return self._ds.key(_sample_index(i, len(self)))
 
     def keys(self):
         """Every sample's key, in sample order."""
@@ -101,7 +105,7 @@ class Dataset:
         Dataset's verify for this read."""
         import numpy as np
         check = self.verify if verify is None else bool(verify)
-        i = _sample_index(i)
+        i = _sample_index(i, len(self))
         out = {}
         for k, f in enumerate(self.fields):
             v = self._ds.get(i, k, check)

@@ -1,6 +1,7 @@
 """Checking the Loader's arguments: choices, integer ranges, and rank / world size from the
 environment. Every message starts with "shardfeed: " and names the argument (or the
 environment variable) that was wrong."""
+import operator
 import os
 
 from . import _shardfeed as _C
@@ -93,10 +94,25 @@ def field_names(fields, schema):
     return names
 
 
+def is_bool(value):
+    """Python's, NumPy's or torch's bool: an integer to operator.index, 0 or 1, never meant as one."""
+    return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def integer(name, value):
+    """`value` as a Python int: any integer (int, NumPy's and torch's integer scalars: what
+    has __index__, as range() takes), never a bool."""
+    if not is_bool(value):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"shardfeed: {name} must be an int, not {type(value).__name__}")
+
+
 def uint(name, value, lo, hi):
-    """`value`, an int (not a bool) in [lo, hi)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"shardfeed: {name} must be an int, not {type(value).__name__}")
+    """`value`, an integer (integer()) in [lo, hi), as a Python int."""
+    value = integer(name, value)
     if not lo <= value < hi:
         raise ValueError(f"shardfeed: {name}={value} is out of range [{lo}, {hi})")
     return value
@@ -117,9 +133,7 @@ def remote(remote_mode, cache_dir, cache_limit):
 
 def seed64(value):
     """Any int (not a bool), taken modulo 2**64 as the C reader's seed is."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"shardfeed: seed must be an int, not {type(value).__name__}")
-    return value % U64
+    return integer("seed", value) % U64
 
 
 def env_int(var):
@@ -144,8 +158,16 @@ def dist_defaults(rank, world_size):
         rank, src_r = env_int("RANK"), "RANK (environment)"
         if rank is None:
             rank, src_r = 0, "rank (default)"
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1 or world_size >= U32:
-        raise ValueError(f"shardfeed: {src_w} = {world_size!r}: must be an int >= 1")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    try:
+        world_size = integer(src_w, world_size)
+    except TypeError:
+        raise ValueError(f"shardfeed: {src_w} = {world_size!r}: must be an int >= 1") from None
+    if not 1 <= world_size < U32:
+        raise ValueError(f"shardfeed: {src_w} = {world_size!r}: must be an int in [1, 2**32)")
+    try:
+        rank = integer(src_r, rank)
+    except TypeError:
+        rank = None
+    if rank is None or not 0 <= rank < world_size:
         raise ValueError(f"shardfeed: {src_r} = {rank!r} is not in [0, {src_w} = {world_size})")
     return rank, world_size

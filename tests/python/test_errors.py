@@ -10,8 +10,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (BusyReader, ReaderWithHook, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
-                      write_samples)
+from sfpytest import (HAVE_TORCH, BusyReader, ReaderWithHook, as_numpy, load_source, pack, remove, scratch, shardfeed,  # noqa: E402
+                      torch, write_samples)
 import sfwrite  # noqa: E402
 
 N = 120
@@ -324,6 +324,30 @@ class Misuse(unittest.TestCase):
             next(it)
         self.assertEqual([b.epoch for b in ld][:1], [7])
         self.assertEqual(len(whole), len(ld))
+
+    def test_numpy_and_torch_integers_are_ints(self):
+        # NumPy's and torch's integer scalars are integers wherever the Loader takes one (they
+        # raised TypeError, and world_size=np.int64(1) "world_size = 1: must be an int >= 1");
+        # what the Loader keeps and state_dict() reports are Python ints. Bools stay refused.
+        ints = [np.int64, np.uint32] + ([lambda v: torch.tensor(v)] if HAVE_TORCH else [])
+        ref = loader(batch_size=8, seed=3, shuffle="global")
+        ref.set_epoch(1)
+        want = [as_numpy(b.ids).tolist() for b in ref]
+        for make in ints:
+            ld = loader(batch_size=make(8), seed=make(3), rank=make(0), world_size=make(1),
+                        shuffle="global", block_size=make(16))
+            ld.set_epoch(make(1))
+            self.assertEqual([as_numpy(b.ids).tolist() for b in ld], want, make)
+            state = ld.state_dict()
+            for k in ("batch_size", "seed", "world_size", "rank", "epoch", "block_size"):
+                self.assertIs(type(state[k]), int, k)
+        for b in (True, np.bool_(True)) + ((torch.tensor(True),) if HAVE_TORCH else ()):
+            with self.assertRaisesRegex(TypeError, "batch_size must be an int"):
+                loader(batch_size=b)
+            with self.assertRaisesRegex(TypeError, "epoch must be an int"):
+                ref.set_epoch(b)
+        with self.assertRaisesRegex(ValueError, r"world_size = True: must be an int >= 1"):
+            loader(world_size=True)
 
     def test_an_iter_that_fails_keeps_the_loaded_position(self):
         # iter() from a second thread while one reads fails ("in use by another thread"). It
