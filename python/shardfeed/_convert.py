@@ -63,7 +63,11 @@ class Batch(dict):
     @property
     def size(self):
         """Samples in the batch."""
-        return len(self._raw_ids[0]) // 8
+        try:
+            raw = self._raw_ids
+        except AttributeError:  # a copy (__reduce__): its ids were made
+            return len(self._ids)
+        return len(raw[0]) // 8
 
     @property
     def sources(self):
@@ -77,6 +81,13 @@ class Batch(dict):
             s = self._sources = self.ids * 0 + s  # CUDA making ids waits for the stream)
         return s
 
+    def __reduce__(self):
+        """pickle, copy.copy and copy.deepcopy: a Batch of the same fields and attributes (deepcopy's
+        and an unpickled one's fields are copies, which keep no slot) without the Loader's
+        converter, which cannot be pickled (both raised "cannot pickle 'module' object")."""
+        return (_copied_batch, (dict(self), self.ids, self.source_ids, self.sources, self.epoch,
+                                self.index, self.substituted))
+
     def __iter__(self):
         """Raises TypeError: take the fields by name (see Batch)."""
         raise TypeError("shardfeed: a Batch is a dict of fields: take them by name "
@@ -87,6 +98,14 @@ class Batch(dict):
     def __repr__(self):
         fields = ", ".join(f"{k}: {_describe(v)}" for k, v in self.items())
         return f"<shardfeed.Batch epoch {self.epoch} index {self.index} size {self.size}: {fields}>"
+
+
+def _copied_batch(fields, ids, source_ids, sources, epoch, index, substituted):
+    """A Batch rebuilt from Batch.__reduce__'s parts: its ids made already."""
+    b = Batch(fields)
+    b._ids, b._source_ids, b._sources = ids, source_ids, sources
+    b.epoch, b.index, b.substituted = epoch, index, substituted
+    return b
 
 
 def _describe(v):

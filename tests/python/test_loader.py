@@ -1,5 +1,6 @@
 """shardfeed.Loader: values, order, epochs, resume, ranks, output kinds, memory lifetime.
 See sfpytest.py for how to run it by hand."""
+import copy
 import gc
 import inspect
 import json
@@ -427,6 +428,37 @@ class Lifetime(unittest.TestCase):
         gc.collect()
         self.assertEqual(reader.live, 0)
         self.assertTrue(reader.freed)
+
+    def test_a_batch_copies_and_pickles(self):
+        # copy.deepcopy(batch) and pickle raised "cannot pickle 'module' object" (the Loader's
+        # converter), where "copy what you keep" asks for exactly that. The copies are Batches
+        # with the same fields and attributes, and keep no slot.
+        for output in ("numpy",) + (("torch",) if HAVE_TORCH else ()):
+            ld = loader(seed=9, output=output, prefetch=2)
+            reader = ld._reader
+            it = iter(ld)
+            next(it)
+            b = next(it)
+            want = {k: as_numpy(v).copy() for k, v in b.items()}
+            ids = as_numpy(b.ids).copy()
+            copies = [copy.deepcopy(b), pickle.loads(pickle.dumps(b)), copy.copy(b)]
+            for c in copies:
+                self.assertIsInstance(c, type(b))
+                self.assertEqual((c.epoch, c.index, c.size, c.substituted), (0, 1, b.size, 0))
+                np.testing.assert_array_equal(as_numpy(c.ids), ids)
+                np.testing.assert_array_equal(as_numpy(c.source_ids), ids)
+                np.testing.assert_array_equal(as_numpy(c.sources), ids * 0)
+                self.assertEqual(sorted(c.keys()), sorted(want))
+                for k, v in want.items():
+                    np.testing.assert_array_equal(as_numpy(c[k]), v)
+            np.testing.assert_array_equal(as_numpy(copies[0]["img"]), self.expected(ids))
+            del b, c, copies[2]  # the shallow copy shares the batch's tensors
+            gc.collect()
+            self.assertEqual(reader.live, 0)  # the deep copies hold no slot
+            for _ in it:  # and the loader reads on through both slots
+                pass
+            for c in copies:
+                np.testing.assert_array_equal(as_numpy(c["img"]), want["img"])
 
     def test_numpy_outlives_step_and_loader(self):
         self.check_outlives("numpy")
