@@ -219,10 +219,21 @@ class MixedLoader(EpochControl):
 
     @property
     def samples_per_epoch(self):
-        """Samples per epoch for this rank."""
+        """Samples in the current epoch (the one the next iter() runs) for this rank: the same
+        every epoch, except with shuffle="none", where a dataset whose share is fewer batches
+        than its own epoch has goes on each epoch from where the last one ended (wrapping
+        around): an epoch whose share takes that dataset's last batch, which may be short, is
+        shorter by as much. (This said the longer count every epoch.)"""
         total = 0
         for child, c in zip(self._children, self._counts):
-            total += child.samples_per_epoch if c == len(child) else c * self.batch_size
+            n = len(child)
+            if c == n:
+                total += child.samples_per_epoch
+                continue
+            total += c * self.batch_size  # c batches from the start of its order: full ones
+            short = n * self.batch_size - child.samples_per_epoch  # its last batch's shortfall
+            if self.shuffle == "none" and short and (n - 1 - self._epoch * c) % n < c:
+                total -= short  # this epoch's c batches, from batch epoch * c mod n, take it
         return total
 
     @property
