@@ -52,8 +52,10 @@ help(shardfeed.Loader) describes every parameter (below, under CLASSES).
   held. Copy (``.clone()``) what you keep for long. A ``for`` loop holds the
   previous batch while asking for the next, so prefetch must be at least 2.
 - Epochs: each ``iter(loader)`` runs the current epoch from its first batch (or
-  from where load_state_dict() put it); when it is exhausted the epoch advances
-  by one. ``set_epoch(e)`` sets it explicitly (DistributedSampler style). The
+  from where load_state_dict() put it); when it is exhausted (its end reached,
+  or every batch handed out, as ``zip(range(len(loader)), loader)`` does
+  without asking for the end) the epoch advances by one. ``set_epoch(e)`` sets
+  it explicitly (DistributedSampler style). The
   order depends only on (seed, epoch, shuffle): the same on every run.
   ``len(loader)`` is the number of batches per epoch for this rank. A new
   iter() makes older iterators of the same Loader raise RuntimeError.

@@ -92,7 +92,14 @@ class EpochControl:
     @property
     def epoch(self):
         """The epoch the next iter() runs."""
-        return self._epoch
+        return self._epoch + 1 if self._took_every_batch() else self._epoch
+
+    def _took_every_batch(self):
+        """Every batch of the epoch was handed out, but not its end: a loop that takes len()
+        batches without asking for one more (zip(range(len(loader)), loader), islice). The
+        epoch is over all the same: the next iter() runs the next one (it replayed this one,
+        the same order every epoch, before)."""
+        return self._resume is None and self._pos >= len(self) > 0
 
     def set_epoch(self, epoch):
         """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.
@@ -112,8 +119,10 @@ class EpochControl:
         _begin_failed() puts back)."""
         with self._lock:
             self._gen += 1
+            before = (self._epoch, self._resume, self._pos)
+            if self._took_every_batch():
+                self._epoch += 1
             start = self._resume if self._resume is not None else 0
-            before = (self._resume, self._pos)
             self._resume = None
             self._pos = start
             return self._gen, self._epoch, start, before
@@ -125,7 +134,7 @@ class EpochControl:
         epoch from its first batch while state_dict() still reported the loaded one."""
         with self._lock:
             if self._gen == gen:
-                self._resume, self._pos = before
+                self._epoch, self._resume, self._pos = before
 
     def _seek(self, epoch, batch):
         """The next iter() runs `epoch` from `batch`; older iterators are retired."""

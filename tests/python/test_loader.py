@@ -155,6 +155,30 @@ class Order(unittest.TestCase):
         self.assertEqual(bs, [(5, k) for k in range(len(ld))])
         self.assertEqual(ld.epoch, 6)
 
+    def test_a_loop_that_takes_every_batch_ends_the_epoch(self):
+        # zip(range(len(loader)), loader) takes every batch without asking for one more, so the
+        # iterator never reached the epoch's end: each next iter() replayed the same epoch, in
+        # the same order every time. Every batch handed out now ends it.
+        ref = loader(seed=1, shuffle="global")
+        want = [epoch_ids(ref) for _ in range(3)]
+        ld = loader(seed=1, shuffle="global")
+        got = []
+        for e in range(3):
+            got.append([as_numpy(b.ids).tolist() for _, b in zip(range(len(ld)), ld)])
+            self.assertEqual(ld.epoch, e + 1)
+        self.assertEqual(got, want)
+        state = ld.state_dict()  # the same place, said as (2, len)
+        self.assertEqual((state["epoch"], state["next_batch"]), (2, len(ld)))
+        again = loader(seed=1, shuffle="global")
+        again.load_state_dict(state)
+        self.assertEqual(again.epoch, 2)
+        self.assertEqual(epoch_ids(again), [])  # nothing left of epoch 2
+        self.assertEqual(epoch_ids(again), epoch_ids(ref))  # then epoch 3, as ref's
+        # One batch short of the end is not the end: the next iter() starts the epoch over.
+        short = [as_numpy(b.ids).tolist() for _, b in zip(range(len(ld) - 1), ld)]
+        self.assertEqual(ld.epoch, 3)
+        self.assertEqual(epoch_ids(ld)[:len(short)], short)
+
     def test_abandoned_iteration_restarts_the_epoch(self):
         ld = loader(seed=2)
         full = epoch_ids(loader(seed=2))

@@ -150,6 +150,18 @@ class Resume(unittest.TestCase):
         ref.set_epoch(3)
         self.assertEqual(steps(ld), steps(ref))
 
+    def test_a_loop_that_takes_every_batch_ends_the_epoch(self):
+        # As test_loader's: zip(range(len(ld)), ld) replayed epoch 0 every time.
+        ref = mixed(seed=2)
+        want = [steps(ref) for _ in range(2)]
+        ld = mixed(seed=2)
+        got = []
+        for e in range(2):
+            got.append([(int(as_numpy(b.sources)[0]), as_numpy(b.ids).tolist())
+                        for _, b in zip(range(len(ld)), ld)])
+            self.assertEqual(ld.epoch, e + 1)
+        self.assertEqual(got, want)
+
     def test_an_iter_that_fails_keeps_the_loaded_position(self):
         # As test_errors' test of one dataset: an iter() that fails in a child (its reader in
         # use by another thread) leaves the mix's loaded position for the next iter().
