@@ -473,7 +473,8 @@ int sf_verify_ex(sf_verify_summary *summary, const char *dir, const sf_verify_op
         if (stat(dir, &st) != 0)
             return sf_fail(-errno, "%s: %s", dir, strerror(errno));
         if (!S_ISDIR(st.st_mode))
-            return sf_fail(-ENOTDIR, "%s: not a directory", dir);
+            return sf_fail(-ENOTDIR, "%s: not a folder (a dataset is a folder holding %s)", dir,
+                           SF_MANIFEST_NAME);
         /* Shards are opened in the folder by name, as the reader opens them
          * (shard_files.c): "DIR/shard-NNNNNN.sfs" made with snprintf was
          * cut short for a DIR of 4079..4082 bytes, which the manifest's

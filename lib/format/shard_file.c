@@ -150,11 +150,20 @@ int sf_manifest_load(sf_manifest *m, const char *dir)
     if (rc)
         return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sf_fail(-errno, "%s: %s%s", path,
-                       errno == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
-                                       : strerror(errno),
-                       sf_errno_hint(errno));
+    if (fd < 0) {
+        int err = errno;
+        struct stat ds;
+        /* A mistyped path is not "not a dataset": name what is missing. */
+        if ((err == ENOENT || err == ENOTDIR) && stat(dir, &ds) != 0)
+            return sf_fail(-errno, "%s: %s%s", dir, strerror(errno), sf_errno_hint(errno));
+        if (err == ENOTDIR || (err == ENOENT && !S_ISDIR(ds.st_mode)))
+            return sf_fail(-ENOTDIR, "%s: not a folder (a dataset is a folder holding %s)", dir,
+                           SF_MANIFEST_NAME);
+        return sf_fail(-err, "%s: %s%s", path,
+                       err == ENOENT ? "no manifest (not a dataset, or packing did not finish)"
+                                     : strerror(err),
+                       sf_errno_hint(err));
+    }
     struct stat st;
     uint8_t *buf = NULL;
     if (fstat(fd, &st) != 0) {

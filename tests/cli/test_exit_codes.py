@@ -74,10 +74,16 @@ class ExitCodes(unittest.TestCase):
                 self.assertEqual(run(*args).returncode, 1 if name == "merge" else 0)
 
     def test_not_a_dataset_is_1(self):
-        self.check(self.not_a_dataset, 1, "manifest")
+        self.check(self.not_a_dataset, 1, "manifest", "not a dataset")
 
     def test_missing_folder_is_1(self):
-        self.check(self.missing, 1, "no-such-folder")
+        # A mistyped path says so, not "no manifest (not a dataset ...)" as for a folder.
+        self.check(self.missing, 1, "no-such-folder: No such file or directory")
+        for name, args in self.commands(self.missing).items():
+            with self.subTest(command=name):
+                self.assertNotIn("not a dataset", run(*args).stderr)
+        self.check(os.path.join(self.not_a_dataset, "notes.txt"), 1,
+                   "notes.txt: not a folder (a dataset is a folder holding manifest.sfm)")
 
     def test_corrupt_dataset_is_2(self):
         self.check(self.corrupt, 2, "checksum")
