@@ -148,7 +148,8 @@ static int list_dir(input_set *in, const char *dir, npy_entry **out, size_t *cou
 }
 
 /* Distinct field names in bytewise order: the schema's field order. */
-static int collect_fields(const npy_entry *e, size_t n, char names[][SF_MAX_NAME + 1], uint32_t *nf)
+static int collect_fields(const char *dir, const npy_entry *e, size_t n, char names[][SF_MAX_NAME + 1],
+                          uint32_t *nf)
 {
     char **all = malloc(n * sizeof *all);
     if (!all)
@@ -161,8 +162,12 @@ static int collect_fields(const npy_entry *e, size_t n, char names[][SF_MAX_NAME
         if (i > 0 && strcmp(all[i], all[i - 1]) == 0)
             continue;
         if (k == SF_MAX_FIELDS) {
+            int rc = sf_fail(SF_E_LIMIT,
+                             "%s: more than %u distinct fields (a field is the part of a file name "
+                             "before its last '_': '%s', '%s', ...; {field}_{key}.npy)",
+                             dir, SF_MAX_FIELDS, names[0], all[i]);
             free(all);
-            return sf_fail(SF_E_LIMIT, "more than %u distinct fields", SF_MAX_FIELDS);
+            return rc;
         }
         snprintf(names[k++], SF_MAX_NAME + 1, "%s", all[i]);
     }
@@ -204,6 +209,16 @@ static int group_samples(input_set *in, npy_priv *p, npy_entry *e, size_t n,
     p->names = calloc(samples * nf, sizeof *p->names);
     if (!p->names)
         return sf_fail(-ENOMEM, "out of memory");
+    /* How many samples have each field, and one of its files: for the
+     * message when a sample lacks one (a field of one odd file says
+     * "extra file there", not only "missing here"). */
+    uint64_t have[SF_MAX_FIELDS] = {0};
+    const char *example[SF_MAX_FIELDS] = {0};
+    for (size_t k = 0; k < n; k++) {
+        int f = field_pos(names, nf, e[k].field);
+        have[f]++;
+        example[f] = example[f] ? example[f] : e[k].name;
+    }
     size_t s = 0, i = 0;
     while (i < n) {
         size_t j = i;
@@ -217,9 +232,13 @@ static int group_samples(input_set *in, npy_priv *p, npy_entry *e, size_t n,
         }
         for (uint32_t f = 0; f < nf; f++)
             if (!p->names[s * nf + f])
-                return sf_fail(SF_E_INPUT, "%s/%s_%s.npy: missing (sample '%s' has %s/%s but no '%s' file)",
+                return sf_fail(SF_E_INPUT,
+                               "%s/%s_%s.npy: missing (sample '%s' has %s/%s but no '%s' file; "
+                               "field '%s' is in %llu of the %zu samples, e.g. %s/%s: every sample "
+                               "needs every field)",
                                p->dir, names[f], in->keys[s], in->keys[s], p->dir,
-                               present_name(p, s), names[f]);
+                               present_name(p, s), names[f], names[f], (unsigned long long)have[f],
+                               samples, p->dir, example[f]);
         s++;
         i = j;
     }
@@ -302,7 +321,7 @@ static int npy_discover(input_set *in, const char *dir)
         return rc;
     qsort(e, n, sizeof *e, entry_cmp);
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];
-    rc = collect_fields(e, n, names, &p->field_count);
+    rc = collect_fields(p->dir, e, n, names, &p->field_count);
     if (!rc)
         rc = group_samples(in, p, e, n, names);
     free_entries(e, n);

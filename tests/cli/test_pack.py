@@ -196,7 +196,24 @@ class BadInput(Base):
     def test_missing_label(self):
         write_samples(self.inp, 5)
         os.remove(os.path.join(self.inp, "label_2.npy"))
-        self.assertIn("missing", self.assert_fails_naming("label_2.npy"))
+        err = self.assert_fails_naming("label_2.npy")
+        self.assertIn("missing", err)
+        self.assertIn("field 'label' is in 4 of the 5 samples", err)
+
+    def test_a_field_of_one_odd_file_names_that_file(self):
+        # A stray mask_3.npy makes 'mask' a field that every other sample lacks: the message
+        # named mask_0.npy alone, a file that never existed, not the odd one.
+        write_samples(self.inp, 5)
+        np.save(os.path.join(self.inp, "mask_3.npy"), np.int64(1))
+        err = self.assert_fails_naming("mask_0.npy")
+        self.assertIn("field 'mask' is in 1 of the 5 samples, e.g. ", err)
+        self.assertIn("mask_3.npy", err)
+
+    def test_too_many_fields_names_the_folder(self):
+        os.makedirs(self.inp)
+        for f in range(65):
+            np.save(os.path.join(self.inp, f"f{f}_0.npy"), np.float32(0))
+        self.assertIn(f"{self.inp}: more than 64 distinct fields", self.assert_fails_naming("f0"))
 
     def test_non_npy_file(self):
         write_samples(self.inp, 3)
