@@ -259,6 +259,45 @@ static int check_image_opts(const sf_pack_opts *o)
     return 0;
 }
 
+/* 2 when folder `out` is the input folder `in`, 1 when it is inside it
+ * (device and inode compared up the output's real path), else 0. */
+static int output_in_input(const char *in, const char *out)
+{
+    struct stat si, so;
+    if (stat(in, &si) != 0 || !S_ISDIR(si.st_mode))
+        return 0;
+    char *real = realpath(out, NULL);
+    if (!real)
+        return 0;
+    int found = 0;
+    for (int depth = 0; !found; depth++) {
+        if (stat(real, &so) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+            found = depth ? 1 : 2;
+        char *slash = strrchr(real, '/');
+        if (!slash || !real[1])
+            break; /* "/" looked at */
+        slash[slash == real] = '\0'; /* "/a" -> "/", "/a/b" -> "/a" */
+    }
+    free(real);
+    return found;
+}
+
+/* An input that failed to open because the output folder, made by then,
+ * is the input folder or inside it: the input's error read as is ("DIR/
+ * .shardfeed.lock: not a .npy file", "DIR/out: class folder has no image
+ * files") blames a file pack made. Said first, the input's error after. */
+static int explain_output_in_input(int rc, const char *in, const char *out)
+{
+    int where = output_in_input(in, out);
+    if (!where)
+        return rc;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sf_last_error());
+    return sf_fail(rc, "%s: the output folder is %s the input folder %s, so pack read it as input "
+                   "(%s); write the output elsewhere",
+                   out, where == 2 ? "the same as" : "inside", in, why);
+}
+
 int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, const sf_pack_opts *given)
 {
     sf_pack_opts o = SF_PACK_OPTS_INIT;
@@ -312,8 +351,8 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
      * so that a second run stops at once rather than after discovery. */
     pack_lock lock;
     int rc = pack_outdir_lock(&lock, output_dir, "pack");
-    if (!rc)
-        rc = input_open(&in, input, opts->input_format);
+    if (!rc && (rc = input_open(&in, input, opts->input_format)))
+        rc = explain_output_in_input(rc, input, output_dir);
     if (!rc)
         rc = pack_compress_parse(&in.schema, levels, opts->compress);
     if (!rc && in.sample_count == 0)

@@ -209,6 +209,25 @@ class BadInput(Base):
         self.assertIn("field 'mask' is in 1 of the 5 samples, e.g. ", err)
         self.assertIn("mask_3.npy", err)
 
+    def test_an_output_folder_in_the_input_is_named_as_the_cause(self):
+        # pack makes the output folder (and its lock) before it reads the input: an output that
+        # is the input folder, or inside it, failed as "DIR/.shardfeed.lock: not a .npy file",
+        # blaming a file pack itself had made.
+        write_samples(self.inp, 3)
+        before = sorted(os.listdir(self.inp))
+        p = run("pack", self.inp, "-o", self.inp)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"{self.inp}: the output folder is the same as the input folder {self.inp}, "
+                      "so pack read it as input (", p.stderr)
+        self.assertIn("write the output elsewhere", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.inp)), before)
+        inside = os.path.join(self.inp, "out")
+        p = run("pack", self.inp, "-o", inside)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"{inside}: the output folder is inside the input folder {self.inp}", p.stderr)
+        # An output beside the input is no part of it.
+        self.assertEqual(run("pack", self.inp, "-o", self.inp + "-out").returncode, 0)
+
     def test_too_many_fields_names_the_folder(self):
         os.makedirs(self.inp)
         for f in range(65):
