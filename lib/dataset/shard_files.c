@@ -421,6 +421,9 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
                            "direct: %s/%s: the file system does not support O_DIRECT (tmpfs?); use "
                            "direct=off",
                            ds->dir, name);
+        if (e == ENOENT) /* the manifest lists it: a dataset with a file gone (verify's "missing") */
+            return sf_fail(SF_E_CORRUPT, "%s/%s: shard file is missing (the manifest lists it)", ds->dir,
+                           name);
         char why[160] = "";
         if (e == EMFILE || e == ENFILE)
             snprintf(why, sizeof why,

@@ -43,6 +43,8 @@ class ExitCodes(unittest.TestCase):
         with open(os.path.join(cls.not_a_dataset, "notes.txt"), "w") as f:
             f.write("no manifest here")
         cls.missing = os.path.join(cls.tmp, "no-such-folder")
+        cls.shard_gone = dataset("shard-gone")
+        os.remove(os.path.join(cls.shard_gone, "shard-000001.sfs"))
 
     @classmethod
     def tearDownClass(cls):
@@ -84,6 +86,18 @@ class ExitCodes(unittest.TestCase):
                 self.assertNotIn("not a dataset", run(*args).stderr)
         self.check(os.path.join(self.not_a_dataset, "notes.txt"), 1,
                    "notes.txt: not a folder (a dataset is a folder holding manifest.sfm)")
+
+    def test_a_missing_shard_is_2(self):
+        # A shard the manifest lists, gone: a damaged dataset, as verify has said (inspect,
+        # export and bench said 1, "No such file or directory").
+        # (merge refuses it before, as no part of a --part run: 1.)
+        for name, args in self.commands(self.shard_gone).items():
+            if name != "merge":
+                with self.subTest(command=name):
+                    p = run(*args)
+                    self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                    self.assertIn("shard-000001.sfs", p.stdout + p.stderr)
+                    self.assertIn("missing", p.stdout + p.stderr)
 
     def test_corrupt_dataset_is_2(self):
         self.check(self.corrupt, 2, "checksum")
