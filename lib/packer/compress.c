@@ -62,6 +62,10 @@ static int parse_item(sf_schema *schema, int *levels, const char *item, size_t l
                        "compress option %s: the field is stored inline in the index (%llu bytes); "
                        "there is nothing to compress",
                        name, (unsigned long long)schema->fields[f].item_size);
+    /* Given twice, one of the two would be dropped without a word. */
+    if (schema->fields[f].codec == SF_CODEC_ZSTD)
+        return sf_fail(SF_E_INVALID, "compress option %s: the field is named twice (once at level %d)",
+                       name, levels[f]);
     schema->fields[f].codec = SF_CODEC_ZSTD;
     levels[f] = level;
     return 0;

@@ -218,6 +218,11 @@ class ImageFolder(ScratchTest):
         self.assertIn("no field 'nope' (fields: image, label)", p.stderr)
         p = self.pack("--compress", "image=lz4", check=1)
         self.assertIn("unknown codec 'lz4'", p.stderr)
+        # A field named twice: one level was dropped without a word.
+        for args in (["--compress", "image=zstd:19,image=zstd:1"],
+                     ["--compress", "image=zstd:19", "--compress", "image=zstd"]):
+            p = self.pack(*args, check=1)
+            self.assertIn("compress option image: the field is named twice (once at level 19)", p.stderr)
 
 
 if __name__ == "__main__":
