@@ -50,6 +50,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/shardfeedConfig.cmake
 
 configure_file(cmake/shardfeed.pc.in ${CMAKE_CURRENT_BINARY_DIR}/shardfeed.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/shardfeed.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# For programs built against the build tree (never installed): shardfeed.pc
+# above holds paths relative to where it is installed, which are wrong here.
+configure_file(cmake/shardfeed-uninstalled.pc.in ${CMAKE_CURRENT_BINARY_DIR}/shardfeed-uninstalled.pc @ONLY)
 
 # The man page shardfeed(1): generated from the CLI's help texts at build time
 # (docs/man.cmake runs 'shardfeed help --man'), installed in share/man/man1.

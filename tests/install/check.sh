@@ -44,6 +44,15 @@ for how in shared static; do
     case $out in *"$want"*) ;; *) echo "expected: $want, got: $out" >&2; exit 1 ;; esac
 done
 
+# The build tree without installing: PKG_CONFIG_PATH=BUILD finds shardfeed-uninstalled.pc.
+flags=$(PKG_CONFIG_PATH="$build" pkg-config --cflags --libs shardfeed) ||
+    { echo "install check: pkg-config found no shardfeed-uninstalled.pc in $build" >&2; exit 1; }
+quiet "building against the build tree" cc -o "$tmp/consumer_tree" "$src/tests/install/consumer/consumer.c" $flags
+out=$("$tmp/consumer_tree" "$tmp/ds" 2>&1) || { echo "consumer_tree failed: $out" >&2; exit 1; }
+echo "pkg-config (build tree): $out"
+case $out in *"$want"*) ;; *) echo "expected: $want, got: $out" >&2; exit 1 ;; esac
+case $(ldd "$tmp/consumer_tree") in *"$build/libshardfeed.so"*) ;; *) echo "not linked to $build" >&2; exit 1 ;; esac
+
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs shardfeed) || { echo "install check: pkg-config found no shardfeed.pc in $PKG_CONFIG_PATH" >&2; exit 1; }
 quiet "building the pkg-config consumer" cc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" \
