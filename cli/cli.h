@@ -30,9 +30,11 @@ void cli_man(FILE *f);
 /* Prints "shardfeed CMD: <message> (see 'shardfeed help CMD')" on one line
  * and returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* getopt_long returned 'h' or an error ('?', ':'): prints the help on stdout
- * and returns EXIT_OK, or the usage line on stderr and returns EXIT_USAGE. */
-int cli_help_option(int c, const char *cmd);
+/* getopt_long (quiet: opterr = 0) over argv with short_opts returned 'h'
+ * or an error ('?'): prints the help on stdout and returns EXIT_OK, or one
+ * line on stderr naming the option and what was wrong (unknown, a value
+ * missing or not taken) and returns EXIT_USAGE. */
+int cli_help_option(int c, const char *cmd, const char *short_opts, int argc, char **argv);
 
 /* Prints "shardfeed CMD: <detail>" for a failed library call. */
 void cli_error(const char *cmd, int rc);

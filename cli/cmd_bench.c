@@ -229,9 +229,10 @@ static int bench_parse(bench_args *a, int argc, char **argv)
     a->o.remote = &a->remote;
     a->o.batch_size = SF_READER_DEFAULT_BATCH;
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    static const char short_opts[] = "h";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         if (c == 'h' || c == '?')
-            return cli_help_option(c, "bench");
+            return cli_help_option(c, "bench", short_opts, argc, argv);
         const char *bad = cli_is_remote_option(c) ? cli_remote_option(&a->remote, c, optarg)
                                                   : bench_option(a, c, optarg);
         if (bad) {

@@ -14,13 +14,14 @@ int cmd_export(int argc, char **argv)
     const char *out = NULL, *bad;
     sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     int c, npy = 0;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+    static const char short_opts[] = "o:h";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         if (c == 'o')
             out = optarg;
         else if (c == 'n')
             npy = 1;
         else if (!cli_is_remote_option(c))
-            return cli_help_option(c, "export");
+            return cli_help_option(c, "export", short_opts, argc, argv);
         else if ((bad = cli_remote_option(&remote, c, optarg)))
             return cli_usage_error("export", "%s", bad);
     }

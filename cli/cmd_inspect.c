@@ -158,12 +158,13 @@ int cmd_inspect(int argc, char **argv)
                                              {NULL, 0, NULL, 0}};
     sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     int json = 0, c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    static const char short_opts[] = "h";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         const char *bad;
         if (c == 'J')
             json = 1;
         else if (!cli_is_remote_option(c))
-            return cli_help_option(c, "inspect");
+            return cli_help_option(c, "inspect", short_opts, argc, argv);
         else if ((bad = cli_remote_option(&remote, c, optarg)))
             return cli_usage_error("inspect", "%s", bad);
     }

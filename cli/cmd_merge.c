@@ -14,13 +14,14 @@ int cmd_merge(int argc, char **argv)
     const char *out = NULL;
     int c, quiet = 0;
     unsigned flags = 0;
-    while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+    static const char short_opts[] = "o:qh";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'f': flags |= SF_MERGE_FORCE; break;
         case 'm': flags |= SF_MERGE_IGNORE_MTIMES; break;
         case 'q': quiet = 1; break;
-        default: return cli_help_option(c, "merge");
+        default: return cli_help_option(c, "merge", short_opts, argc, argv);
         }
     }
     if (optind >= argc)

@@ -359,7 +359,8 @@ int cmd_pack(int argc, char **argv)
     char compress[4096] = "";
     int quiet = 0, c, part_given = 0, retries = -1;
     uint64_t v;
-    while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
+    static const char short_opts[] = "o:j:qh";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'j':
@@ -425,7 +426,7 @@ int cmd_pack(int argc, char **argv)
             retries = (int)v;
             break;
         case 'q': quiet = 1; break;
-        default: return cli_help_option(c, "pack");
+        default: return cli_help_option(c, "pack", short_opts, argc, argv);
         }
     }
     if (optind + 1 != argc)

@@ -67,7 +67,8 @@ int cmd_push(int argc, char **argv)
     int quiet = 0;
     uint64_t v;
     int c;
-    while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+    static const char short_opts[] = "qh";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         if (c == 'p' || c == 't') {
             if (cli_parse_size(optarg, &v) != 0 || v == 0)
                 return cli_usage_error("push", "--%s: '%s' is not a size (e.g. 16MiB)",
@@ -82,7 +83,7 @@ int cmd_push(int argc, char **argv)
         } else if (c == 'q') {
             quiet = 1;
         } else {
-            return cli_help_option(c, "push");
+            return cli_help_option(c, "push", short_opts, argc, argv);
         }
     }
     if (argc - optind != 2)

@@ -52,7 +52,8 @@ int cmd_verify(int argc, char **argv)
     sf_remote_opts remote = SF_REMOTE_OPTS_INIT;
     uint64_t v;
     int c;
-    while ((c = getopt_long(argc, argv, "j:h", longopts, NULL)) != -1) {
+    static const char short_opts[] = "j:h";
+    while ((c = getopt_long(argc, argv, short_opts, longopts, NULL)) != -1) {
         switch (c) {
         case 'J': o.json = 1; break;
         case 'D': vo.decompress = 1; break;
@@ -65,7 +66,7 @@ int cmd_verify(int argc, char **argv)
             break;
         default:
             if (!cli_is_remote_option(c))
-                return cli_help_option(c, "verify");
+                return cli_help_option(c, "verify", short_opts, argc, argv);
             const char *bad = cli_remote_option(&remote, c, optarg);
             if (bad)
                 return cli_usage_error("verify", "%s", bad);

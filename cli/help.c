@@ -2,6 +2,7 @@
  * --help', the overview ('shardfeed help') and the man page (generated from
  * 'shardfeed help --man' at build time: docs/man.cmake) all print these
  * texts, so they cannot disagree. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -322,13 +323,28 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-int cli_help_option(int c, const char *cmd)
+int cli_help_option(int c, const char *cmd, const char *short_opts, int argc, char **argv)
 {
     if (c == 'h') {
         cli_help(stdout, cmd);
         return EXIT_OK;
     }
-    /* getopt_long has said which option was wrong */
-    fprintf(stderr, "usage: %s\n(see 'shardfeed help %s')\n", find_help(cmd)->synopsis, cmd);
-    return EXIT_USAGE;
+    /* getopt_long is quiet (opterr = 0, main.c): its own message named
+     * the command "pack" and came with the usage on two more lines. Which
+     * option, and what was wrong with it, from optopt and the argument
+     * getopt_long stopped at. */
+    const char *arg = optind >= 1 && optind <= argc ? argv[optind - 1] : "";
+    const char *known = optopt > 0 && optopt < 128 ? strchr(short_opts, optopt) : NULL;
+    if (strncmp(arg, "--", 2) == 0) {
+        const char *eq = strchr(arg, '=');
+        int len = eq ? (int)(eq - arg) : (int)strlen(arg);
+        if (!optopt)
+            return cli_usage_error(cmd, "unknown (or ambiguous) option '%.*s'", len, arg);
+        if (eq)
+            return cli_usage_error(cmd, "option '%.*s' takes no value", len, arg);
+        return cli_usage_error(cmd, "option '%s' needs a value", arg);
+    }
+    if (known && known[1] == ':')
+        return cli_usage_error(cmd, "option '-%c' needs a value", optopt);
+    return cli_usage_error(cmd, "unknown option '-%c'", optopt > 0 ? optopt : '?');
 }

@@ -1,4 +1,5 @@
 /* shardfeed: pack, verify, inspect and export datasets. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,11 +16,11 @@ static int help(int argc, char **argv)
         cli_man(stdout);
         return EXIT_OK;
     }
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        return cli_help(stdout, "help") == 0 ? EXIT_OK : EXIT_USAGE;
     if (argc == 2 && cli_help(stdout, argv[1]) == 0)
         return EXIT_OK;
-    fprintf(stderr, "shardfeed help: no command '%s'\n\n", argv[1]);
-    cli_overview(stderr);
-    return EXIT_USAGE;
+    return cli_usage_error("help", "no command '%s'", argv[1]);
 }
 
 int main(int argc, char **argv)
@@ -28,6 +29,9 @@ int main(int argc, char **argv)
         cli_overview(stderr);
         return EXIT_USAGE;
     }
+    /* Each command's getopt_long is quiet: cli_help_option says what was
+     * wrong in one line, naming the command ("shardfeed pack"). */
+    opterr = 0;
     const char *cmd = argv[1];
     if (strcmp(cmd, "pack") == 0)
         return cmd_pack(argc - 1, argv + 1);
@@ -44,6 +48,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "push") == 0)
         return cmd_push(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0))
+            return cli_help(stdout, "version") == 0 ? EXIT_OK : EXIT_USAGE;
+        if (argc > 2)
+            return cli_usage_error("version", "takes no argument ('%s')", argv[2]);
         int major, minor;
         sf_format_version(&major, &minor);
         printf("shardfeed %s (format %d.%d)\n", sf_version(), major, minor);
@@ -51,7 +59,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return help(argc - 1, argv + 1);
-    fprintf(stderr, "shardfeed: unknown command '%s'\n\n", cmd);
-    cli_overview(stderr);
+    fprintf(stderr,
+            "shardfeed: unknown command '%s' (commands: pack, merge, verify, inspect, export, push, "
+            "bench, version, help; see 'shardfeed help')\n",
+            cmd);
     return EXIT_USAGE;
 }

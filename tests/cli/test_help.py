@@ -40,7 +40,8 @@ def explained(text, option):
 
 class Help(unittest.TestCase):
     def test_help_cmd_and_cmd_help_agree(self):
-        for cmd in COMMANDS:
+        # version and help too: 'version --help' printed the version, 'help --help' failed.
+        for cmd in COMMANDS + ("version", "help"):
             with self.subTest(cmd):
                 a = run("help", cmd, check=0)
                 b = run(cmd, "--help", check=0)
@@ -62,6 +63,25 @@ class Help(unittest.TestCase):
 
 
 class UsageErrors(ScratchTest):
+    def test_a_bad_option_is_one_line_naming_it(self):
+        # getopt_long's own message ("pack: unrecognized option '--bogus'") came with the usage
+        # and a "see" line; an unknown command printed the whole overview.
+        cases = ((["pack", "in", "-o", "out", "--bogus"], "shardfeed pack: unknown (or ambiguous) option '--bogus'"),
+                 (["pack", "in", "-o"], "shardfeed pack: option '-o' needs a value"),
+                 (["pack", "in", "--shard-size"], "shardfeed pack: option '--shard-size' needs a value"),
+                 (["pack", "in", "--force=1"], "shardfeed pack: option '--force' takes no value"),
+                 (["verify", "-x", "ds"], "shardfeed verify: unknown option '-x'"),
+                 (["frob"], "shardfeed: unknown command 'frob' (commands: pack,"),
+                 (["help", "frob"], "shardfeed help: no command 'frob'"),
+                 (["version", "x"], "shardfeed version: takes no argument"))
+        for args, want in cases:
+            with self.subTest(args=args):
+                p = run(*args)
+                self.assertEqual(p.returncode, 1)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith(want), p.stderr)
+
     def test_missing_output_is_one_line(self):
         for args, what in ((("pack", self.tmp), "-o OUT_DIR"), (("export", self.tmp), "-o DIR"),
                            (("merge", self.tmp), "-o DATASET_DIR")):
