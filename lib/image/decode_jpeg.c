@@ -185,8 +185,16 @@ int image_jpeg_decode(image_region *out, const uint8_t *data, size_t len, const 
                        ci.output_width, ci.output_height, rq->x0 + rq->w, rq->y0 + rq->h);
     }
     JDIMENSION xoff = rq->x0, cw = rq->w;
-    if (cw < ci.output_width)
+    /* libjpeg-turbo 2.1.5's column crop is wrong well inside the crop for
+     * a luma sampled 4x2 (4:1:0) at a reduced DCT scale (max 207 against a
+     * whole decode, green stripes), where 4:4:4 to 4:1:1 agree: with a
+     * sampling factor above 2 the whole width is decoded. Such files are
+     * rare; the crop only saves time. */
+    int crop_ok = ci.max_h_samp_factor <= 2 && ci.max_v_samp_factor <= 2;
+    if (cw < ci.output_width && crop_ok)
         jpeg_crop_scanline(&ci, &xoff, &cw); /* widens to iMCU boundaries */
+    else
+        xoff = 0;
     const int comps = ci.output_components;
     size_t region = (size_t)rq->w * rq->h * rq->channels;
     size_t rowbytes = (size_t)ci.output_width * (size_t)comps;

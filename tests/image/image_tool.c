@@ -11,10 +11,14 @@
  *       prints the RandomResizedCrop boxes (left top width height) of keys 0..N-1
  *   sf_image_tool probe FILE
  *       prints "FORMAT WIDTH HEIGHT"
+ *   sf_image_tool jpeg-sampled RGB_FILE WIDTH HEIGHT HS VS OUT.jpg
+ *       writes the raw RGB pixels as a JPEG (quality 92) whose luma is
+ *       sampled HS x VS and chroma 1x1: layouts PIL does not write (4:1:0)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jpeglib.h>
 
 #include "image.h"
 #include "shardfeed/error.h"
@@ -42,6 +46,46 @@ static uint8_t *slurp(const char *path, size_t *len)
 }
 
 static int portable; /* run --portable */
+
+/* jpeg-sampled: libjpeg's encoder with the luma's sampling factors set. */
+static int jpeg_sampled(int argc, char **argv)
+{
+    if (argc != 8)
+        return 2;
+    size_t len;
+    uint8_t *rgb = slurp(argv[2], &len);
+    JDIMENSION w = (JDIMENSION)atol(argv[3]), h = (JDIMENSION)atol(argv[4]);
+    if (len != (size_t)w * h * 3)
+        return 2;
+    FILE *f = fopen(argv[7], "wb");
+    if (!f)
+        return 2;
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr err;
+    ci.err = jpeg_std_error(&err); /* errors exit: a test tool */
+    jpeg_create_compress(&ci);
+    jpeg_stdio_dest(&ci, f);
+    ci.image_width = w;
+    ci.image_height = h;
+    ci.input_components = 3;
+    ci.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, 92, TRUE);
+    ci.comp_info[0].h_samp_factor = atoi(argv[5]);
+    ci.comp_info[0].v_samp_factor = atoi(argv[6]);
+    ci.comp_info[1].h_samp_factor = ci.comp_info[1].v_samp_factor = 1;
+    ci.comp_info[2].h_samp_factor = ci.comp_info[2].v_samp_factor = 1;
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < h) {
+        JSAMPROW row = rgb + (size_t)ci.next_scanline * w * 3;
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    fclose(f);
+    free(rgb);
+    return 0;
+}
 
 static void usage(void)
 {
@@ -97,6 +141,8 @@ int main(int argc, char **argv)
     image_spec sp = {IMAGE_MODE_DECODE, 0, 0, 3, 1, 0, {0.08, 1.0}, {3.0 / 4.0, 4.0 / 3.0}, 0, 1,
                      IMAGE_DEFAULT_MAX_PIXELS};
     uint64_t key = 0;
+    if (!strcmp(argv[1], "jpeg-sampled"))
+        return jpeg_sampled(argc, argv);
     if (!strcmp(argv[1], "boxes") && argc >= 5) {
         uint32_t w = (uint32_t)atol(argv[2]), h = (uint32_t)atol(argv[3]);
         long n = atol(argv[4]);
