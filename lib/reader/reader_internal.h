@@ -51,6 +51,11 @@
 #include "shardfeed/reader.h"
 
 #define SF_DIRECT_ALIGN 4096u /* O_DIRECT granularity we require (safe for 512e/4Kn) */
+/* on_corrupt = skip: the samples after a damaged one tried as its stand-in
+ * (damaged, or too long to fit) before giving up (records.c), and the
+ * samples Decode without a size looks through for an intact first image
+ * (transform.c). */
+#define READER_SUBST_MAX_TRIES 4096u
 #define SF_IO_CHUNK (1u << 30) /* largest single read we submit */
 /* Engines that copy synchronously (pread, mmap) copy and hash in pieces of
  * this size, so each piece is hashed while it is still in L2. */

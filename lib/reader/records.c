@@ -12,7 +12,6 @@
 #include "error_internal.h"
 #include "reader_internal.h"
 
-#define SUBST_MAX_TRIES 4096u /* candidates tried (damaged, or too long to fit) before giving up */
 
 static void vtask_fail(sf_reader *r, reader_task *t, int err, const char *fmt, va_list ap)
 {
@@ -180,7 +179,7 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
     const int why = t->corrupt; /* placing a candidate clears it */
     assert(why != 0);
     uint64_t bad = t->id, cand = bad, damaged = 0, too_long = 0;
-    uint64_t tries = r->n - 1 < SUBST_MAX_TRIES ? r->n - 1 : SUBST_MAX_TRIES;
+    uint64_t tries = r->n - 1 < READER_SUBST_MAX_TRIES ? r->n - 1 : READER_SUBST_MAX_TRIES;
     for (uint64_t i = 0; i < tries; i++) {
         cand = (cand + 1) % r->n;
         if (!substitute_fits(r, s, t->pos, cand)) {

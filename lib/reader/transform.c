@@ -55,28 +55,65 @@ void reader_image_batch_field(const sf_reader *r, uint32_t f, sf_batch_field *bf
     bf->offsets = NULL;
 }
 
-/* DECODE with no size given: the size of sample 0's image. */
-static int first_image_size(sf_reader *r, uint32_t f, image_spec *sp)
+/* The size of sample i's image in field f, or an error naming the sample
+ * and its key. */
+static int image_size_of(sf_reader *r, uint32_t f, uint64_t i, const image_spec *sp, image_header *hd)
 {
     uint64_t size;
-    int rc = sf_dataset_value_size(&size, r->ds, 0, f);
-    if (rc)
-        return rc;
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf)
+    int rc = sf_dataset_value_size(&size, r->ds, i, f);
+    uint8_t *buf = rc ? NULL : malloc(size ? size : 1);
+    if (!rc && !buf)
         return sf_fail(-ENOMEM, "out of memory");
-    image_header hd;
-    if (!(rc = sf_dataset_read_value(buf, size, &size, r->ds, 0, f, 1)))
-        rc = image_probe(&hd, buf, size);
+    if (!rc && !(rc = sf_dataset_read_value(buf, size, &size, r->ds, i, f, 1)))
+        rc = image_probe(hd, buf, size);
     free(buf);
-    if (rc)
-        return sf_fail_prefix(rc, "images: the size of sample 0's image (decode without a size)");
-    if ((uint64_t)hd.width * hd.height > sp->max_pixels)
-        return sf_fail(SF_E_LIMIT, "images: sample 0's image has %ux%u pixels, more than max_pixels",
-                       hd.width, hd.height);
-    sp->out_h = hd.height;
-    sp->out_w = hd.width;
-    return 0;
+    if (!rc && (uint64_t)hd->width * hd->height > sp->max_pixels)
+        rc = sf_fail(SF_E_LIMIT, "%ux%u pixels, more than max_pixels", hd->width, hd->height);
+    if (rc == -ENOMEM || !rc)
+        return rc;
+    const char *k = "";
+    size_t kl = 0;
+    (void)sf_dataset_key(&k, &kl, r->ds, i);
+    char why[512];
+    snprintf(why, sizeof why, "%s", sf_last_error());
+    return sf_fail(rc, "sample %llu (key '%.*s'): field '%s': %s", (unsigned long long)i, (int)kl, k,
+                   r->schema->fields[f].name, why);
+}
+
+/* DECODE with no size given: the size of the first sample's image. With
+ * on_corrupt = skip, of the first intact one among the first
+ * READER_SUBST_MAX_TRIES, as a batch substitutes a damaged sample: one bad
+ * image first failed the whole run. A format the transforms do not decode
+ * (BMP) is not skipped, as in a batch (reader_image_value). */
+static int first_image_size(sf_reader *r, uint32_t f, image_spec *sp)
+{
+    uint64_t n = sf_dataset_num_samples(r->ds);
+    int skip = r->opts.on_corrupt == SF_ON_CORRUPT_SKIP;
+    uint64_t tries = !skip ? 1 : n < READER_SUBST_MAX_TRIES ? n : READER_SUBST_MAX_TRIES;
+    char first[640] = "";
+    int first_rc = 0;
+    for (uint64_t i = 0; i < tries; i++) {
+        image_header hd;
+        int rc = image_size_of(r, f, i, sp, &hd);
+        if (!rc) {
+            sp->out_h = hd.height;
+            sp->out_w = hd.width;
+            return 0;
+        }
+        if (rc == -ENOMEM || rc == SF_E_UNSUPPORTED ||
+            (rc != SF_E_CORRUPT && rc != SF_E_CHECKSUM && rc != SF_E_LIMIT && rc != SF_E_TRUNCATED))
+            return sf_fail_prefix(rc, "images: Decode without a size takes the first sample's size");
+        if (i == 0) {
+            first_rc = rc;
+            snprintf(first, sizeof first, "%s", sf_last_error());
+        }
+    }
+    if (tries <= 1)
+        return sf_fail(first_rc, "images: Decode without a size takes the first sample's size: %s", first);
+    return sf_fail(first_rc,
+                   "images: Decode without a size takes the first intact sample's size, and none of "
+                   "the first %llu is: %s",
+                   (unsigned long long)tries, first);
 }
 
 static int bad_opt(const sf_image_opts *o, const char *what)

@@ -288,6 +288,34 @@ class DamagedImageTest(unittest.TestCase):
         self.assertIn("a value that does not decode, and no substitute among the 1 samples",
                       str(e.exception))
 
+    def test_decode_takes_the_first_intact_images_size_under_skip(self):
+        # Decode() without size= takes the first sample's size: a damaged first image failed
+        # the whole run, also with on_corrupt="skip", in a message that named no key. Under
+        # "skip" the first intact image's size is taken (the damaged ones are substituted as
+        # in any batch); under "error" the message names the sample and its key.
+        from PIL import Image
+        tree = os.path.join(self.dir, "first-bad")
+        for c in ("a", "b"):
+            os.makedirs(os.path.join(tree, c))
+        for name, data in (("0.png", b""), ("1.png", b"junk")):  # samples 0 and 1: damaged
+            with open(os.path.join(tree, "a", name), "wb") as f:
+                f.write(data)
+        for i in range(2, 5):
+            Image.new("RGB", (20, 10), (i, 0, 0)).save(os.path.join(tree, "a", f"{i}.png"))
+        for i in range(3):
+            Image.new("RGB", (20, 10), (0, i, 0)).save(os.path.join(tree, "b", f"{i}.png"))
+        ds = pack(tree, os.path.join(self.dir, "first-bad-ds"))
+        with shardfeed.Loader(ds, batch_size=4, shuffle="none", on_corrupt="skip", output="numpy",
+                              transforms={"image": shardfeed.image.Decode()}) as ld:
+            got = [(b["image"].shape, b["label"].tolist(), b.source_ids.tolist()) for b in ld]
+            self.assertEqual(ld.stats()["corrupt_substitutions"], 2)
+        self.assertEqual(got, [((4, 3, 10, 20), [0, 0, 0, 0], [2, 2, 2, 3]),
+                               ((4, 3, 10, 20), [0, 1, 1, 1], [4, 5, 6, 7])])
+        with self.assertRaises(shardfeed.Error) as e:
+            shardfeed.Loader(ds, batch_size=4, transforms={"image": shardfeed.image.Decode()})
+        self.assertIn("Decode without a size takes the first sample's size: sample 0 (key 'a/0.png'): "
+                      "field 'image': not a JPEG, PNG or WebP image", str(e.exception))
+
     def test_decode_needs_one_size(self):
         # A configuration error (E_SCHEMA), not a corrupt sample: "skip" does not drop it.
         for on_corrupt in ("error", "skip"):
