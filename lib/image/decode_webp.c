@@ -29,8 +29,13 @@ int image_webp_decode(image_region *out, const uint8_t *data, size_t len, const 
     if ((rc = image_grow((void **)&s->pix, &s->pix_cap, region + full)))
         return rc;
     uint8_t *buf = s->pix + region;
-    if (!WebPDecodeRGBInto(data, len, buf, full, (int)hd.width * 3))
+    if (!WebPDecodeRGBInto(data, len, buf, full, (int)hd.width * 3)) {
+        WebPBitstreamFeatures ft;
+        if (WebPGetFeatures(data, len, &ft) == VP8_STATUS_OK && ft.has_animation)
+            return sf_fail(SF_E_CORRUPT, "WebP: an animated image (its frames are not decoded; "
+                                         "store one frame as a still image)");
         return sf_fail(SF_E_CORRUPT, "WebP: the image data does not decode");
+    }
     for (uint32_t y = 0; y < rq->h; y++) {
         uint8_t *dst = s->pix + (size_t)y * rq->w * rq->channels;
         const uint8_t *src = buf + ((size_t)(rq->y0 + y) * hd.width + rq->x0) * 3;

@@ -334,6 +334,13 @@ class ImageTest(unittest.TestCase):
         at = bad.find(b"IDAT") + 40
         bad[at:at + 16] = b"\xff" * 16
         self.assert_refused(self.write("idat.png", bytes(bad)), E_CORRUPT, "PNG")
+        # An animated WebP is refused saying so (it said only "the image data does not decode").
+        from PIL import Image
+        frames = [self.photo.resize((64, 48)), self.photo.resize((64, 48)).rotate(90)]
+        buf = io.BytesIO()
+        frames[0].save(buf, format="WEBP", save_all=True, append_images=frames[1:], duration=100)
+        self.assertTrue(Image.open(io.BytesIO(buf.getvalue())).is_animated)
+        self.assert_refused(self.write("anim.webp", buf.getvalue()), E_CORRUPT, "WebP: an animated image")
 
     def test_endless_progressive_scans_are_refused(self):
         # A small file whose last scan repeats: libjpeg walks the whole image once per scan
