@@ -80,17 +80,42 @@ const char *cli_bytes(char *buf, size_t cap, double bytes)
     return buf;
 }
 
+/* The length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 if there is none. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0; /* overlong, a surrogate, or past U+10FFFF */
+    return len;
+}
+
 void cli_json_stringn(FILE *f, const char *s, size_t n)
 {
+    /* JSON text is UTF-8 (RFC 8259): a byte that starts no well-formed
+     * sequence (a file name in another encoding) becomes U+FFFD, as
+     * Python's errors="replace" makes it; raw, it made the output invalid. */
+    const unsigned char *u = (const unsigned char *)s;
     fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        size_t len = utf8_seq(u + i, n - i);
+        if (len == 0)
+            fputs("\\ufffd", f);
+        else if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
         else if (c < 0x20)
             fprintf(f, "\\u%04x", c);
         else
-            fputc(c, f);
+            fwrite(u + i, 1, len, f);
+        i += len ? len : 1;
     }
     fputc('"', f);
 }

@@ -678,6 +678,19 @@ class Corruption(Base):
         # export refuses to write the damaged record
         self.assertEqual(run("export", self.out, "-o", os.path.join(self.tmp, "e")).returncode, 2)
 
+    def test_json_reports_are_utf8_whatever_the_path(self):
+        # A path byte that is not UTF-8 was written raw: not JSON (RFC 8259 wants UTF-8), and
+        # json.loads failed. Such a byte is U+FFFD now, as Python's errors="replace" makes it.
+        odd = os.path.join(os.fsencode(self.tmp), b"ds\xff")
+        shutil.copytree(os.fsencode(self.out), odd)
+        for args, field in (([b"inspect", odd, b"--json"], "path"),
+                            ([b"verify", odd + b"-gone", b"--json"], "error")):
+            p = subprocess.run([os.fsencode(SHARDFEED), *args], capture_output=True)
+            doc = json.loads(p.stdout.decode("utf-8"))  # strict: fails on a raw 0xff
+            self.assertIn("ds\ufffd", doc[field], args)
+        p = subprocess.run([os.fsencode(SHARDFEED), b"verify", odd, b"--json"], capture_output=True)
+        self.assertTrue(json.loads(p.stdout.decode("utf-8"))["ok"])
+
     def test_usage_errors_exit_1(self):
         self.assertEqual(run("verify").returncode, 1)
         self.assertEqual(run("verify", os.path.join(self.tmp, "nope")).returncode, 1)
