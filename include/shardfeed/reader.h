@@ -177,12 +177,17 @@ enum sf_reader_device {
  * threads, any engine, any world size, and after sf_reader_restore.
  * EXIF orientation is ignored, as torchvision's decoders do.
  *
- * An image that does not decode (damaged, truncated, not JPEG/PNG/WebP, more
- * than max_pixels pixels -- refused from its header, before anything is
- * allocated -- or, for DECODE, not the size of the output) is a corrupt
- * sample: with on_corrupt = ERROR sf_reader_next fails with SF_E_CORRUPT
- * naming the shard, record, key and why; with SKIP it is substituted as a
- * sample that fails its checksum is (stats.corrupt_substitutions). */
+ * An image that does not decode (damaged, truncated, more than max_pixels
+ * pixels -- refused from its header, before anything is allocated) is a
+ * corrupt sample: with on_corrupt = ERROR sf_reader_next fails with
+ * SF_E_CORRUPT naming the shard, record, key and why; with SKIP it is
+ * substituted as a sample that fails its checksum is
+ * (stats.corrupt_substitutions). Options that do not fit the data fail with
+ * SKIP too, naming the key: an image in a format the transforms do not
+ * decode (BMP, TIFF, GIF: SF_E_UNSUPPORTED) and, for DECODE, an image of
+ * another size than the output's (SF_E_SCHEMA); substituting them would drop
+ * every such image without a word. DECODE without a size takes the first
+ * sample's (with SKIP, the first intact sample's). */
 enum sf_image_mode {
     SF_IMAGE_NONE = 0,
     SF_IMAGE_DECODE = 1,              /* no resizing: every image must be height x width */
@@ -414,7 +419,9 @@ SF_API const sf_batch_field *sf_batch_field_find(const sf_batch *b, const char *
  * The reader reads ahead into epoch + 1 and moves on to it at the end of
  * an epoch, so an epoch near 2^64 would wrap around to epoch 0 (its order
  * again) without a word; below 2^63 no run gets there, and an epoch also
- * fits a signed 64-bit integer (a torch tensor, most JSON readers). */
+ * fits a signed 64-bit integer (a torch tensor, most JSON readers). The
+ * end of SF_MAX_EPOCH is the last: sf_reader_next keeps returning the end
+ * (NULL), and the state stays (SF_MAX_EPOCH, num_batches). */
 #define SF_MAX_EPOCH 0x7fffffffffffffffull
 
 /* Resume state: O(1), independent of the dataset size. Save all of it. */

@@ -586,9 +586,14 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
     r->restored = 0; /* the restored position is being consumed */
     for (;;) {
         if (r->del_index >= r->num_batches) {
-            /* End of the epoch: say so once, then continue with the next. */
-            r->del_epoch++;
-            r->del_index = 0;
+            /* End of the epoch: say so once, then continue with the next.
+             * SF_MAX_EPOCH's end is the last: counted on, the state (2^63,
+             * 0) would be one sf_reader_restore refuses; it stays (SF_MAX_EPOCH,
+             * num_batches), and every later call says the end again. */
+            if (r->del_epoch < SF_MAX_EPOCH) {
+                r->del_epoch++;
+                r->del_index = 0;
+            }
             break;
         }
         if (r->held >= r->opts.prefetch) {

@@ -56,8 +56,7 @@ class _EpochIterator:
             self._check_current()
             if b is None:
                 self._done = True
-                loader._epoch += 1
-                loader._pos = 0
+                loader._epoch_ended()
                 raise StopIteration
             loader._pos = b.index + 1
         batch = loader._convert(b)
@@ -94,12 +93,23 @@ class EpochControl:
         """The epoch the next iter() runs."""
         return self._epoch + 1 if self._took_every_batch() else self._epoch
 
+    def _epoch_ended(self):
+        """At an epoch's end (under _lock): the next one from its first batch. After the last
+        epoch the reader takes (opt.EPOCHS - 1, the C reader's SF_MAX_EPOCH) there is none: the
+        position stays at its end, a state load_state_dict() takes (it said epoch 2**63, which
+        it refused)."""
+        if self._epoch < opt.EPOCHS - 1:
+            self._epoch += 1
+            self._pos = 0
+        else:
+            self._pos = self._resume = len(self)  # every later iter() starts (and ends) there
+
     def _took_every_batch(self):
         """Every batch of the epoch was handed out, but not its end: a loop that takes len()
         batches without asking for one more (zip(range(len(loader)), loader), islice). The
         epoch is over all the same: the next iter() runs the next one (it replayed this one,
         the same order every epoch, before)."""
-        return self._resume is None and self._pos >= len(self) > 0
+        return self._resume is None and self._pos >= len(self) > 0 and self._epoch < opt.EPOCHS - 1
 
     def set_epoch(self, epoch):
         """The next iter() runs `epoch` from its start, as DistributedSampler.set_epoch.

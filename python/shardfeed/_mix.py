@@ -136,8 +136,7 @@ class _MixIterator:
             pos = loader._pos
             if pos >= len(self._steps):
                 self._done = True
-                loader._epoch += 1
-                loader._pos = 0
+                loader._epoch_ended()
                 raise StopIteration
         i = self._steps[pos]
         try:

@@ -238,7 +238,15 @@ class Resume(unittest.TestCase):
             ld.set_epoch(2 ** 63)
         ld.set_epoch(2 ** 63 - 1)
         self.assertEqual({b.epoch for b in ld}, {2 ** 63 - 1})
-        self.assertEqual(ld.epoch, 2 ** 63)
+        # The last epoch's end is final: the state stays there (it said epoch 2**63, which
+        # load_state_dict refused), and another iter() has nothing to give.
+        self.assertEqual(ld.epoch, 2 ** 63 - 1)
+        end = ld.state_dict()
+        self.assertEqual((end["epoch"], end["next_batch"]), (2 ** 63 - 1, len(ld)))
+        self.assertEqual(epoch_ids(ld), [])
+        again = loader(seed=7)
+        again.load_state_dict(end)
+        self.assertEqual(epoch_ids(again), [])
         s = loader(seed=7).state_dict()
         s["epoch"] = 2 ** 63
         with self.assertRaisesRegex(ValueError, r"epoch=9223372036854775808 is not an int"):
