@@ -179,6 +179,8 @@ int sf_dataset_open_ex(sf_dataset **out, const char *dir, const sf_remote_opts *
     if (!out || !dir)
         return sf_fail(SF_E_INVALID, "sf_dataset_open: %s is NULL", !out ? "out" : "dir");
     *out = NULL;
+    if (!*dir) /* it said ": No such file or directory", naming nothing */
+        return sf_fail(SF_E_INVALID, "sf_dataset_open: the path is empty (name a dataset folder or URL)");
     sf_dataset *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->dir = strdup(dir))) {
         free(ds);

@@ -19,6 +19,7 @@
 #include "shard_file.h"
 #include "pack_internal.h"
 #include "shardfeed/pack.h"
+#include "shardfeed/params.h"
 
 /* The buffer a part's shard is read through while its records are
  * checked, as verify's. */
@@ -341,6 +342,12 @@ int sf_pack_merge(sf_pack_result *result, const char *const *parts, size_t n_par
 {
     if (!parts || n_parts == 0 || !output_dir)
         return sf_fail(SF_E_INVALID, "sf_pack_merge: no parts or no output directory");
+    if (n_parts > SF_PACK_MAX_PARTS) /* before allocating n_parts of anything */
+        return sf_fail(SF_E_INVALID, "sf_pack_merge: %zu parts, more than a pack makes (%u)", n_parts,
+                       SF_PACK_MAX_PARTS);
+    if (flags & ~(SF_MERGE_FORCE | SF_MERGE_IGNORE_MTIMES))
+        return sf_fail(SF_E_INVALID, "sf_pack_merge: unknown flags 0x%x (SF_MERGE_FORCE, SF_MERGE_IGNORE_MTIMES)",
+                       flags & ~(SF_MERGE_FORCE | SF_MERGE_IGNORE_MTIMES));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     part *p = calloc(n_parts, sizeof *p);

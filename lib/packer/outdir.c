@@ -87,6 +87,7 @@ static void make_parents(const char *out)
 {
     char path[SF_PATH_CAP];
     snprintf(path, sizeof path, "%s", out); /* fits: pack_outdir_lock checked it */
+    assert(path[0] && "pack_outdir_lock refuses an empty path"); /* else p starts past the NUL */
     for (char *p = path + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -153,6 +154,8 @@ int pack_outdir_lock(pack_lock *l, const char *out, const char *what)
      * made, rather than a path cut short naming another file (the
      * temporary ".shard-000000.sfs.<id>" cut to ".shard-000000.sfs.12"). */
     size_t len = strlen(out);
+    if (len == 0)
+        return sf_fail(SF_E_INVALID, "%s: the output folder's path is empty", what);
     if (len + 1 + PACK_NAME_MAX >= SF_PATH_CAP)
         return sf_fail(-ENAMETOOLONG, "%.200s...: the output folder's path is too long (%zu bytes; at most "
                        "%zu, to leave room for the names of the files %s writes in it)",

@@ -323,6 +323,8 @@ int sf_pack(sf_pack_result *result, const char *input, const char *output_dir, c
         vrc = sf_check_param(SF_PARAM_PACK_ALIGN, opts->align); /* and a power of two: the plan says */
     if (!vrc && opts->part_count)
         vrc = sf_check_param(SF_PARAM_PACK_PARTS, opts->part_count);
+    if (!vrc && opts->part_index && !opts->part_count) /* a part of no split: ignored before */
+        vrc = sf_fail(SF_E_INVALID, "sf_pack: part_index %u without part_count", opts->part_index);
     if (vrc)
         return vrc;
     double t0 = now_s();

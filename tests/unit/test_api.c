@@ -94,6 +94,32 @@ Test(api, the_library_enforces_the_bounds_it_publishes)
     cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
 }
 
+/* Arguments the bounds table does not cover, refused before anything is
+ * made or allocated: an empty output path (make_parents read past its NUL,
+ * valgrind's "uninitialised value"), more parts than a pack makes (a calloc
+ * of n_parts first: an overflow abort under ASan), merge flags no one
+ * defines and a part_index without part_count (ignored before). */
+Test(api, bad_pack_and_merge_arguments_are_refused_first)
+{
+    sf_pack_opts po = SF_PACK_OPTS_INIT;
+    cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "", &po), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "the output folder's path is empty"), "%s", sf_last_error());
+    const char *parts[] = {"/nonexistent-part"};
+    cr_assert_eq(sf_pack_merge(NULL, parts, 1, "", 0), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "the output folder's path is empty"), "%s", sf_last_error());
+    cr_assert_eq(sf_pack_merge(NULL, parts, SIZE_MAX, "/tmp/sf-api-out-never", 0), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "more than a pack makes"), "%s", sf_last_error());
+    cr_assert_eq(sf_pack_merge(NULL, parts, 1, "/tmp/sf-api-out-never", 0xff00), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "unknown flags 0xff00"), "%s", sf_last_error());
+    sf_dataset *ds = NULL;
+    cr_assert_eq(sf_dataset_open(&ds, ""), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "the path is empty"), "%s", sf_last_error());
+    cr_assert_null(ds);
+    po.part_index = 5;
+    cr_assert_eq(sf_pack(NULL, "/nonexistent-in", "/tmp/sf-api-out-never", &po), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "part_index 5 without part_count"), "%s", sf_last_error());
+}
+
 Test(api, vocabulary_names)
 {
     cr_assert_str_eq(sf_dtype_name(SF_DTYPE_FLOAT32), "float32");
