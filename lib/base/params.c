@@ -25,7 +25,9 @@ static const struct {
 
 int sf_param_bounds(sf_bounds *out, sf_param param)
 {
-    if (!out || (unsigned)param >= SF_PARAM_COUNT)
+    if (!out)
+        return sf_fail(SF_E_INVALID, "sf_param_bounds: out is NULL");
+    if ((unsigned)param >= SF_PARAM_COUNT)
         return sf_fail(SF_E_INVALID, "sf_param_bounds: no parameter %d", (int)param);
     *out = params[param].b;
     return 0;

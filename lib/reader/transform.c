@@ -193,6 +193,8 @@ int reader_images_open(sf_reader *r)
         int rc = sf_check_opts_version("sf_image_opts", io->version, SF_IMAGE_OPTS_VERSION);
         if (rc)
             return rc;
+        if (!io->field)
+            return sf_fail(SF_E_INVALID, "images: sf_image_opts %u: field is NULL (name the field to decode)", i);
         uint32_t f = 0;
         while (io->field && f < r->schema->field_count && strcmp(r->schema->fields[f].name, io->field))
             f++;

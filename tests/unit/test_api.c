@@ -120,6 +120,15 @@ Test(api, bad_pack_and_merge_arguments_are_refused_first)
     cr_assert(strstr(sf_last_error(), "part_index 5 without part_count"), "%s", sf_last_error());
 }
 
+Test(api, a_null_out_is_named_as_such)
+{
+    cr_assert_eq(sf_param_bounds(NULL, SF_PARAM_READER_BATCH_SIZE), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "out is NULL"), "%s", sf_last_error());
+    sf_bounds b;
+    cr_assert_eq(sf_param_bounds(&b, SF_PARAM_COUNT), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "no parameter"), "%s", sf_last_error());
+}
+
 Test(api, vocabulary_names)
 {
     cr_assert_str_eq(sf_dtype_name(SF_DTYPE_FLOAT32), "float32");
