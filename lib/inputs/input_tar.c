@@ -394,7 +394,6 @@ static int add_member(scan *sc, uint32_t t, member_pos at, struct archive_entry 
     return 0;
 }
 
-/* One pass over tar `t`'s headers. */
 /* Opens tar t for discovery: *a reads its headers, from the file itself
  * when it is not compressed (*src NULL), else from *src, a stream that
  * decompresses it and checks it whole (tar_end.c). */
@@ -432,6 +431,7 @@ static int scan_open(struct archive **a, tar_stream **src, int *fd, const tar_pr
     return rc;
 }
 
+/* One pass over tar `t`'s headers, then its end checked (tar_end.c). */
 static int scan_tar(scan *sc, uint32_t t)
 {
     const char *tar = sc->p->tars[t];
