@@ -49,7 +49,8 @@ typedef struct sf_push_opts {
     uint64_t multipart_threshold; /* bytes; larger shards go up in parts. 0: 64 MiB */
     uint64_t part_size;           /* bytes, >= SF_PUSH_MIN_PART_SIZE. 0: 16 MiB (raised to
                                      keep a shard within S3's 10,000 parts) */
-    int retries;                  /* attempts after the first, per request. -1: 8 */
+    int retries;                  /* attempts after the first, per request, 0 to 100.
+                                     -1: 8 */
     unsigned backoff_ms;          /* the first retry's wait; doubles per retry up to 100x,
                                      with full jitter. 0: 200 ms */
     int overwrite;                /* the destination already holds a manifest: 0 refuses

@@ -716,7 +716,10 @@ static int opts_check(sf_push_opts *o, const sf_push_opts *given)
         o->multipart_threshold = SF_PUSH_DEFAULT_THRESHOLD;
     if (!o->part_size)
         o->part_size = SF_PUSH_DEFAULT_PART_SIZE;
-    if (o->retries < 0)
+    if (o->retries < -1)
+        return sf_fail(SF_E_INVALID, "sf_push: retries %d: -1 (the default, %d) or 0 to 100",
+                       o->retries, SF_PUSH_DEFAULT_RETRIES);
+    if (o->retries == -1)
         o->retries = SF_PUSH_DEFAULT_RETRIES;
     if (!o->backoff_ms)
         o->backoff_ms = 200;

@@ -40,6 +40,10 @@ Test(push, options)
     sf_push_opts many = SF_PUSH_OPTS_INIT;
     many.retries = 101;
     cr_assert_eq(sf_push("/tmp", "s3://bucket/ds", &many), SF_E_INVALID);
+    sf_push_opts negative = SF_PUSH_OPTS_INIT;
+    negative.retries = -2; /* only -1 means the default */
+    cr_assert_eq(sf_push("/tmp", "s3://bucket/ds", &negative), SF_E_INVALID);
+    cr_assert_not_null(strstr(sf_last_error(), "retries -2"), "%s", sf_last_error());
 }
 
 /* No manifest: refused before anything is sent (no endpoint would answer here). */
