@@ -21,7 +21,8 @@ typedef struct sf_dataset sf_dataset;
  * read or hashed here (see sf_verify and the reader's checksum option). */
 SF_API int sf_dataset_open(sf_dataset **out, const char *dir);
 /* sf_dataset_open of a folder or a URL (shardfeed/remote.h), with the
- * options of a dataset at a URL (NULL: the defaults; ignored for a folder). */
+ * options of a dataset at a URL (NULL: the defaults; for a folder they are
+ * checked, SF_E_INVALID as at a URL, and otherwise unused). */
 SF_API int sf_dataset_open_ex(sf_dataset **out, const char *path, const sf_remote_opts *remote);
 SF_API void sf_dataset_close(sf_dataset *ds); /* NULL ok */
 

@@ -181,13 +181,16 @@ int sf_dataset_open_ex(sf_dataset **out, const char *dir, const sf_remote_opts *
     *out = NULL;
     if (!*dir) /* it said ": No such file or directory", naming nothing */
         return sf_fail(SF_E_INVALID, "sf_dataset_open: the path is empty (name a dataset folder or URL)");
+    int rc = dataset_remote_opts_check(remote);
+    if (rc)
+        return rc;
     sf_dataset *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->dir = strdup(dir))) {
         free(ds);
         return sf_fail(-ENOMEM, "out of memory");
     }
     pthread_mutex_init(&ds->map_lock, NULL);
-    int rc = sf_is_url(dir) ? dataset_remote_open(ds, dir, remote)
+    rc = sf_is_url(dir) ? dataset_remote_open(ds, dir, remote)
                             : sf_manifest_load(&ds->manifest, dir);
     if (!rc)
         rc = sf_dataset_load_metadata(ds);

@@ -92,8 +92,11 @@ int dataset_map_pinned(const uint8_t **out, sf_dataset *ds, uint64_t shard);
  * checked first (mode cache), while mode direct reads records with
  * dataset_remote_read and opens no descriptor. */
 
-/* Opens url's location, fetches and decodes its manifest into ds->manifest
- * and, in mode cache, opens the cache. */
+/* 0, or SF_E_INVALID naming what is wrong with `opts` (NULL ok): checked for
+ * a folder too, so a caller's wrong struct fails there, not first at a URL. */
+int dataset_remote_opts_check(const sf_remote_opts *opts);
+/* Opens url's location (opts checked), fetches and decodes its manifest into
+ * ds->manifest and, in mode cache, opens the cache. */
 int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *opts);
 void dataset_remote_close(sf_dataset *ds); /* NULL remote ok */
 /* sf_shard_load_meta of shard i through range requests (fetched again

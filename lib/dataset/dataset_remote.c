@@ -111,7 +111,7 @@ static int cache_root(char *out, size_t cap, const sf_remote_opts *o)
     return n > 0 && (size_t)n < cap ? 0 : sf_fail(SF_E_INVALID, "cache folder path too long");
 }
 
-static int check_opts(const sf_remote_opts *o)
+int dataset_remote_opts_check(const sf_remote_opts *o)
 {
     if (!o)
         return 0;
@@ -203,9 +203,6 @@ static int open_cache(sf_dataset *ds, const sf_remote_opts *o)
 
 int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o)
 {
-    int rc = check_opts(o);
-    if (rc)
-        return rc;
     dataset_remote *x = calloc(1, sizeof *x);
     if (!x)
         return sf_fail(-ENOMEM, "out of memory");
@@ -219,6 +216,7 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     x->cache_limit = o && o->cache_limit ? o->cache_limit : env_u64("SHARDFEED_CACHE_LIMIT");
     if (!x->cache_limit)
         x->cache_limit = SF_REMOTE_DEFAULT_CACHE_LIMIT;
+    int rc;
     if ((rc = remote_location_open(&x->loc, url)) ||
         (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, remote_location_display(x->loc))))
         return rc;

@@ -121,6 +121,24 @@ Test(dataset_api, remote_retries_past_the_cap_are_refused_before_any_request)
     cr_assert_null(ds);
 }
 
+/* A folder uses none of them, but a wrong struct is the caller's bug either way. */
+Test(dataset_api, remote_options_are_checked_for_a_folder_too)
+{
+    sf_remote_opts o = SF_REMOTE_OPTS_INIT;
+    o.version = 7;
+    sf_dataset *ds = NULL;
+    cr_assert_eq(sf_dataset_open_ex(&ds, g_dir, &o), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "sf_remote_opts"), "%s", sf_last_error());
+    cr_assert_null(ds);
+    o.version = SF_REMOTE_OPTS_VERSION;
+    o.mode = 5;
+    cr_assert_eq(sf_dataset_open_ex(&ds, g_dir, &o), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "remote mode 5"), "%s", sf_last_error());
+    o.mode = SF_REMOTE_DIRECT;
+    cr_assert_eq(sf_dataset_open_ex(&ds, g_dir, &o), 0, "%s", sf_last_error());
+    sf_dataset_close(ds);
+}
+
 Test(dataset_api, out_of_range_says_which_and_how_many)
 {
     sf_dataset *ds = g_ds;
