@@ -52,7 +52,9 @@ typedef struct sf_bounds {
 /* The inclusive range of `param`. SF_E_INVALID for an unknown param. */
 SF_API int sf_param_bounds(sf_bounds *out, sf_param param);
 /* The option's name as the options structs (and Python) spell it:
- * "batch_size", "jobs", ...; NULL for an unknown param. */
+ * "batch_size", "jobs", ...; "zstd_level" for the LEVEL of
+ * sf_pack_opts.compress's "FIELD=zstd:LEVEL" (Python's bounds key
+ * "pack.zstd_level"); NULL for an unknown param. */
 SF_API const char *sf_param_name(sf_param param);
 
 #ifdef __cplusplus

@@ -19,7 +19,7 @@ static const struct {
     [SF_PARAM_PACK_ALIGN] = {"align", {1, SF_PACK_MAX_ALIGN}},
     [SF_PARAM_PACK_SHARD_SIZE] = {"shard_size", {SF_PACK_MIN_SHARD_SIZE, SF_PACK_MAX_SHARD_SIZE}},
     [SF_PARAM_PACK_PARTS] = {"part_count", {2, SF_PACK_MAX_PARTS}},
-    [SF_PARAM_PACK_ZSTD_LEVEL] = {"zstd level", {SF_PACK_MIN_ZSTD_LEVEL, SF_PACK_MAX_ZSTD_LEVEL}},
+    [SF_PARAM_PACK_ZSTD_LEVEL] = {"zstd_level", {SF_PACK_MIN_ZSTD_LEVEL, SF_PACK_MAX_ZSTD_LEVEL}},
     [SF_PARAM_VERIFY_JOBS] = {"jobs", {1, SF_VERIFY_MAX_JOBS}},
 };
 

@@ -52,8 +52,11 @@ int reader_resolve_opts(sf_reader_opts *o, const sf_reader_opts *in)
         return sf_fail(SF_E_INVALID, "uneven %d: expected pad (0) or drop (1)", o->uneven);
     if (o->engine < SF_ENGINE_AUTO || o->engine > SF_ENGINE_MMAP)
         return sf_fail(SF_E_INVALID, "engine %d: expected auto, uring, pread or mmap", o->engine);
-    if (o->device < SF_DEVICE_CPU || o->device > SF_DEVICE_HOST_COPY || o->device_index < 0)
-        return sf_fail(SF_E_INVALID, "device %d:%d: expected cpu, cuda:N or host-copy", o->device,
+    if (o->device < SF_DEVICE_CPU || o->device > SF_DEVICE_HOST_COPY)
+        return sf_fail(SF_E_INVALID, "device %d: expected cpu (0), cuda (1) or host-copy (2)",
+                       o->device);
+    if (o->device_index < 0) /* unused but by cuda; a negative one is a caller's bug anyway */
+        return sf_fail(SF_E_INVALID, "device_index %d: a CUDA ordinal is 0 or more",
                        o->device_index);
     if (o->direct < SF_DIRECT_AUTO || o->direct > SF_DIRECT_OFF)
         return sf_fail(SF_E_INVALID, "direct %d: expected auto, on or off", o->direct);

@@ -32,7 +32,10 @@ Test(api, every_param_has_a_name_and_a_range)
         sf_bounds b;
         cr_assert_eq(sf_param_bounds(&b, (sf_param)p), 0);
         cr_assert_leq(b.min, b.max, "param %d", p);
-        cr_assert_not_null(sf_param_name((sf_param)p));
+        const char *name = sf_param_name((sf_param)p);
+        cr_assert_not_null(name);
+        /* a member's spelling, as messages and Python's bounds keys show it */
+        cr_assert_eq(strspn(name, "abcdefghijklmnopqrstuvwxyz_"), strlen(name), "%s", name);
     }
     sf_bounds b;
     cr_assert_eq(sf_param_bounds(&b, SF_PARAM_COUNT), SF_E_INVALID);
@@ -41,6 +44,7 @@ Test(api, every_param_has_a_name_and_a_range)
     cr_assert_eq(sf_param_bounds(&b, SF_PARAM_PACK_ZSTD_LEVEL), 0);
     cr_assert_eq(b.min, SF_PACK_MIN_ZSTD_LEVEL);
     cr_assert_eq(b.max, SF_PACK_MAX_ZSTD_LEVEL);
+    cr_assert_str_eq(sf_param_name(SF_PARAM_PACK_ZSTD_LEVEL), "zstd_level");
 }
 
 /* What the table says is what the library enforces: one past the bound is
@@ -92,6 +96,15 @@ Test(api, the_library_enforces_the_bounds_it_publishes)
     sf_param_bounds(&b, SF_PARAM_READER_QUEUE_DEPTH);
     ro.queue_depth = (uint32_t)b.max + 1;
     cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    /* a CPU reader's negative ordinal is named as such, not as a bad device */
+    ro = (sf_reader_opts)SF_READER_OPTS_INIT;
+    ro.device_index = -1;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "device_index -1"), "%s", sf_last_error());
+    ro = (sf_reader_opts)SF_READER_OPTS_INIT;
+    ro.device = 7;
+    cr_assert_eq(sf_reader_open(&r, "/nonexistent", &ro), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "device 7: expected cpu"), "%s", sf_last_error());
 }
 
 /* Arguments the bounds table does not cover, refused before anything is
