@@ -282,6 +282,50 @@ static const char *cell(const parser *ps, size_t row, uint32_t col)
     return ps->arena + ps->cells[row * ps->ncols + col];
 }
 
+/* Whether s holds a digit or a minus sign of any common spelling: ASCII,
+ * U+2212 (minus), fullwidth U+FF0D and U+FF10..U+FF19 (UTF-8 E2 88 92,
+ * EF BC 8D, EF BC 90..99). */
+static int has_digit_or_minus(const char *s)
+{
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+        if ((*u >= '0' && *u <= '9') || *u == '-')
+            return 1;
+        if (u[0] == 0xE2 && u[1] == 0x88 && u[2] == 0x92)
+            return 1;
+        if (u[0] == 0xEF && u[1] == 0xBC && (u[2] == 0x8D || (u[2] >= 0x90 && u[2] <= 0x99)))
+            return 1;
+    }
+    return 0;
+}
+
+static char *full_path(const list_priv *p, const char *path)
+{
+    return path[0] == '/' ? strdup(path) : input_path_join(p->dir, path);
+}
+
+/* Whether the first row names its columns. Its label cell must read as a
+ * name, not a number in any spelling: not empty, not what strtod reads, no
+ * digit or minus sign at all (`1_000`, `1,000`, U+2212 `-1` and fullwidth
+ * digits are numbers to a person, and dropping the row as a header lost
+ * that sample without a word); and, where files are looked at, its path
+ * cell must not be a file the list could mean (a first row `a.bin,O`, the
+ * label mistyped, is data: the label is then refused, naming the line). */
+static int first_row_is_header(const parser *ps, const list_priv *p)
+{
+    if (ps->nrows == 0)
+        return 0;
+    const char *label = cell(ps, 0, F_LABEL), *path = cell(ps, 0, F_DATA);
+    if (!label[0] || looks_numeric(label) || has_digit_or_minus(label))
+        return 0;
+    if (!ps->look_at_files || !path[0])
+        return 1;
+    char *full = full_path(p, path);
+    struct stat st;
+    int exists = full && stat(full, &st) == 0;
+    free(full);
+    return !exists;
+}
+
 static void set_field(sf_field *f, const char *name, enum col_kind kind)
 {
     memset(f, 0, sizeof *f);
@@ -336,11 +380,6 @@ static const char *key_part(const char *path)
         else
             return path;
     }
-}
-
-static char *full_path(const list_priv *p, const char *path)
-{
-    return path[0] == '/' ? strdup(path) : input_path_join(p->dir, path);
 }
 
 /* Key, size and (through the file's stat) existence of row `r`'s data;
@@ -564,8 +603,7 @@ static int parse_list(input_set *in, const char *path, char *buf, size_t len, in
         ps.delim = pick_delimiter(path, ps.buf, ps.len);
         rc = parse_rows(&ps);
     }
-    const char *first_label = !rc && ps.nrows > 0 ? cell(&ps, 0, F_LABEL) : "";
-    int header = first_label[0] != '\0' && !looks_numeric(first_label);
+    int header = !rc && first_row_is_header(&ps, p);
     if (!rc && ps.nrows <= (size_t)header)
         rc = sf_fail(SF_E_INPUT, "%s: no rows (a list holds path,label rows)", path);
     char names[SF_MAX_FIELDS][SF_MAX_NAME + 1];

@@ -9,6 +9,7 @@ Run by ctest with SHARDFEED and SF_TEST_TMP in the environment; or by hand:
   SHARDFEED=build/shardfeed /usr/bin/python3 tests/cli/test_inputs.py -v
 """
 import io
+import json
 import os
 import sys
 import tarfile
@@ -200,6 +201,21 @@ class ListInput(Base):
                           "h.csv:1:", "'my col'")
         self.assert_fails(self.write_list("k.csv", "../files/a.png,1\n"), "k.csv:1:", "../files/a.png")
         self.assert_fails(self.write_list("q.csv", 'a.png,1\n"b.png,2\n'), "q.csv:2:", "not closed")
+
+    def test_a_first_row_with_a_number_or_a_file_is_data_not_a_header(self):
+        # Taken as a header, each of these rows was dropped without a word (exit 0, one
+        # sample fewer, and the further cells became field names). Now each is data, and
+        # its label is refused naming the line.
+        self.files(["a.png", "b.png"])
+        for label in ("1_000", '"1,000"', "\u22121", "\uff11", "O", "label", "-"):
+            with self.subTest(label=label):
+                lst = self.write_list("f.csv", f"a.png,{label},0.5\nb.png,1,0.25\n")
+                self.assert_fails(lst, "f.csv:1:", "label")
+        # A real header: a path cell that is no file, a name for a label.
+        self.pack(self.write_list("h.csv", "path,label,weight\na.png,1,0.5\nb.png,2,0.25\n"))
+        j = json.loads(run("inspect", self.out, "--json").stdout)
+        self.assertEqual(([f["name"] for f in j["fields"]], j["samples"]),
+                         (["data", "label", "weight"], 2))
 
     def test_export_writes_the_files_and_a_list_that_packs_the_same(self):
         root, data = self.files(["a/x 1.bin", "b/y.bin"])
