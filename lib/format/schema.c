@@ -195,8 +195,16 @@ int sf_field_check(const sf_field *f)
                        f->name);
     uint64_t size = esize;
     for (uint32_t d = 0; d < f->ndim; d++) {
-        if (f->shape[d] == 0 || f->shape[d] > SF_MAX_FIELD_BYTES || size > SF_MAX_FIELD_BYTES / f->shape[d])
-            return sf_fail(SF_E_LIMIT, "field '%s': shape dimension %u is 0 or too large", f->name, d);
+        if (f->shape[d] == 0) /* SPEC "Schema": every dimension >= 1 */
+            return sf_fail(SF_E_LIMIT,
+                           "field '%s': shape dimension %u is 0 (a zero-size array is not a "
+                           "value a fixed field can hold)",
+                           f->name, d);
+        if (f->shape[d] > SF_MAX_FIELD_BYTES || size > SF_MAX_FIELD_BYTES / f->shape[d])
+            return sf_fail(SF_E_LIMIT,
+                           "field '%s': shape dimension %u (%llu) takes the value past %llu bytes",
+                           f->name, d, (unsigned long long)f->shape[d],
+                           (unsigned long long)SF_MAX_FIELD_BYTES);
         size *= f->shape[d];
     }
     if (size != f->item_size)

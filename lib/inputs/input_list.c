@@ -599,6 +599,12 @@ static int parse_list(input_set *in, const char *path, char *buf, size_t len, in
         rc = sf_fail(-ENOMEM, "out of memory");
     if (!rc && !(ps.arena = malloc(ps.len + 1)))
         rc = sf_fail(-ENOMEM, "out of memory for the list %s", path);
+    /* Read as one row, a list whose lines end in CR alone (classic Mac OS)
+     * failed as "no rows" or on its first row's cell count. */
+    if (!rc && memchr(ps.buf, '\r', ps.len) && !memchr(ps.buf, '\n', ps.len))
+        rc = sf_fail(SF_E_INPUT, "%s: its lines end in a CR alone (classic Mac OS): convert them "
+                                 "to LF or CRLF",
+                     path);
     if (!rc && !(rc = check_no_nul(&ps))) {
         ps.delim = pick_delimiter(path, ps.buf, ps.len);
         rc = parse_rows(&ps);

@@ -201,6 +201,9 @@ class ListInput(Base):
                           "h.csv:1:", "'my col'")
         self.assert_fails(self.write_list("k.csv", "../files/a.png,1\n"), "k.csv:1:", "../files/a.png")
         self.assert_fails(self.write_list("q.csv", 'a.png,1\n"b.png,2\n'), "q.csv:2:", "not closed")
+        # One row to the parser, it failed as "no rows (a list holds path,label rows)".
+        self.assert_fails(self.write_list("m.csv", "a.png,1\ra.png,2\r"), "m.csv:",
+                          "end in a CR alone")
 
     def test_a_first_row_with_a_number_or_a_file_is_data_not_a_header(self):
         # Taken as a header, each of these rows was dropped without a word (exit 0, one

@@ -257,6 +257,12 @@ class BadInput(Base):
                 allow_pickle=True)
         self.assertIn("not supported", self.assert_fails_naming("o_0.npy"))
 
+    def test_zero_size_array_refused_as_such(self):
+        # It said "shape dimension 1 is 0 or too large", as a 1 GiB array did.
+        os.makedirs(self.inp)
+        np.save(os.path.join(self.inp, "z_0.npy"), np.zeros((3, 0), np.float32))
+        self.assertIn("dimension 1 is 0 (a zero-size array", self.assert_fails_naming("z_0.npy"))
+
     def test_output_not_creatable(self):
         write_samples(self.inp, 3)
         blocker = os.path.join(self.tmp, "file")
