@@ -45,8 +45,10 @@ void sf_dataset_free_metadata(sf_dataset *ds);
  * A dataset keeps no descriptor per shard: shards are opened when first
  * read, relative to a descriptor of the dataset's folder (a rename of the
  * folder while open changes nothing), buffered or O_DIRECT, and at most
- * dataset_fd_cap of them stay open (half the soft RLIMIT_NOFILE): past
- * that the least recently used idle one is closed. So a dataset of 20,000
+ * dataset_fd_cap of them stay open (the dataset's share of half the soft
+ * RLIMIT_NOFILE, which all open datasets of the process share; it changes
+ * as datasets open and close): past that the least recently used idle one
+ * is closed. So a dataset of 20,000
  * shards opens and reads under `ulimit -n 256`. A shard's map is made on
  * first use too, and keeps no descriptor. Thread-safe. */
 int dataset_files_init(sf_dataset *ds);

@@ -87,8 +87,13 @@ struct dataset_files {
     shard_fd *fds;
     pthread_mutex_t lock;  /* pins, the LRU list, opening and closing */
     uint64_t open;         /* entries with an fd */
-    uint64_t cap;          /* the most open entries kept (more only while pinned) */
+    /* the most open entries kept (more only while pinned): this dataset's
+     * share of the process's budget, changed under f->lock by whoever
+     * reshares it (budget_share_locked) and read without it by the reader */
+    _Atomic uint64_t cap;
     int keep;              /* every entry fits: opened ones stay open, no pins */
+    int budgeted;          /* joined the process's budget (budget_join) */
+    dataset_files *budget_prev, *budget_next; /* the budget's sharing datasets (!keep) */
     uint64_t lru_head, lru_tail; /* least and most recently released */
     uint64_t idle_pinned[IDLE_PINNED]; /* oldest first: idle, cache_pinned */
     unsigned idle_pinned_n;
@@ -101,9 +106,10 @@ struct dataset_files {
     uint64_t kept_bytes; /* the files of those shards */
 };
 
-/* Half the soft RLIMIT_NOFILE: the rest stays the caller's (sockets, other
- * files, the shared libraries a Python process maps are not fds but its
- * imports are). */
+/* Half the soft RLIMIT_NOFILE, for all the process's open datasets
+ * together: the rest stays the caller's (sockets, checkpoints, other files;
+ * the shared libraries a Python process maps are not fds but its imports
+ * are). */
 static uint64_t fd_cap_default(void)
 {
     struct rlimit rl;
@@ -257,8 +263,107 @@ static int close_lru_locked(dataset_files *f)
 /* Under f->lock: closes least recently used entries until one more fits. */
 static void make_room_locked(dataset_files *f)
 {
-    while (f->open >= f->cap && close_lru_locked(f))
+    while (f->open >= atomic_load_explicit(&f->cap, memory_order_relaxed) && close_lru_locked(f))
         ;
+}
+
+/* ---- The process's budget ----
+ *
+ * All open datasets of a process draw on one budget of descriptors, half the
+ * soft RLIMIT_NOFILE (each took half for itself before: a mix of two
+ * 1,500-shard datasets held all 1,024 under a global shuffle, and the
+ * trainer's next open of anything failed with "Too many open files").
+ *
+ * A dataset whose entries (every shard, in both modes) are at most half of
+ * what is left -- the budget less the others' reservations and a floor for
+ * each sharing dataset -- reserves them and keeps them open until close:
+ * io_uring may register them, so they can never be taken back. Half, so
+ * that whichever opens first (a Dataset for its schema, then a Loader's
+ * own) leaves the next at least as much as it took. The others share what
+ * the reservations leave, equally, at least BUDGET_FLOOR each: a dataset
+ * that joins or leaves reshares it, and those whose share shrank close idle
+ * entries down to it at once (entries being read stay: only pinned ones
+ * exceed a share, as before). So the process holds at most the budget, but
+ * for the floors and the entries being read.
+ *
+ * Lock order: budget_lock, then a dataset's f->lock; nothing takes
+ * budget_lock under an f->lock. */
+#define BUDGET_FLOOR 16u
+
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static dataset_files *budget_sharing; /* the datasets without keep, linked */
+static uint64_t budget_sharing_n;
+static uint64_t budget_reserved; /* entries the keep datasets reserved */
+/* fd_cap_default() when the last dataset joined; written under budget_lock,
+ * read without it for a message */
+static _Atomic uint64_t budget_total;
+
+/* Under budget_lock: every sharing dataset's cap is its share now; those
+ * other than `except` (joining: it has nothing open) close idle entries
+ * past it. */
+static void budget_share_locked(const dataset_files *except)
+{
+    uint64_t total = atomic_load_explicit(&budget_total, memory_order_relaxed);
+    uint64_t left = total > budget_reserved ? total - budget_reserved : 0;
+    uint64_t share = budget_sharing_n ? left / budget_sharing_n : left;
+    if (share < BUDGET_FLOOR)
+        share = BUDGET_FLOOR;
+    for (dataset_files *d = budget_sharing; d; d = d->budget_next) {
+        pthread_mutex_lock(&d->lock);
+        atomic_store_explicit(&d->cap, share, memory_order_relaxed);
+        if (d != except)
+            while (d->open > share && close_lru_locked(d))
+                ;
+        pthread_mutex_unlock(&d->lock);
+    }
+}
+
+/* f (its count and whether it is at a URL known) reserves its entries and
+ * keeps them, or shares. */
+static void budget_join(dataset_files *f)
+{
+    pthread_mutex_lock(&budget_lock);
+    uint64_t total = fd_cap_default();
+    atomic_store_explicit(&budget_total, total, memory_order_relaxed);
+    uint64_t committed = budget_reserved + budget_sharing_n * BUDGET_FLOOR;
+    /* A dataset at a URL keeps its cache's files open only while pinned, so
+     * that the cache can evict what it is not reading: it always shares. */
+    f->keep = !f->ds->remote && committed <= total && f->count <= (total - committed) / 2;
+    if (f->keep) {
+        budget_reserved += f->count;
+        atomic_store_explicit(&f->cap, f->count, memory_order_relaxed);
+    } else {
+        f->budget_next = budget_sharing;
+        if (budget_sharing)
+            budget_sharing->budget_prev = f;
+        budget_sharing = f;
+        budget_sharing_n++;
+    }
+    f->budgeted = 1;
+    budget_share_locked(f);
+    pthread_mutex_unlock(&budget_lock);
+}
+
+static void budget_leave(dataset_files *f)
+{
+    if (!f->budgeted)
+        return;
+    pthread_mutex_lock(&budget_lock);
+    if (f->keep) {
+        assert(budget_reserved >= f->count);
+        budget_reserved -= f->count;
+    } else {
+        if (f->budget_prev)
+            f->budget_prev->budget_next = f->budget_next;
+        else
+            budget_sharing = f->budget_next;
+        if (f->budget_next)
+            f->budget_next->budget_prev = f->budget_prev;
+        budget_sharing_n--;
+    }
+    f->budgeted = 0;
+    budget_share_locked(f); /* the others' shares grow: nothing to close */
+    pthread_mutex_unlock(&budget_lock);
 }
 
 int dataset_files_init(sf_dataset *ds)
@@ -282,12 +387,10 @@ int dataset_files_init(sf_dataset *ds)
         f->fds[e].pins = 0;
         f->fds[e].prev = f->fds[e].next = NO_ENTRY;
     }
-    f->cap = fd_cap_default();
-    f->keep = f->count <= f->cap;
+    budget_join(f); /* f->keep and f->cap */
     if (ds->remote) {
-        /* Files of the cache: pinned only while used, so that the cache can
-         * evict what this process keeps open but is not reading. */
-        f->keep = 0;
+        /* Files of the cache: pinned only while used (budget_join shares). */
+        assert(!f->keep);
         f->map_follows_pin = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, 1);
         f->kept_pin = calloc(ds->manifest.shard_count ? ds->manifest.shard_count : 1, 1);
         return f->map_follows_pin && f->kept_pin ? 0 : sf_fail(-ENOMEM, "out of memory");
@@ -303,6 +406,7 @@ void dataset_files_free(sf_dataset *ds)
     dataset_files *f = ds->files;
     if (!f)
         return;
+    budget_leave(f); /* first: a resharing dataset takes f->lock */
     for (uint64_t e = 0; f->fds && e < f->count; e++) {
         if (f->kept_pin && e % 2 == 0 && f->kept_pin[e / 2])
             f->fds[e].pins--; /* map_publish's */
@@ -324,7 +428,7 @@ void dataset_files_free(sf_dataset *ds)
 
 uint64_t dataset_fd_cap(const sf_dataset *ds)
 {
-    return ds->files->cap;
+    return atomic_load_explicit(&ds->files->cap, memory_order_relaxed);
 }
 
 /* Under f->lock: closed entry e of a dataset at a URL gets `fd`, pinned in
@@ -424,12 +528,14 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
         if (e == ENOENT) /* the manifest lists it: a dataset with a file gone (verify's "missing") */
             return sf_fail(SF_E_CORRUPT, "%s/%s: shard file is missing (the manifest lists it)", ds->dir,
                            name);
-        char why[160] = "";
+        char why[200] = "";
         if (e == EMFILE || e == ENFILE)
             snprintf(why, sizeof why,
-                     "; %llu of the dataset's shards were open, all being read (it keeps at most "
-                     "%llu, half of RLIMIT_NOFILE)",
-                     (unsigned long long)f->open, (unsigned long long)f->cap);
+                     "; %llu of the dataset's shards were open, all being read (its share of the "
+                     "process's open datasets' %llu, half of RLIMIT_NOFILE, is %llu)",
+                     (unsigned long long)f->open,
+                     (unsigned long long)atomic_load_explicit(&budget_total, memory_order_relaxed),
+                     (unsigned long long)atomic_load_explicit(&f->cap, memory_order_relaxed));
         return sf_fail(-e, "%s/%s: %s%s%s", ds->dir, name, strerror(e), why, sf_errno_hint(e));
     }
     struct stat st;

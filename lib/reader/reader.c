@@ -32,8 +32,9 @@ static uint32_t default_prefetch(const sf_reader *r)
     uint64_t k = SF_READER_SMALL_SLOT_PREFETCH_BYTES / (slot ? slot : 1);
     uint64_t shards = r->ds->manifest.shard_count;
     uint64_t per_batch = r->batch_cap < shards ? r->batch_cap : shards;
+    /* A dataset that keeps every shard open has no cap to stay within. */
     uint64_t fit = dataset_fd_cap(r->ds) / (per_batch ? per_batch : 1);
-    if (k > fit)
+    if (!dataset_fd_all_kept(r->ds) && k > fit)
         k = fit;
     return k < SF_READER_DEFAULT_PREFETCH    ? SF_READER_DEFAULT_PREFETCH
            : k > SF_READER_MAX_AUTO_PREFETCH ? SF_READER_MAX_AUTO_PREFETCH

@@ -400,5 +400,47 @@ class Errors(unittest.TestCase):
             self.assertTrue(all(type(x) in (int, float) for x in ld.state_dict()["weights"]))
 
 
+# A child under RLIMIT_NOFILE 128: a mix of two 300-shard datasets read under a global shuffle
+# for two epochs, the most descriptors the process held, then 40 more files opened.
+MANY_SHARDS_CHILD = r"""
+import os, sys
+import shardfeed
+a, b = sys.argv[1:3]
+ld = shardfeed.Loader([a, b], 16, weights=[1, 1], shuffle="global", output="numpy")
+most = n = 0
+for epoch in range(2):
+    ld.set_epoch(epoch)
+    for batch in ld:
+        n += batch.size
+        most = max(most, len(os.listdir("/proc/self/fd")))
+extra = [open(os.devnull) for _ in range(40)]
+print(n, most, len(extra))
+"""
+
+
+class ManyShards(unittest.TestCase):
+    def test_two_datasets_share_one_budget_of_descriptors(self):
+        # Each dataset kept up to half of RLIMIT_NOFILE open for itself: two of many shards
+        # held all of it, and the trainer's next open (here a Dataset's manifest, in a
+        # trainer a checkpoint) failed with "Too many open files". The process's open
+        # datasets now share half the limit.
+        import resource
+        import subprocess
+        from sfpytest import PYTHON
+        import sfwrite
+        paths = [os.path.join(TMP, "many-a"), os.path.join(TMP, "many-b")]
+        for p in paths:
+            if not os.path.exists(p):
+                sfwrite.write_tiny_dataset(p, 300, per_shard=1)
+        limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))  # noqa: E731
+        p = subprocess.run([PYTHON, "-c", MANY_SHARDS_CHILD, *paths], capture_output=True,
+                           text=True, preexec_fn=limit, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        samples, most, extra = map(int, p.stdout.split())
+        self.assertEqual((samples, extra), (2 * 600, 40))
+        # 64 for both datasets, plus what they are reading and the interpreter's own
+        self.assertLess(most, 64 + 24, p.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
