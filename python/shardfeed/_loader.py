@@ -17,11 +17,12 @@ from ._shardfeed import Error
 class _EpochIterator:
     """Iterator over the rest of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_done")
+    __slots__ = ("_loader", "_gen", "_epoch", "_done")
 
-    def __init__(self, loader, gen):
+    def __init__(self, loader, gen, epoch):
         self._loader = loader
         self._gen = gen
+        self._epoch = epoch
         self._done = False
 
     def __iter__(self):
@@ -54,6 +55,13 @@ class _EpochIterator:
         # one step under the Loader's lock, which those calls take too.
         with loader._lock:
             self._check_current()
+            # Another thread sharing this iterator may have taken the epoch's end while this
+            # one read: then the reader went on into the next epoch, and this batch is the
+            # next iter()'s first (handed out here, it was handed out twice, and the position
+            # said one batch past it). Dropped, as the reader is set back there by that iter().
+            if self._done or (b is not None and b.epoch != self._epoch):
+                self._done = True
+                raise StopIteration
             if b is None:
                 self._done = True
                 loader._epoch_ended()
@@ -411,7 +419,7 @@ class Loader(EpochControl):
         except BaseException:
             self._begin_failed(gen, before)
             raise
-        return _EpochIterator(self, gen)
+        return _EpochIterator(self, gen, epoch)
 
     # ---- resume ----
     def _options(self):

@@ -127,18 +127,9 @@ class _MixIterator:
             self._done = True
             raise replaced_error()
 
-    def __next__(self):
+    def _read(self, i):
+        """The next batch of dataset i, the fields the mix does not read left out."""
         loader = self._loader
-        if self._done:
-            raise StopIteration
-        with loader._lock:
-            self._check_current()
-            pos = loader._pos
-            if pos >= len(self._steps):
-                self._done = True
-                loader._epoch_ended()
-                raise StopIteration
-        i = self._steps[pos]
         try:
             batch = next(self._iters[i], None)
         except Error as e:
@@ -158,11 +149,39 @@ class _MixIterator:
             batch = next(self._iters[i])
         for name in [k for k in batch.keys() if k not in loader._read]:
             del batch[name]
-        # Another thread's set_epoch() etc. during the read stands: checked, and the batch
-        # counted, in one step under the lock that its _seek takes.
+        return batch
+
+    def __next__(self):
+        loader = self._loader
+        if self._done:
+            raise StopIteration
+        # One step at a time: a step reads its dataset's batch outside the lock, and two
+        # threads sharing an iterator took the same step twice (a dataset giving more batches
+        # than its share, then "ran out within its own epoch"). Refused, as one dataset's
+        # reader refuses a second thread.
         with loader._lock:
+            if loader._stepping:
+                raise RuntimeError("shardfeed: the mix is in use by another thread (one thread "
+                                   "iterates a Loader at a time)")
             self._check_current()
-            loader._pos = pos + 1
+            if self._done:  # another thread sharing the iterator took the epoch's end
+                raise StopIteration
+            pos = loader._pos
+            if pos >= len(self._steps):
+                self._done = True
+                loader._epoch_ended()
+                raise StopIteration
+            loader._stepping = True
+        try:
+            i = self._steps[pos]
+            batch = self._read(i)
+            # Another thread's set_epoch() etc. during the read stands: checked, and the
+            # batch counted, in one step under the lock that its _seek takes.
+            with loader._lock:
+                self._check_current()
+                loader._pos = pos + 1
+        finally:
+            loader._stepping = False
         batch.index = pos
         batch._sources = i  # Batch.sources makes the tensor if asked for
         if loader.fields is not None:
@@ -203,6 +222,7 @@ class MixedLoader(EpochControl):
                              f"(batches per epoch on this rank: {per})")
         self._epoch = 0
         self._pos = 0
+        self._stepping = False  # a step under way (_MixIterator.__next__)
         self._resume = None
         self._gen = 0
 
@@ -231,7 +251,7 @@ class MixedLoader(EpochControl):
                 continue
             total += c * self.batch_size  # c batches from the start of its order: full ones
             short = n * self.batch_size - child.samples_per_epoch  # its last batch's shortfall
-            if self.shuffle == "none" and short and (n - 1 - self._epoch * c) % n < c:
+            if self.shuffle == "none" and short and (n - 1 - self.epoch * c) % n < c:
                 total -= short  # this epoch's c batches, from batch epoch * c mod n, take it
         return total
 

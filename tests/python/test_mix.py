@@ -4,6 +4,7 @@ resume, and the errors (fields that differ, bad weights, states of the other kin
 sfpytest.py for how to run it by hand."""
 import os
 import sys
+import threading
 import unittest
 
 import numpy as np
@@ -234,6 +235,13 @@ class Resume(unittest.TestCase):
         for e, size in enumerate(sizes):
             ld.set_epoch(e)
             self.assertEqual(ld.samples_per_epoch, size, e)
+        # ... also after a loop that takes len() batches and not the end (zip, islice): the
+        # epoch is over, and the count is the next one's (it was the finished epoch's).
+        ld.set_epoch(0)
+        for e in range(3):
+            said = ld.samples_per_epoch
+            got = sum(b.size for _, b in zip(range(len(ld)), ld))
+            self.assertEqual((said, got), (sizes[e], sizes[e]), e)
         seen_b = [set(i for src, ids in ep if src == 1 for i in ids) for ep in epochs]
         self.assertEqual(len(seen_b[0] | seen_b[1]), NB)  # two epochs read all of B
         # epoch 1 goes on where epoch 0 stopped: B's batch counts[1] in its order (ids in
@@ -398,6 +406,43 @@ class Errors(unittest.TestCase):
             ld = shardfeed.Loader([A, BB], B, weights=w, output="numpy")
             self.assertEqual(ld.counts, mixed().counts)
             self.assertTrue(all(type(x) in (int, float) for x in ld.state_dict()["weights"]))
+
+
+class SharedIterator(unittest.TestCase):
+    def test_threads_sharing_a_mix_iterator_get_each_step_once(self):
+        # A step reads its dataset outside the mix's lock: two threads took the same step
+        # (a dataset gave more than its share, or "ran out within its own epoch"), and a
+        # thread past the "done?" check read step 0 again after another took the epoch's end.
+        for trial in range(20):
+            ld = mixed((1, 1), batch_size=1 + trial % 3, shuffle="global", seed=trial)
+            got, errors = [], []
+            it = iter(ld)
+
+            def work():
+                while True:
+                    try:
+                        b = next(it)
+                    except StopIteration:
+                        return
+                    except RuntimeError as e:
+                        if "in use by another thread" in str(e):
+                            continue
+                        errors.append(e)
+                        return
+                    except BaseException as e:  # an AssertionError in the mix
+                        errors.append(e)
+                        return
+                    got.append((b.index, int(as_numpy(b.sources)[0])))
+
+            ts = [threading.Thread(target=work) for _ in range(3)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            self.assertEqual(errors, [])
+            self.assertEqual(sorted(i for i, _ in got), list(range(len(ld))), f"trial {trial}")
+            self.assertEqual([sum(1 for _, s in got if s == k) for k in (0, 1)], ld.counts)
+            ld.close()
 
 
 # A child under RLIMIT_NOFILE 128: a mix of two 300-shard datasets read under a global shuffle
