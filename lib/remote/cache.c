@@ -21,6 +21,9 @@
 
 #define PART_PREFIX ".part-"
 #define FILL_PREFIX ".fill-"
+/* In every space this cache made (remote_cache_open): the evictor lists and
+ * removes files only in folders that hold it. */
+#define SPACE_MARK ".shardfeed-space"
 #define PATH_MAX_LEN SF_PATH_CAP
 
 /* A download of this process: under way (the other threads of the process
@@ -106,6 +109,20 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
     c->limit = limit;
     c->wait_s = REMOTE_CACHE_WAIT_S;
     int rc = make_dirs(c->dir);
+    if (!rc) {
+        /* relative to the folder: its path may leave no room for the mark's */
+        int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1;
+        if (dfd >= 0) {
+            fd = openat(dfd, SPACE_MARK, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+            int e = errno;
+            close(dfd);
+            errno = e;
+        }
+        if (fd < 0)
+            rc = sf_fail(-errno, "cache folder %s: %s: %s", c->dir, SPACE_MARK, strerror(errno));
+        else
+            close(fd);
+    }
     if (rc) {
         remote_cache_free(c);
         return rc;
@@ -250,7 +267,13 @@ static int list_add(listing *l, const char *path, const struct stat *st, int par
     return 0;
 }
 
-/* Every object and download under ROOT/<space>/, with its size. */
+/* Every object and download of every space under ROOT, with its size. A
+ * space is a folder (not a symlink) holding SPACE_MARK; in it, objects are
+ * the regular files whose names do not start with '.', and downloads the
+ * .part- ones. Nothing else is counted or ever removed: a cache folder
+ * named where other files live (cache_dir=/scratch, $HOME/.cache) took
+ * every file of every subfolder for its own, dotfiles and symlinked folders
+ * included, and evicted them, oldest first. */
 static int list_cache(listing *l, const remote_cache *c)
 {
     DIR *top = opendir(c->root);
@@ -262,23 +285,31 @@ static int list_cache(listing *l, const remote_cache *c)
         if (d->d_name[0] == '.')
             continue;
         char sub[PATH_MAX_LEN];
-        snprintf(sub, sizeof sub, "%s/%s", c->root, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
+        if (snprintf(sub, sizeof sub, "%s/%s", c->root, d->d_name) >= (int)sizeof sub)
             continue;
+        int dfd = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+            continue;
+        struct stat mark;
+        DIR *s = NULL;
+        if (fstatat(dfd, SPACE_MARK, &mark, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(mark.st_mode) ||
+            !(s = fdopendir(dfd))) {
+            close(dfd);
+            continue;
+        }
         struct dirent *f;
         while (!rc && (f = readdir(s))) {
-            if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..") ||
-                !strncmp(f->d_name, FILL_PREFIX, strlen(FILL_PREFIX)))
-                continue;
+            int part = !strncmp(f->d_name, PART_PREFIX, strlen(PART_PREFIX));
+            if (f->d_name[0] == '.' && !part)
+                continue; /* ".", "..", SPACE_MARK, .fill- locks */
             char path[PATH_MAX_LEN];
             struct stat st;
             if (snprintf(path, sizeof path, "%s/%s", sub, f->d_name) >= (int)sizeof path ||
-                lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+                fstatat(dirfd(s), f->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
                 continue;
-            rc = list_add(l, path, &st, !strncmp(f->d_name, PART_PREFIX, strlen(PART_PREFIX)));
+            rc = list_add(l, path, &st, part);
         }
-        closedir(s);
+        closedir(s); /* closes dfd */
     }
     closedir(top);
     return rc;
@@ -296,7 +327,7 @@ static int older(const void *a, const void *b)
  * a download whose process died): 1 when removed. */
 static int remove_if_unlocked(const entry *e)
 {
-    int fd = open(e->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(e->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;
     int removed = 0;

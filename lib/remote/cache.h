@@ -2,7 +2,9 @@
  * through the file system only: no shared memory, no daemon, nothing a crash
  * leaves locked (flock locks die with their holder).
  *
- * Layout: ROOT/.lock serialises the space accounting; ROOT/SPACE/NAME is an
+ * Layout: ROOT/.lock serialises the space accounting; ROOT/SPACE/.shardfeed-space
+ * marks a folder as a space (the only folders whose files are counted and
+ * evicted: ROOT may be a folder holding other files); ROOT/SPACE/NAME is an
  * object that arrived whole and passed its check; ROOT/SPACE/.part-NAME-PID-N
  * is a download in progress (its writer holds LOCK_EX on it: one whose lock
  * can be taken belongs to a dead process and is removed);

@@ -302,6 +302,61 @@ Test(remote_cache, the_folder_stays_under_the_limit_evicting_the_least_recently_
     remote_cache_free(c);
 }
 
+/* Writes `bytes` bytes to path, made a day old (the evictor's oldest). */
+static void old_file(const char *path, size_t bytes)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+    cr_assert_eq(ftruncate(fd, (off_t)bytes), 0);
+    struct timespec t[2] = {{time(NULL) - 86400, 0}, {time(NULL) - 86400, 0}};
+    cr_assert_eq(futimens(fd, t), 0);
+    close(fd);
+}
+
+/* A cache folder where other files live (cache_dir=/scratch, $HOME/.cache):
+ * only the spaces this cache made are its own. It took every file of every
+ * subfolder, dotfiles and symlinked folders included, for cached objects
+ * and evicted them, oldest first. */
+Test(remote_cache, files_that_are_not_the_caches_are_never_counted_or_evicted)
+{
+    char path[600], outside[300];
+    snprintf(path, sizeof path, "%s/notes", root);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/notes/important.txt", root);
+    old_file(path, 3000);
+    snprintf(path, sizeof path, "%s/top.bin", root);
+    old_file(path, 3000);
+    snprintf(outside, sizeof outside, "%s-outside", root);
+    cr_assert_eq(mkdir(outside, 0755), 0);
+    snprintf(path, sizeof path, "%s/data.bin", outside);
+    old_file(path, 3000);
+    snprintf(path, sizeof path, "%s/link", root);
+    cr_assert_eq(symlink(outside, path), 0);
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 2500, "space"), 0);
+    snprintf(path, sizeof path, "%s/space/.env", root); /* a dotfile in the space itself */
+    old_file(path, 100);
+    fill_spec f = {0};
+    char name[32];
+    for (int i = 0; i < 6; i++) { /* 6,000 bytes through a 2,500-byte cache */
+        snprintf(name, sizeof name, "o%d", i);
+        int fd;
+        cr_assert_eq(remote_cache_acquire(&fd, c, name, 1000, 0, fill, &f), 0, "%s", sf_last_error());
+        wait_published(c, name);
+        close(fd);
+    }
+    cr_assert(!exists(c, "o0"), "nothing was evicted: the test proves nothing");
+    const char *kept[] = {"notes/important.txt", "top.bin", "link/data.bin", "space/.env"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, kept[i]);
+        cr_assert_eq(access(path, F_OK), 0, "%s was evicted", kept[i]);
+    }
+    remote_cache_free(c);
+    snprintf(path, sizeof path, "%s/data.bin", outside);
+    unlink(path);
+    rmdir(outside);
+}
+
 Test(remote_cache, a_pinned_object_is_never_evicted)
 {
     remote_cache *c;
@@ -567,7 +622,9 @@ Test(remote_cache, a_folder_too_long_for_a_download_path_is_refused)
     cr_assert_not_null(d);
     struct dirent *e;
     while ((e = readdir(d)))
-        cr_assert(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "%s made", e->d_name);
+        cr_assert(!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                      !strcmp(e->d_name, ".shardfeed-space"),
+                  "%s made", e->d_name);
     closedir(d);
     remote_cache_free(c);
     free(base);
