@@ -259,6 +259,20 @@ static int uring_thread_init(reader_io_thread *t)
         u->free_reqs[i] = u->qd - 1 - i;
     u->nfree = u->qd;
     int rc = ring_init(&u->ring, u->qd);
+    if (rc == -ENOMEM) {
+        /* A ring's memory may count against RLIMIT_MEMLOCK (always before
+         * Linux 5.12, and here on 6.18 without CAP_IPC_LOCK): the usual
+         * cause, where the message said only ENOMEM. */
+        struct rlimit ml;
+        char limit[48] = "unlimited";
+        if (getrlimit(RLIMIT_MEMLOCK, &ml) == 0 && ml.rlim_cur != RLIM_INFINITY)
+            snprintf(limit, sizeof limit, "%llu KiB", (unsigned long long)ml.rlim_cur / 1024);
+        return sf_fail(rc,
+                       "io_uring_queue_init (queue depth %u): %s (RLIMIT_MEMLOCK is %s, which "
+                       "a ring's memory may count against: raise it, ulimit -l, or use "
+                       "engine pread)",
+                       u->qd, sf_strerror(rc), limit);
+    }
     if (rc)
         return sf_fail(rc, "io_uring_queue_init: %s", sf_strerror(rc));
     u->ring_ok = 1;

@@ -124,5 +124,22 @@ class ExitCodes(unittest.TestCase):
                 self.assertIn("shard-000000.sfs", p.stderr)
 
 
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("capsh"),
+                         "needs root to drop CAP_IPC_LOCK (capsh)")
+    def test_an_io_uring_ring_refused_by_the_memlock_limit_says_so(self):
+        # Without CAP_IPC_LOCK, under RLIMIT_MEMLOCK 0, io_uring_queue_init fails: the
+        # message said only "Cannot allocate memory".
+        from clitest import SHARDFEED
+        import subprocess
+        p = subprocess.run(["capsh", "--drop=cap_ipc_lock", "--", "-c",
+                            f"ulimit -l 0; exec {SHARDFEED} bench {self.good} --batch-size 1 "
+                            "--engine uring"], capture_output=True, text=True, timeout=60)
+        if p.returncode == 0:
+            self.skipTest("this kernel does not count rings against RLIMIT_MEMLOCK")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("RLIMIT_MEMLOCK is 0 KiB", p.stderr)
+        self.assertIn("engine pread", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
