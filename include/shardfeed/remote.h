@@ -49,8 +49,9 @@ typedef struct sf_remote_opts {
     int mode;              /* enum sf_remote_mode */
     const char *cache_dir; /* NULL: $SHARDFEED_CACHE_DIR, else $XDG_CACHE_HOME/shardfeed,
                               else ~/.cache/shardfeed */
-    uint64_t cache_limit;  /* bytes the cache folder may hold; 0: $SHARDFEED_CACHE_LIMIT,
-                              else SF_REMOTE_DEFAULT_CACHE_LIMIT */
+    uint64_t cache_limit;  /* bytes the cache folder may hold; 0: $SHARDFEED_CACHE_LIMIT
+                              (bytes, or with a unit: 512MiB; anything else is SF_E_INVALID
+                              at open), else SF_REMOTE_DEFAULT_CACHE_LIMIT */
     uint32_t retries;      /* attempts after the first failed one, at most
                               SF_REMOTE_MAX_RETRIES; 0: 6 */
     uint32_t timeout_ms;   /* a request that receives nothing for this long fails (and is

@@ -82,14 +82,43 @@ const char *sf_url_shown(char *out, size_t cap, const char *path)
 
 /* ---- options ---- */
 
-static uint64_t env_u64(const char *name)
+/* $SHARDFEED_CACHE_LIMIT: bytes, in decimal, with a unit as --cache-limit
+ * takes them (K/KiB, M/MiB, G/GiB, T/TiB: powers of 1024). 0 when unset;
+ * SF_E_INVALID naming it when it is anything else (it read "2MiB", "1e5"
+ * as unset, so the 16 GiB default, and "-1" as 2^64 - 1, without a word). */
+static int env_cache_limit(uint64_t *out)
 {
+    static const char name[] = "SHARDFEED_CACHE_LIMIT";
+    static const struct {
+        const char *suffix;
+        unsigned shift;
+    } units[] = {{"", 0},   {"B", 0},   {"K", 10},  {"KiB", 10}, {"M", 20},
+                 {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40}};
+    *out = 0;
     const char *v = getenv(name);
     if (!v || !*v)
         return 0;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    return *end ? 0 : (uint64_t)x;
+    uint64_t x = 0;
+    const char *p = v;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (x > (UINT64_MAX - 9) / 10)
+            goto bad;
+        x = x * 10 + (uint64_t)(*p - '0');
+    }
+    if (p == v)
+        goto bad;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(p, units[i].suffix)) {
+            if (x == 0 || x > UINT64_MAX >> units[i].shift)
+                goto bad;
+            *out = x << units[i].shift;
+            return 0;
+        }
+bad:
+    return sf_fail(SF_E_INVALID,
+                   "$%s='%.40s': expected a size in bytes, e.g. 536870912 or 512MiB (units K, M, G, "
+                   "T or KiB, MiB, GiB, TiB)",
+                   name, v);
 }
 
 /* opts->cache_dir, else the environment's choice (remote.h). */
@@ -213,10 +242,12 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     x->mode = o ? o->mode : SF_REMOTE_CACHE;
     x->policy.retries = o && o->retries ? o->retries : SF_REMOTE_DEFAULT_RETRIES;
     x->policy.timeout_ms = o && o->timeout_ms ? o->timeout_ms : SF_REMOTE_DEFAULT_TIMEOUT_MS;
-    x->cache_limit = o && o->cache_limit ? o->cache_limit : env_u64("SHARDFEED_CACHE_LIMIT");
+    int rc;
+    x->cache_limit = o ? o->cache_limit : 0;
+    if (!x->cache_limit && (rc = env_cache_limit(&x->cache_limit)))
+        return rc;
     if (!x->cache_limit)
         x->cache_limit = SF_REMOTE_DEFAULT_CACHE_LIMIT;
-    int rc;
     if ((rc = remote_location_open(&x->loc, url)) ||
         (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, remote_location_display(x->loc))))
         return rc;

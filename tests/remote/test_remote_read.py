@@ -142,6 +142,34 @@ class Cache(RemoteCase):
         local = epoch_plain(ds)
         self.assertEqual(got, local)
 
+    def test_the_limit_from_the_environment_takes_units_and_refuses_the_rest(self):
+        # $SHARDFEED_CACHE_LIMIT read "2MiB" or "1e5" as unset (the 16 GiB default) and "-1"
+        # as 2^64 - 1, without a word: the cache grew past what its user sized it to.
+        ds, www, limit = self.served_over_limit()
+        kib = limit // 1024
+        cache = self.cache()
+        old = os.environ.get("SHARDFEED_CACHE_LIMIT")
+        try:
+            with servers.Nginx(www) as ng:
+                for bad in ("1e5", "-1", "2MB", "12 KiB", "0"):
+                    os.environ["SHARDFEED_CACHE_LIMIT"] = bad
+                    with self.assertRaises(shardfeed.Error) as e:
+                        shardfeed.Loader(ng.url + "/ds", batch_size=32, cache_dir=cache)
+                    self.assertIn(f"$SHARDFEED_CACHE_LIMIT='{bad}'", str(e.exception))
+                os.environ["SHARDFEED_CACHE_LIMIT"] = f"{kib}KiB"
+                with FolderPeak(cache) as peak:
+                    with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="none",
+                                          output="numpy", cache_dir=cache) as loader:
+                        got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        finally:
+            if old is None:
+                os.environ.pop("SHARDFEED_CACHE_LIMIT", None)
+            else:
+                os.environ["SHARDFEED_CACHE_LIMIT"] = old
+        self.assertGreater(peak.bytes, 0, "the watcher saw nothing")
+        self.assertLessEqual(peak.bytes, kib * 1024)
+        self.assertEqual(got, epoch_plain(ds))
+
     def test_a_dataset_packed_again_at_the_same_url_is_not_read_from_the_old_shards(self):
         """The same keys and sizes, other values: the same dataset_id (SPEC.md: it comes from
         keys, sizes, schema and options), so a cache named by it served the old shards."""
