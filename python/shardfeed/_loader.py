@@ -73,6 +73,11 @@ class _EpochIterator:
         return batch
 
 
+def _forked(loader):
+    """Whether this process is a fork of the one that made `loader` (a Loader or a mix)."""
+    return os.getpid() != loader._pid
+
+
 def replaced_error():
     return RuntimeError("shardfeed: this iterator was replaced: a newer iter(loader), set_epoch(), "
                         "load_state_dict() or close() came after it")
@@ -295,6 +300,7 @@ class Loader(EpochControl):
         self._reader = None
         self._final_stats = None
         self._lock = threading.RLock()
+        self._pid = os.getpid()  # a forked child touches neither the reader nor _lock
         # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
         if weights is not None:
             raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "
@@ -495,6 +501,11 @@ class Loader(EpochControl):
 
     def close(self):
         """No more batches. Memory of batches still alive stays valid until they die."""
+        if self._reader is not None and not self._reader.closed and _forked(self):
+            # A thread of the parent may have held the reader's mutex or _lock at the fork:
+            # taking either waited for ever. Marked closed; the parent's reader is its own.
+            self._reader.close()
+            return
         if self._reader is not None and not self._reader.closed:
             self._final_stats = self._reader.stats()
             # Before the close, which lets go of the GIL: an iterator in another thread then
@@ -517,6 +528,9 @@ class Loader(EpochControl):
     def _check_open(self):
         if self._reader is None or self._reader.closed:
             raise ValueError("shardfeed: the Loader is closed")
+        if _forked(self):  # before _lock, which a thread of the parent may have held
+            raise RuntimeError("shardfeed: this Loader was opened in another process (before "
+                               "a fork); open a new Loader in this process")
 
     def __repr__(self):
         return (f"shardfeed.Loader({self.path!r}, batch_size={self.batch_size}, "

@@ -26,7 +26,7 @@ from . import _resume
 from . import _shardfeed as _C
 from ._errors import error
 from ._shardfeed import Error
-from ._loader import EpochControl, Loader, replaced_error
+from ._loader import EpochControl, Loader, _forked, replaced_error
 
 _MASK = 2 ** 64 - 1
 
@@ -196,6 +196,7 @@ class MixedLoader(EpochControl):
     def __init__(self, path, batch_size, weights=None, fields=None, seed=0, **options):
         self._children = []
         self._lock = threading.RLock()
+        self._pid = os.getpid()  # a forked child never takes _lock (_loader._forked)
         self.paths = [os.fspath(p) for p in path]
         if not self.paths:
             raise ValueError("shardfeed: path=[]: give at least one dataset")
@@ -361,8 +362,9 @@ class MixedLoader(EpochControl):
 
     def close(self):
         """Closes every dataset's Loader (batches still alive stay valid)."""
-        with self._lock:
-            self._gen += 1
+        if not _forked(self):  # else a thread of the parent may have held _lock at the fork
+            with self._lock:
+                self._gen += 1
         for c in self._children:
             c.close()
 
@@ -374,6 +376,9 @@ class MixedLoader(EpochControl):
     def _check_open(self):
         if self.closed:
             raise ValueError("shardfeed: the Loader is closed")
+        if _forked(self):  # before _lock, which a thread of the parent may have held
+            raise RuntimeError("shardfeed: this Loader was opened in another process (before "
+                               "a fork); open a new Loader in this process")
 
     def __repr__(self):
         return (f"shardfeed.Loader({self.paths!r}, batch_size={self.batch_size}, "

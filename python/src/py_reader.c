@@ -303,6 +303,12 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
     (void)unused;
     if (!reader_handle(self))
         return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
+    /* sf_reader_stats takes the reader's mutex, which an I/O thread of the
+     * parent may have held at the fork: in a child it waited for ever. */
+    if (self->pid != current_pid())
+        return PyErr_Format(PyExc_RuntimeError, "shardfeed: this reader was opened in another "
+                                                "process (before a fork); open a new Loader in "
+                                                "this process");
     sf_reader_statistics s;
     int rc = sf_reader_stats(&s, reader_handle(self));
     if (rc < 0)

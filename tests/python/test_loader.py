@@ -8,7 +8,9 @@ import os
 import pickle
 import pydoc
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -565,6 +567,55 @@ class Lifetime(unittest.TestCase):
         rest = [as_numpy(b.ids).tolist() for b in it]
         whole = [as_numpy(b.ids).tolist() for b in loader(seed=5)]
         self.assertEqual([first] + rest, whole)
+
+    @unittest.skipUnless(hasattr(os, "fork"), "no fork")
+    def test_a_forked_child_neither_hangs_nor_reads_the_parents_state(self):
+        # A Loader's lock, or its reader's mutex, held by a thread of the parent at the fork
+        # stays held for ever in the child: close() and stats() took them and hung there
+        # (close() is what a worker's atexit or a `with` block calls). Here a parent thread
+        # holds the Loader's lock across the fork, deterministically.
+        for mix in (False, True):
+            with self.subTest(mix=mix):
+                ld = (shardfeed.Loader([DS, DS], B, weights=[1, 1], output="numpy") if mix
+                      else loader(seed=5))
+                next(iter(ld))
+                held, release = threading.Event(), threading.Event()
+
+                def hold():
+                    with ld._lock:
+                        held.set()
+                        release.wait()
+
+                t = threading.Thread(target=hold)
+                t.start()
+                held.wait()
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the child: one byte per call, never return into unittest
+                    out = b""
+                    for call in (ld.stats, lambda: ld.set_epoch(1), lambda: iter(ld), ld.close):
+                        try:
+                            call()
+                            out += b"c" if ld.closed else b"?"
+                        except RuntimeError as e:
+                            out += b"y" if "another process" in str(e) else b"m"
+                        except BaseException:
+                            out += b"e"
+                    os.write(w, out)
+                    os._exit(0)
+                os.close(w)
+                release.set()
+                t.join()
+                with os.fdopen(r, "rb") as f:
+                    ready = select.select([f], [], [], 30)[0]
+                    got = f.read() if ready else b"hung"
+                if not ready:
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.assertEqual(got, b"yyyc")
+                ld.set_epoch(1)  # the parent's Loader goes on
+                self.assertEqual(sum(1 for _ in ld), len(ld))
+                ld.close()
 
     def test_close_with_batches_alive(self):
         ld = loader(seed=1)
