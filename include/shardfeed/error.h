@@ -40,7 +40,10 @@ enum sf_error {
     SF_E_REMOTE = -30914,      /* a remote store (s3://, http(s)://) failed or refused a request,
                                   retries included: the detail names the URL, HTTP status and
                                   the store's message */
-    SF_E_LAST = -30914
+    SF_E_DEVICE = -30915,      /* the CUDA runtime failed a call on a device that exists (an
+                                  allocation, a copy, a wait): the detail names the call and
+                                  CUDA's error. No GPU, or none in the build, is SF_E_UNSUPPORTED */
+    SF_E_LAST = -30915
 };
 
 /* Static description of an error code (sf_error or -errno). Never NULL. */

@@ -96,6 +96,7 @@ const char *sf_strerror(int err)
     case SF_E_INVALID: return "invalid argument";
     case SF_E_STATE: return "operation not valid in this state";
     case SF_E_REMOTE: return "remote store request failed";
+    case SF_E_DEVICE: return "device (CUDA) call failed";
     default: break;
     }
     if (err < 0 && err > -4096)

@@ -43,9 +43,12 @@ struct reader_device {
     double copy_ms, wait_ms;
 };
 
+/* A failing call on a device that exists: SF_E_DEVICE, not the
+ * SF_E_UNSUPPORTED of "no GPU", which a program may take for "fall back to
+ * the CPU". */
 static int cuda_err(cudaError_t e, const char *what)
 {
-    return sf_fail(SF_E_UNSUPPORTED, "CUDA: %s: %s", what, cudaGetErrorString(e));
+    return sf_fail(SF_E_DEVICE, "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
 /* open and close make their CUDA calls on a thread of their own. They need
@@ -322,6 +325,14 @@ static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
 static int cuda_wait(reader_device *d, uint32_t slot)
 {
     cudaError_t e = cudaEventSynchronize(d->copied[slot]);
+    if (e != cudaSuccess) {
+        /* The slot is freed after this returns, error or not, and its host
+         * bytes refilled: with its copy still queued, that copy (and the
+         * consumer's work queued after it) read a later batch's bytes. Wait
+         * for the slot's stream, or the whole device, as cuda_copy does. */
+        if (cudaStreamSynchronize(d->stream[slot]) != cudaSuccess)
+            cudaDeviceSynchronize();
+    }
     return e == cudaSuccess ? 0 : cuda_err(e, "waiting for a batch copy");
 }
 

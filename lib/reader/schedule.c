@@ -411,9 +411,11 @@ static void batch_ready(sf_reader *r, reader_slot *s, reader_scratch *st)
             reader_trace_stamp(s->trec, SF_TS_DEV_ENQUEUED, t1);
         int expected = 0;
         if (rc && atomic_compare_exchange_strong(&s->err, &expected, rc))
+            /* this thread's detail (the CUDA call and its error): sf_strerror
+             * said only "not supported" */
             snprintf(s->errmsg, sizeof s->errmsg, "batch %llu of epoch %llu: device copy failed: %s",
                      (unsigned long long)s->batch.index, (unsigned long long)s->batch.epoch,
-                     sf_strerror(rc));
+                     sf_last_error());
     }
     pthread_mutex_lock(&r->lock);
     if (s->gen != r->gen) {

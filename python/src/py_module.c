@@ -171,6 +171,7 @@ static int add_constants(PyObject *m)
         {"E_INVALID", SF_E_INVALID},
         {"E_STATE", SF_E_STATE},
         {"E_REMOTE", SF_E_REMOTE},
+        {"E_DEVICE", SF_E_DEVICE},
         {"DEFAULT_PREFETCH", SF_READER_DEFAULT_PREFETCH},
         {"DEVICE_CPU", SF_DEVICE_CPU},
         {"DEVICE_CUDA", SF_DEVICE_CUDA},

@@ -142,6 +142,17 @@ Test(api, a_null_out_is_named_as_such)
     cr_assert(strstr(sf_last_error(), "no parameter"), "%s", sf_last_error());
 }
 
+Test(api, every_error_code_has_its_own_description)
+{
+    for (int a = SF_E_BASE; a >= SF_E_LAST; a--) {
+        cr_assert_str_neq(sf_strerror(a), "unknown error", "%d", a);
+        for (int b = a - 1; b >= SF_E_LAST; b--)
+            cr_assert_str_neq(sf_strerror(a), sf_strerror(b), "%d and %d", a, b);
+    }
+    cr_assert_str_eq(sf_strerror(SF_E_LAST - 1), "unknown error");
+    cr_assert_str_eq(sf_strerror(SF_E_DEVICE), "device (CUDA) call failed");
+}
+
 Test(api, vocabulary_names)
 {
     cr_assert_str_eq(sf_dtype_name(SF_DTYPE_FLOAT32), "float32");

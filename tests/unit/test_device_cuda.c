@@ -374,6 +374,37 @@ Test(device_cuda, a_release_that_cannot_be_recorded_still_keeps_the_next_copy_be
     assert_no_misuse_nor_race();
 }
 
+Test(device_cuda, a_release_whose_copy_wait_fails_still_keeps_the_slot_until_the_copy_ran)
+{
+    /* The release waits on the host for the slot's copy; that wait failing
+     * (cudaEventSynchronize) freed the slot anyway, and the I/O threads
+     * refilled its host bytes while the 30 ms copy was still queued: the
+     * consumer's work queued before the release read the next batch's bytes
+     * (the fake's race check: "the host bytes changed between the call and
+     * the copy"). Now it waits for the slot's stream before the slot goes. */
+    fakecuda_set_copy_delay_us(30000);
+    consumer c;
+    consumer_open(&c);
+    sf_reader *r = open_cuda("ds", SF_ENGINE_PREAD, 2, 0);
+    const sf_batch *a;
+    cr_assert_eq(sf_reader_next(&a, r), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait_on(r, a, c.stream), 0, "%s", sf_last_error());
+    const sf_batch_field *f = &a->fields[0];
+    cr_assert_leq(f->bytes, c.back_bytes);
+    CK(cudaMemcpyAsync(c.back, f->device_data, f->bytes, cudaMemcpyDeviceToHost, c.stream));
+    fakecuda_fail_call("cudaEventSynchronize", 1, cudaErrorIllegalAddress);
+    cr_assert_neq(sf_reader_release_after(r, a, c.stream), 0, "a failed wait went unnoticed");
+    fakecuda_fail_call("cudaEventSynchronize", 0, 0);
+    cr_assert(strstr(sf_last_error(), "waiting for a batch copy"), "%s", sf_last_error());
+    const sf_batch *n;
+    for (int i = 0; i < 3 && sf_reader_next(&n, r) == 0 && n; i++)
+        cr_assert_eq(sf_reader_release(r, n), 0, "%s", sf_last_error());
+    CK(cudaStreamSynchronize(c.stream));
+    sf_reader_close(r);
+    consumer_close(&c);
+    assert_no_misuse_nor_race();
+}
+
 Test(device_cuda, every_release_is_waited_for_by_the_next_copy_of_its_slot)
 {
     /* The handshake as the fake logged it, independent of timing: each
@@ -573,7 +604,7 @@ Test(device_cuda, open_and_close_leave_the_callers_current_device_alone)
     sf_reader_opts o = SF_READER_OPTS_INIT;
     o.device = SF_DEVICE_CUDA;
     o.device_index = 1;
-    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED);
+    cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_DEVICE);
     CK(cudaGetDevice(&dev));
     cr_assert_eq(dev, 0, "a failed sf_reader_open moved the caller to device %d", dev);
     assert_no_misuse_nor_race();
@@ -638,7 +669,7 @@ Test(device_cuda, every_failing_cuda_call_of_open_fails_the_open_cleanly)
         for (unsigned nth = 1; nth <= steps[i].calls; nth++) {
             fakecuda_fail_call(steps[i].call, nth, cudaErrorMemoryAllocation);
             sf_reader *r = NULL;
-            cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_UNSUPPORTED,
+            cr_assert_eq(sf_reader_open(&r, ds("ds"), &o), SF_E_DEVICE,
                          "%s #%u failing did not fail the open", steps[i].call, nth);
             cr_assert_null(r);
             cr_assert(strstr(sf_last_error(), steps[i].says) && strstr(sf_last_error(), "out of memory"),
@@ -654,8 +685,8 @@ Test(device_cuda, every_failing_cuda_call_of_open_fails_the_open_cleanly)
     assert_nothing_left();
 }
 
-/* Reads until an error, returned by next or by release_after; 1 if one
- * came. The consumer makes no CUDA calls of its own that the failures
+/* Reads until an error, returned by next or by release_after; its code if one
+ * came, else 0. The consumer makes no CUDA calls of its own that the failures
  * injected below could hit: it waits on the host and reads the host batch. */
 static int read_until_error(sf_reader *r, cudaStream_t stream, char *msg, size_t cap)
 {
@@ -669,7 +700,7 @@ static int read_until_error(sf_reader *r, cudaStream_t stream, char *msg, size_t
         }
         if (rc) {
             snprintf(msg, cap, "%s", sf_last_error());
-            return 1;
+            return rc;
         }
     }
     return 0;
@@ -692,10 +723,11 @@ Test(device_cuda, a_failing_copy_wait_or_record_fails_a_batch_and_closes_cleanly
         sf_reader *r = open_cuda("ds", SF_ENGINE_PREAD, 3, 0);
         fakecuda_fail_call(faults[i].call, faults[i].nth, cudaErrorIllegalAddress);
         char msg[1024] = "";
-        cr_assert(read_until_error(r, stream, msg, sizeof msg), "%s #%u failing went unnoticed",
-                  faults[i].call, faults[i].nth);
-        cr_assert(strstr(msg, "device copy failed") || strstr(msg, "illegal memory access"),
-                  "%s: %s", faults[i].call, msg);
+        int read_rc = read_until_error(r, stream, msg, sizeof msg);
+        cr_assert(read_rc, "%s #%u failing went unnoticed", faults[i].call, faults[i].nth);
+        /* the CUDA error's own text, not only "not supported" (sf_strerror) */
+        cr_assert(strstr(msg, "illegal memory access"), "%s: %s", faults[i].call, msg);
+        cr_assert_eq(read_rc, SF_E_DEVICE, "%s: %d", faults[i].call, read_rc);
         sf_reader_close(r);
     }
     CK(cudaStreamDestroy(stream));
