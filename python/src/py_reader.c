@@ -469,8 +469,18 @@ static void batch_dealloc(sf_py_batch *self)
     /* Thread-safe; cannot fail for a held batch. A device batch goes back
      * after the work queued on the stream it was imported on: the next copy
      * into its device buffer waits for that work (on the device). */
-    if (reader->pid == current_pid())
+    if (reader->pid == current_pid() && b->device == SF_DEVICE_CPU) {
         sf_reader_release_after(reader_handle(reader), b, stream);
+    } else if (reader->pid == current_pid()) {
+        /* A device batch's release may wait on the host for its slot's copy
+         * (the slot's host bytes are refilled next): without the GIL, which
+         * it held for the whole copy (100 ms copies stalled every other
+         * Python thread 100 ms). The owner reference held here keeps the
+         * sf_reader until sf_py_owner_release below. */
+        Py_BEGIN_ALLOW_THREADS
+        sf_reader_release_after(reader_handle(reader), b, stream);
+        Py_END_ALLOW_THREADS
+    }
     sf_py_owner_release(&reader->owner);
     Py_DECREF(reader);
 }

@@ -20,6 +20,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -231,6 +232,38 @@ class HostCopyTorch(unittest.TestCase):
             for b in ld:
                 np.testing.assert_array_equal(b["img"], want[(0, b.index)]["img"])
                 np.testing.assert_array_equal(b["label"], want[(0, b.index)]["label"])
+        self.assertNoHazards()
+
+    def test_a_release_that_waits_lets_other_threads_run(self):
+        # Dropping a device batch waits on the host for its slot's copy: with the GIL held
+        # (100 ms copies stalled every other Python thread 100 ms per batch). A thread that
+        # counts while the main thread drops a batch whose copy takes 200 ms must get to run.
+        _C.HostStream.set_copy_delay_us(200_000)
+        ticks, stop = [0], threading.Event()
+
+        def count():
+            while not stop.is_set():
+                ticks[0] += 1
+                time.sleep(0.001)
+
+        with shardfeed.Loader(DS, BATCH, device="host-copy", output="dlpack", prefetch=2) as ld:
+            b = next(iter(ld))
+            t = threading.Thread(target=count)
+            t.start()
+            time.sleep(0.01)
+            before = ticks[0]
+            start = time.perf_counter()
+            del b  # waits for the copy
+            waited = time.perf_counter() - start
+            during = ticks[0] - before
+            stop.set()
+            t.join()
+        if waited < 0.05:
+            self.skipTest(f"the release did not wait ({waited:.3f} s): nothing to check")
+        # a tick a millisecond or so: well over 20 in 200 ms, and at most one or two (those
+        # just before the release began) when the release holds the GIL
+        self.assertGreater(during, 20, f"{during} ticks of another thread in a {waited:.3f} s "
+                                       "release")
         self.assertNoHazards()
 
 
