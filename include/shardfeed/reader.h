@@ -364,12 +364,16 @@ SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
 
 /* Gives a batch's slot back once the work queued so far on `stream` (a
  * cudaStream_t, NULL: none) has finished: the next copy into the slot's
- * device buffer waits for it on the GPU, and nobody waits on the host. */
+ * device buffer waits for it on the GPU, not the host. The call waits on
+ * the host only for the batch's own copy when that is still queued (its
+ * host slot is refilled next); consumers that waited for the batch
+ * (sf_batch_wait_on, then kernels) rarely find it so. */
 SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream);
 
 /* Blocks until a device batch's copy has completed (for callers without a
  * CUDA stream of their own). 0 at once for CPU batches. SF_E_INVALID for a
- * batch that is not one of r's (another reader's, CPU or not). */
+ * batch that is not one of r's (another reader's, CPU or not), and for a
+ * device batch released already. */
 SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
 
 /* Makes `stream` wait for a device batch's copy without blocking the host:
@@ -378,8 +382,8 @@ SF_API int sf_batch_wait(sf_reader *r, const sf_batch *batch);
  * cudaStream_t (cudaStreamLegacy and cudaStreamPerThread included) or, for
  * SF_DEVICE_HOST_COPY, an sf_host_stream. Release such a batch with
  * sf_reader_release_after on the same stream. 0 at once for CPU batches;
- * SF_E_INVALID for a NULL stream (use sf_batch_wait) and for a batch that
- * is not one of r's. */
+ * SF_E_INVALID for a NULL stream (use sf_batch_wait), for a batch that
+ * is not one of r's, and for a device batch released already. */
 SF_API int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream);
 
 /* ---- SF_DEVICE_HOST_COPY's streams (for tests) ----------------------------

@@ -73,6 +73,16 @@ static int64_t slot_of(const sf_reader *r, const sf_batch *batch)
     return -1;
 }
 
+/* Whether slot i's batch is the caller's (SLOT_HELD): a released batch's
+ * pointer still names its slot, whose next batch a wait would wait for. */
+static int held(sf_reader *r, uint32_t i)
+{
+    pthread_mutex_lock(&r->lock);
+    int h = r->slots[i].state == SLOT_HELD;
+    pthread_mutex_unlock(&r->lock);
+    return h;
+}
+
 int sf_batch_wait(sf_reader *r, const sf_batch *batch)
 {
     if (!r || !batch)
@@ -84,6 +94,9 @@ int sf_batch_wait(sf_reader *r, const sf_batch *batch)
         return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch of this reader");
     if (batch->device == SF_DEVICE_CPU)
         return 0;
+    if (!held(r, (uint32_t)i))
+        return sf_fail(SF_E_INVALID, "sf_batch_wait: not a batch the caller holds (released "
+                                     "already: its slot may hold another batch now)");
     reader_slot *s = &r->slots[i];
     uint64_t t0 = reader_now_ns();
     int rc = r->device ? r->device_ops->wait(r->device, (uint32_t)i) : 0;
@@ -111,6 +124,9 @@ int sf_batch_wait_on(sf_reader *r, const sf_batch *batch, void *stream)
     if (!stream)
         return sf_fail(SF_E_INVALID, "sf_batch_wait_on: NULL stream (the host waits with "
                                      "sf_batch_wait)");
+    if (!held(r, (uint32_t)i))
+        return sf_fail(SF_E_INVALID, "sf_batch_wait_on: not a batch the caller holds (released "
+                                     "already: its slot may hold another batch now)");
     int rc = r->device_ops->wait_on(r->device, (uint32_t)i, stream);
     return rc ? sf_fail_prefix(rc, "sf_batch_wait_on") : 0;
 }

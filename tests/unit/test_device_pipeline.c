@@ -274,6 +274,32 @@ Test(device_pipeline, a_consumer_stream_waits_for_copies_and_fences_its_releases
     cr_assert_eq(sf_batch_wait_on(NULL, NULL, NULL), SF_E_INVALID);
 }
 
+Test(device_pipeline, a_released_batch_is_not_waited_for)
+{
+    /* Its pointer still names its slot: a wait accepted it and waited for
+     * whatever batch the slot held next. */
+    sf_reader_opts o = SF_READER_OPTS_INIT;
+    o.batch_size = 8;
+    o.prefetch = 2;
+    o.device = SF_DEVICE_HOST_COPY;
+    sf_reader *r;
+    cr_assert_eq(sf_reader_open(&r, ds_dir(), &o), 0, "%s", sf_last_error());
+    sf_host_stream *s;
+    cr_assert_eq(sf_host_stream_create(&s), 0);
+    const sf_batch *b;
+    cr_assert_eq(sf_reader_next(&b, r), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait(r, b), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait_on(r, b, s), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_reader_release(r, b), 0, "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait(r, b), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "not a batch the caller holds"), "%s", sf_last_error());
+    cr_assert_eq(sf_batch_wait_on(r, b, s), SF_E_INVALID);
+    cr_assert(strstr(sf_last_error(), "not a batch the caller holds"), "%s", sf_last_error());
+    cr_assert_eq(sf_host_stream_synchronize(s), 0);
+    sf_reader_close(r);
+    sf_host_stream_destroy(s);
+}
+
 Test(device_pipeline, the_host_streams_see_a_missing_wait_and_a_missing_fence)
 {
     /* The model's own check: the hazards the Python tests rely on are seen. */
