@@ -662,7 +662,7 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
     }
     *out = -1;
     return rc != -ENOENT ? rc
-                         : sf_fail(SF_E_LIMIT, "%s/%s: evicted from the cache as soon as it "
+                         : sf_fail(-ENOSPC, "%s/%s: evicted from the cache as soon as it "
                                                "arrived, 8 times: raise the cache limit",
                                    ds->dir, ds->shards[shard].name);
 }

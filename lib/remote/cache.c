@@ -388,8 +388,11 @@ static int open_cache_lock(const remote_cache *c)
 static int reserve_part(const remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
                         char *part, size_t part_cap)
 {
+    /* Not SF_E_LIMIT, a format's limit (sf_is_data_error): verify called
+     * the dataset corrupt (exit 2) for a cache limit below one shard. The
+     * option is too small (SF_E_INVALID); no room now is -ENOSPC. */
     if (size > c->limit)
-        return sf_fail(SF_E_LIMIT,
+        return sf_fail(SF_E_INVALID,
                        "remote cache %s: %s is %llu bytes, more than the cache limit of %llu "
                        "bytes: raise cache_limit",
                        c->root, name, (unsigned long long)size, (unsigned long long)c->limit);
@@ -407,7 +410,7 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
         lock_fd(lk, LOCK_UN);
         if (time(NULL) >= deadline) {
             close(lk);
-            return sf_fail(SF_E_LIMIT,
+            return sf_fail(-ENOSPC,
                            "remote cache %s: no room for %s (%llu bytes) in %u s: %llu of the "
                            "limit's %llu bytes are shards being read; raise cache_limit",
                            c->root, name, (unsigned long long)size, wait_s,
@@ -868,7 +871,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
         /* Evicted again before it could be opened, or its publish failed:
          * another round. */
     }
-    return sf_fail(SF_E_LIMIT, "remote cache %s: %s was evicted as soon as it arrived, 8 times: "
+    return sf_fail(-ENOSPC, "remote cache %s: %s was evicted as soon as it arrived, 8 times: "
                                "the cache limit is too small for the processes sharing it",
                    c->root, name);
 }

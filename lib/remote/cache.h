@@ -64,7 +64,7 @@ void remote_cache_unpin(int fd);
  * 0 when it was evicted meanwhile (close it and acquire again). */
 int remote_cache_repin(int fd);
 /* Fetches `name` into the cache if it is missing, without pinning it (the
- * prefetcher; with `nowait`, no room now is SF_E_LIMIT at once). 0 or a
+ * prefetcher; with `nowait`, no room now is -ENOSPC at once). 0 or a
  * negative code. */
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,
                           remote_fill_fn fill, void *ctx);

@@ -158,6 +158,20 @@ class VerifyStrays(RemoteCase):
         local = run("verify", ds, check=0)
         self.assertNotIn("stray", local.stdout)
 
+    def test_a_cache_limit_below_a_shard_is_an_environment_error_not_corruption(self):
+        # It was SF_E_LIMIT, a format limit: verify said CORRUPT for every shard, exit 2,
+        # of a healthy dataset (automation that drops "corrupt" datasets would drop it).
+        ds = os.path.join(self.root, "www", "ds")
+        write_samples(os.path.join(self.root, "src"), 40, seed=4)
+        run("pack", os.path.join(self.root, "src"), "-o", ds, "-q", check=0)
+        shard = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        with servers.Nginx(os.path.join(self.root, "www")) as nginx:
+            r = run("verify", nginx.url + "/ds", "--cache-dir", self.cache(), "--cache-limit",
+                    str(shard - 1))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertNotIn("CORRUPT", r.stdout + r.stderr)
+        self.assertIn("raise cache_limit", r.stdout + r.stderr)
+
 
 
 if __name__ == "__main__":

@@ -371,7 +371,7 @@ Test(remote_cache, a_pinned_object_is_never_evicted)
     wait_published(c, "a");
     wait_published(c, "b");
     /* No room for a third while both are read: refused after the wait. */
-    cr_assert_eq(remote_cache_acquire(&d, c, "d", 1000, 0, fill, &f), SF_E_LIMIT);
+    cr_assert_eq(remote_cache_acquire(&d, c, "d", 1000, 0, fill, &f), -ENOSPC);
     cr_assert(strstr(sf_last_error(), "raise cache_limit"), "%s", sf_last_error());
     cr_assert(exists(c, "a") && exists(c, "b"));
     /* b unpinned (kept open, as the dataset keeps idle descriptors): evicted. */
@@ -559,7 +559,7 @@ Test(remote_cache, an_object_larger_than_the_limit_is_refused_naming_it)
     cr_assert_eq(remote_cache_open(&c, root, 1000, "space"), 0);
     fill_spec f = {0};
     int fd;
-    cr_assert_eq(remote_cache_acquire(&fd, c, "big.sfs", 1001, 0, fill, &f), SF_E_LIMIT);
+    cr_assert_eq(remote_cache_acquire(&fd, c, "big.sfs", 1001, 0, fill, &f), SF_E_INVALID);
     cr_assert(strstr(sf_last_error(), "big.sfs"), "%s", sf_last_error());
     cr_assert_eq(f.calls, 0);
     remote_cache_free(c);
