@@ -383,6 +383,35 @@ static int open_cache_lock(const remote_cache *c)
     return lk;
 }
 
+/* LOCK_EX on ROOT/.lock (lk), which any process holds for milliseconds (a
+ * listing and eviction, a reservation, a rename): polled, so that a holder
+ * stopped (Ctrl-Z, a debugger) or hung fails this after the cache's wait,
+ * naming the lock, where a blocking flock waited for ever without a word.
+ * 0, or a negative code. */
+static int lock_root(const remote_cache *c, int lk)
+{
+    uint64_t waited_ms = 0, limit_ms = (uint64_t)(c->wait_s ? c->wait_s : 1) * 1000;
+    unsigned step_ms = 1;
+    for (;;) {
+        if (flock(lk, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
+            return sf_fail(-errno, "remote cache %s/.lock: %s", c->root, strerror(errno));
+        if (waited_ms >= limit_ms)
+            return sf_fail(-ETIMEDOUT,
+                           "remote cache %s: another process has held %s/.lock for %u s (the "
+                           "cache takes it for milliseconds: that process is stopped or hung; "
+                           "lslocks names it)",
+                           c->root, c->root, c->wait_s ? c->wait_s : 1);
+        sleep_ms(step_ms);
+        waited_ms += step_ms;
+        if (step_ms < 16)
+            step_ms *= 2;
+    }
+}
+
 /* Creates the .part file for `name` with its whole size reserved, holding
  * LOCK_EX: its descriptor, or a negative code. */
 static int reserve_part(const remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
@@ -403,7 +432,10 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
     int rc;
     uint64_t pinned = 0;
     for (;;) {
-        lock_fd(lk, LOCK_EX);
+        if ((rc = lock_root(c, lk)) != 0) {
+            close(lk);
+            return rc;
+        }
         rc = make_room(c, size, &pinned);
         if (rc != 0)
             break; /* fits (1, lock held) or failed */
@@ -533,13 +565,13 @@ static int publish(remote_cache *c, pending *p)
     int lk = rc ? -1 : open_cache_lock(c);
     if (!rc && lk < 0)
         rc = lk;
-    if (!rc) {
-        lock_fd(lk, LOCK_EX);
+    if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (rename(p->part, final) != 0)
             rc = sf_fail(-errno, "%s: rename: %s", final, strerror(errno));
         lock_fd(lk, LOCK_UN);
-        close(lk);
     }
+    if (lk >= 0)
+        close(lk);
     if (rc)
         unlink(p->part);
     else
@@ -651,13 +683,13 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
     int lk = rc ? -1 : open_cache_lock(c);
     if (!rc && lk < 0)
         rc = lk;
-    if (!rc) {
-        lock_fd(lk, LOCK_EX);
+    if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (lock_fd(fd, LOCK_SH) != 0)
             rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
         lock_fd(lk, LOCK_UN);
-        close(lk);
     }
+    if (lk >= 0)
+        close(lk);
     if (!rc && pinned && (*pinned = open_pinned_path(p->part, oflags)) < 0)
         rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
     if (rc) {

@@ -357,6 +357,33 @@ Test(remote_cache, files_that_are_not_the_caches_are_never_counted_or_evicted)
     rmdir(outside);
 }
 
+/* A process stopped (Ctrl-Z, a debugger) while it held ROOT/.lock blocked
+ * every other process of the node in flock, for ever and without a word.
+ * Another open file description of the lock stands in for it here. */
+Test(remote_cache, a_lock_holder_that_never_lets_go_fails_the_download_after_the_wait)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    remote_cache_set_wait(c, 1);
+    char path[600];
+    snprintf(path, sizeof path, "%s/.lock", root);
+    int holder = open(path, O_RDWR | O_CREAT, 0644);
+    cr_assert_geq(holder, 0);
+    cr_assert_eq(flock(holder, LOCK_EX), 0);
+    fill_spec f = {0};
+    int fd = -1;
+    time_t t0 = time(NULL);
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 1000, 0, fill, &f), -ETIMEDOUT, "%s",
+                 sf_last_error());
+    cr_assert_leq(time(NULL) - t0, 5);
+    cr_assert(strstr(sf_last_error(), ".lock for 1 s"), "%s", sf_last_error());
+    cr_assert_eq(f.calls, 0);
+    close(holder); /* let go: it works again */
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    close(fd);
+    remote_cache_free(c);
+}
+
 Test(remote_cache, a_pinned_object_is_never_evicted)
 {
     remote_cache *c;
