@@ -62,6 +62,12 @@ struct dataset_remote {
     int planned; /* a reader plans: its plan run dry is no cue for shard order */
     /* shards this dataset is downloading now (fill_shard), by any thread */
     atomic_uint downloading;
+    /* per shard: the ETag its object had when open read its metadata
+     * (malloc'd; NULL: the store sent none). Mode direct reads each record
+     * with If-Match on it: an object replaced by another of the same size
+     * (which the size check passes) fails the read, HTTP 412, where with
+     * checksums off its records were read from the new object unnoticed. */
+    char **etags;
 };
 
 int sf_is_url(const char *path)
@@ -251,6 +257,9 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     if ((rc = remote_location_open(&x->loc, url)) ||
         (rc = remote_pool_open(&x->pool, x->loc, &x->policy)) || (rc = fetch_manifest(ds, remote_location_display(x->loc))))
         return rc;
+    uint64_t shards = ds->manifest.shard_count;
+    if (!(x->etags = calloc(shards ? shards : 1, sizeof *x->etags)))
+        return sf_fail(-ENOMEM, "out of memory");
     /* verify reads every shard whole through the cache, in either mode. */
     return open_cache(ds, o);
 }
@@ -278,6 +287,9 @@ void dataset_remote_close(sf_dataset *ds)
     remote_location_free(x->loc);
     pthread_cond_destroy(&x->cv);
     pthread_mutex_destroy(&x->lock);
+    for (uint64_t i = 0; x->etags && i < ds->manifest.shard_count; i++)
+        free(x->etags[i]);
+    free(x->etags);
     free(x);
     ds->remote = NULL;
 }
@@ -300,6 +312,7 @@ typedef struct meta_source {
     uint64_t size;
     uint8_t *tail;          /* the last tail_len bytes, once fetched */
     uint64_t tail_off, tail_len;
+    char etag[REMOTE_ETAG_MAX + 1]; /* the first reply's: the later ones must match it */
     char failed[1024];      /* a request's error (URL, range, why), kept whole */
 } meta_source;
 
@@ -308,7 +321,11 @@ typedef struct meta_source {
  * only by its code ("reading the header: remote error"). */
 static int meta_fetch(meta_source *m, void *buf, uint64_t off, uint64_t len)
 {
+    remote_fetcher_if_match(m->f, m->etag); /* a header and a footer of one object */
     int rc = remote_fetch_range_sized(m->f, m->name, m->size, off, len, buf);
+    remote_fetcher_if_match(m->f, NULL);
+    if (!rc && !m->etag[0])
+        snprintf(m->etag, sizeof m->etag, "%s", remote_fetcher_etag(m->f));
     if (rc == SF_E_REMOTE)
         snprintf(m->failed, sizeof m->failed, "%s", sf_last_error());
     return rc;
@@ -367,6 +384,10 @@ static int load_meta_once(sf_dataset *ds, void *arg)
     rc = sf_shard_load_meta_from(&ds->shards[i].meta, m.size, meta_read, &m, exp, bad);
     if (rc == SF_E_REMOTE && m.failed[0])
         rc = sf_fail(rc, "%s", m.failed);
+    free(ds->remote->etags[i]); /* an earlier round's (refetch_damaged) */
+    ds->remote->etags[i] = NULL;
+    if (!rc && m.etag[0] && !(ds->remote->etags[i] = strdup(m.etag)))
+        rc = sf_fail(-ENOMEM, "out of memory");
     free(m.tail);
     remote_pool_give(ds->remote->pool, f);
     return rc;
@@ -746,8 +767,10 @@ int dataset_remote_read(sf_dataset *ds, uint64_t shard, void *dst, uint64_t off,
     int rc = remote_pool_take(&f, ds->remote->pool);
     if (rc)
         return rc;
+    remote_fetcher_if_match(f, ds->remote->etags[shard]);
     rc = remote_fetch_range_sized(f, ds->shards[shard].name, ds->manifest.shards[shard].file_size,
                                   off, len, dst);
+    remote_fetcher_if_match(f, NULL);
     remote_pool_give(ds->remote->pool, f);
     return rc;
 }

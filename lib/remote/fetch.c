@@ -78,6 +78,8 @@ struct remote_fetcher {
     uint64_t rnd;            /* xorshift state for the jitter */
     char curl_err[CURL_ERROR_SIZE];
     remote_fetcher *next;    /* on the pool's idle list */
+    char etag[REMOTE_ETAG_MAX + 1]; /* the last successful reply's strong ETag, "" if none */
+    char if_match[REMOTE_ETAG_MAX + 1]; /* sent as If-Match, "" for none */
 };
 
 /* Where one attempt's body goes. Exactly one of: a fixed buffer (buf, cap),
@@ -108,6 +110,7 @@ typedef struct sink {
     char seen_range[48]; /* that Content-Range's value, for the error ("" if none) */
     uint64_t total;     /* the object's size in a 206's Content-Range (0: none seen) */
     uint64_t expect;    /* the object's size as the caller knows it (0: unknown) */
+    char etag[REMOTE_ETAG_MAX + 1]; /* this response's strong ETag ("" if none or weak) */
     char err[REMOTE_ERROR_BODY_MAX + 1];
     size_t err_len;
 } sink;
@@ -155,6 +158,16 @@ int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
     f->rnd = seed_random(f);
     *out = f;
     return 0;
+}
+
+const char *remote_fetcher_etag(const remote_fetcher *f)
+{
+    return f->etag;
+}
+
+void remote_fetcher_if_match(remote_fetcher *f, const char *etag)
+{
+    snprintf(f->if_match, sizeof f->if_match, "%s", etag && strlen(etag) <= REMOTE_ETAG_MAX ? etag : "");
 }
 
 void remote_fetcher_free(remote_fetcher *f)
@@ -354,6 +367,26 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
         s->range_ok = 0; /* a status line: a new response's headers follow */
         s->total = 0;
         s->seen_range[0] = '\0';
+        s->etag[0] = '\0';
+        return n;
+    }
+    static const char etag_key[] = "etag:";
+    if (n > sizeof etag_key - 1 && strncasecmp(data, etag_key, sizeof etag_key - 1) == 0) {
+        /* Untrusted: kept only whole, printable and strong ("W/..." never
+         * matches an If-Match, which compares strongly). */
+        const char *v = data + sizeof etag_key - 1, *e = end;
+        while (v < e && (*v == ' ' || *v == '\t'))
+            v++;
+        while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        size_t len = (size_t)(e - v);
+        int ok = len >= 2 && len <= REMOTE_ETAG_MAX && v[0] == '"' && v[len - 1] == '"';
+        for (size_t i = 0; ok && i < len; i++)
+            ok = v[i] > 0x20 && v[i] < 0x7f;
+        if (ok) {
+            memcpy(s->etag, v, len);
+            s->etag[len] = '\0';
+        }
         return n;
     }
     static const char key[] = "content-range:";
@@ -422,6 +455,20 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     int rc = remote_curl_prepare(c, f->loc);
     if (rc)
         return rc;
+    struct curl_slist *headers = NULL;
+    if (f->if_match[0]) {
+        /* The location's own headers (signing) and If-Match: one list. */
+        char line[sizeof f->if_match + 16];
+        snprintf(line, sizeof line, "If-Match: %s", f->if_match);
+        struct curl_slist *h;
+        if (remote_headers_append(&headers, f->loc, NULL) != 0 ||
+            !(h = curl_slist_append(headers, line))) {
+            curl_slist_free_all(headers);
+            return sf_fail(-ENOMEM, "out of memory");
+        }
+        headers = h;
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    }
     f->curl_err[0] = '\0';
     s->easy = c;
     s->status = 0;
@@ -435,9 +482,12 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     s->wrong_range = 0;
     s->seen_range[0] = '\0';
     s->total = 0;
+    s->etag[0] = '\0';
     memset(o, 0, sizeof *o);
     o->curl = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(headers);
     o->ignored_range = s->ignored_range;
     o->wrong_range = s->wrong_range;
     if (s->expect && o->curl == CURLE_OK && o->status >= 200 && o->status <= 299) {
@@ -481,6 +531,11 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
                                      "dataset's): upload the dataset again",
                        remote_location_display(f->loc), name, (unsigned long long)s->total,
                        (unsigned long long)s->expect);
+    if (o->curl == CURLE_OK && o->status == 412 && f->if_match[0])
+        return sf_fail(SF_E_REMOTE, "%s/%s%s: HTTP 412: the object changed at the store since the "
+                                     "dataset was opened (its ETag is no longer %s): open the "
+                                     "dataset again",
+                       remote_location_display(f->loc), name, range, f->if_match);
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
@@ -543,8 +598,10 @@ static int request_url(remote_fetcher *f, const char *url, const char *name, int
         int ok2xx = o.curl == CURLE_OK && o.status >= 200 && o.status <= 299;
         if (ok2xx && ranged && s->got < len)
             o.short_body = 1;
-        if (ok2xx && !o.short_body && !s->too_long)
+        if (ok2xx && !o.short_body && !s->too_long) {
+            memcpy(f->etag, s->etag, sizeof f->etag);
             break; /* done */
+        }
         int again = o.short_body || o.wrong_range || remote_retryable(o.curl, o.status) ||
                     (o.curl == CURLE_WRITE_ERROR && s->too_long && !s->grow);
         if (!again || tries > f->policy.retries) {
@@ -800,6 +857,17 @@ int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
 void remote_fetcher_free(remote_fetcher *f)
 {
     (void)f;
+}
+
+const char *remote_fetcher_etag(const remote_fetcher *f)
+{
+    (void)f;
+    return "";
+}
+
+void remote_fetcher_if_match(remote_fetcher *f, const char *etag)
+{
+    (void)f, (void)etag;
 }
 
 int remote_fetch_range(remote_fetcher *f, const char *name, uint64_t off, uint64_t len, void *buf)

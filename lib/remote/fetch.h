@@ -53,10 +53,21 @@ typedef struct remote_policy {
 
 typedef struct remote_fetcher remote_fetcher;
 
+#define REMOTE_ETAG_MAX 128
+
 /* A fetcher for objects under `loc` (which must outlive it). 0 or -ENOMEM. */
 int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
                         const remote_policy *policy);
 void remote_fetcher_free(remote_fetcher *f); /* NULL ok */
+/* The strong ETag (quotes included) of f's last successful reply: "" when
+ * it had none, a weak one or one over REMOTE_ETAG_MAX bytes. */
+const char *remote_fetcher_etag(const remote_fetcher *f);
+/* f's next requests carry If-Match: etag (NULL or "": none, the default):
+ * a store whose object has another ETag answers 412, which fails at once,
+ * SF_E_REMOTE, "the object changed at the store since the dataset was
+ * opened". A fetcher taken from a pool has none set; give it back without
+ * one. */
+void remote_fetcher_if_match(remote_fetcher *f, const char *etag);
 
 /* Bytes [off, off + len) of object `name` into buf (len > 0). 0, or a
  * negative code: -ENOENT (404: the store has no such object), SF_E_REMOTE

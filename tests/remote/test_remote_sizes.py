@@ -80,7 +80,11 @@ class ObjectSize(RemoteCase):
                 finally:
                     os.truncate(path, want)
                 self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-                self.assert_named(r.stdout, ng.url + "/ds", name, want + 4096, want)
+                if mode == "direct":  # each record is read If-Match the ETag open saw
+                    self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
+                    self.assertIn("HTTP 412: the object changed at the store", r.stdout)
+                else:
+                    self.assert_named(r.stdout, ng.url + "/ds", name, want + 4096, want)
 
     def test_a_shard_gone_from_the_store_after_open_is_named_with_its_404(self):
         # It was reported as "evicted from the cache as soon as it arrived, 8 times: raise the
@@ -111,6 +115,43 @@ class ObjectSize(RemoteCase):
                 self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
                 self.assertIn("404", r.stdout)
                 self.assertNotIn("cache limit", r.stdout)
+
+    def test_an_object_replaced_by_another_of_the_same_size_fails_direct_reads(self):
+        # The size check passes it, and with checksums off mode direct read its records from
+        # the new object unnoticed (another dataset's bytes in 34 of 40 batches). Each record
+        # is now read with If-Match on the ETag that open saw: the store answers 412.
+        _, www = self.served(n=200, shard_size="16KiB")
+        name, path = self.shard(www)
+        code = ("import os, sys, shardfeed\n"
+                "L = shardfeed.Loader(sys.argv[1], batch_size=8, shuffle='none', output='numpy',\n"
+                "                     remote_mode='direct', verify=False)\n"
+                "with open(sys.argv[2], 'r+b') as f:  # other bytes, the same size\n"
+                "    f.seek(os.path.getsize(sys.argv[2]) // 2)\n"
+                "    f.write(bytes(64))\n"
+                "t = os.stat(sys.argv[2]).st_mtime + 10  # nginx's ETag: mtime (seconds) and size\n"
+                "os.utime(sys.argv[2], (t, t))\n"
+                "try:\n"
+                "    for _ in L:\n"
+                "        pass\n"
+                "except shardfeed.Error as e:\n"
+                "    print(e)\n"
+                "    os._exit(3)\n"
+                "os._exit(0)\n")
+        with open(path, "rb") as f:
+            original = f.read()
+        st = os.stat(path)
+        with servers.Nginx(www) as ng:
+            try:
+                r = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", path],
+                                   capture_output=True, text=True, timeout=30)
+            finally:
+                with open(path, "wb") as f:
+                    f.write(original)
+                os.utime(path, (st.st_atime, st.st_mtime))
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
+        self.assertIn("HTTP 412: the object changed at the store since the dataset was opened",
+                      r.stdout)
 
 
 if __name__ == "__main__":
