@@ -115,25 +115,41 @@ static int check_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t, uint64_t 
 /* Reads task t synchronously through the buffered fd for substitute():
  * 0, SF_E_CHECKSUM, SF_E_CORRUPT or SF_E_TRUNCATED (not usable), or a read
  * error. */
+static int remote_copy(const sf_reader *r, const reader_task *task, uint8_t *dst, uint64_t off,
+                       uint64_t len)
+{
+    return dataset_remote_read(r->ds, task->shard, dst, off, len);
+}
+
 static int load_sync(sf_reader *r, reader_task *t, reader_scratch *st)
 {
     t->hashed = 0;
-    int rc = reader_task_open(r, t, 0);
+    /* A dataset at a URL in mode direct: by range requests, as its records
+     * are read. Through a descriptor, that is the cache's copy of the whole
+     * shard: a download per substitute, and the cache's errors ("evicted as
+     * soon as it arrived") for a store's (a 404, a changed object). */
+    int direct = dataset_remote_direct(r->ds);
+    int rc = direct ? 0 : reader_task_open(r, t, 0);
     if (rc)
         return rc;
     if (r->compressed) {
-        rc = reader_staged_load(st, r, t, reader_staged_pread);
+        rc = reader_staged_load(st, r, t, direct ? remote_copy : reader_staged_pread);
     } else {
         uint64_t t0 = reader_now_ns();
         for (uint32_t k = 0; k < t->nreads && !rc; k++) {
             reader_read *rd = &t->reads[k];
-            rc = sf_pread_full(t->fd, rd->dst, rd->len, rd->off);
+            rc = direct ? dataset_remote_read(r->ds, t->shard, rd->dst, rd->off, rd->len)
+                        : sf_pread_full(t->fd, rd->dst, rd->len, rd->off);
+            if (rc && !direct && rc != SF_E_TRUNCATED)
+                rc = sf_fail(rc, "%s/%s: %s", r->ds->dir, r->ds->shards[t->shard].name,
+                             sf_strerror(rc));
             if (!rc)
                 rd->done = rd->len;
         }
         reader_account_time(r, reader_now_ns() - t0, 0);
     }
-    reader_task_close(r, t);
+    if (!direct)
+        reader_task_close(r, t);
     if (rc)
         return rc;
     for (uint32_t k = 0; k < t->nreads; k++)
@@ -196,7 +212,8 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
         /* Corrupt, or cut off by a truncation of its shard: try the next. */
         if (rc != SF_E_CHECKSUM && rc != SF_E_CORRUPT && rc != SF_E_TRUNCATED) {
             /* Not reader_task_fail, which may call it one more corrupt sample. */
-            task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_strerror(rc));
+            /* load_sync's detail (a URL, an HTTP status), not only the code's name */
+            task_failf(r, t, rc, "read failed (substituting a corrupt sample): %s", sf_last_error());
             return;
         }
         damaged++;

@@ -92,8 +92,10 @@ class ObjectSize(RemoteCase):
         _, www = self.served(n=200, shard_size="16KiB")
         name, path = self.shard(www)
         code = ("import os, sys, shardfeed\n"
+                "skip = sys.argv[2] == 'direct-skip'\n"
                 "L = shardfeed.Loader(sys.argv[1], batch_size=8, shuffle='none', output='numpy',\n"
-                "                     remote_mode=sys.argv[2], cache_dir=sys.argv[3])\n"
+                "                     remote_mode=sys.argv[2].split('-')[0], cache_dir=sys.argv[3],\n"
+                "                     on_corrupt='skip' if skip else 'error')\n"
                 "os.rename(sys.argv[4], sys.argv[4] + '.away')\n"
                 "try:\n"
                 "    for _ in L:\n"
@@ -102,7 +104,10 @@ class ObjectSize(RemoteCase):
                 "    print(e.code, e)\n"
                 "    os._exit(3)\n"
                 "os._exit(0)\n")
-        for mode in ("cache", "direct"):
+        # direct-skip: the record is skipped as unreadable, and its substitutes (read through
+        # the cache, a download of the shard) failed as "No such file or directory", naming no
+        # URL or status; they are read by range requests as the records are.
+        for mode in ("cache", "direct", "direct-skip"):
             with self.subTest(mode=mode), servers.Nginx(www) as ng:
                 try:
                     r = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", mode,
