@@ -111,6 +111,8 @@ typedef struct sink {
     uint64_t total;     /* the object's size in a 206's Content-Range (0: none seen) */
     uint64_t expect;    /* the object's size as the caller knows it (0: unknown) */
     char etag[REMOTE_ETAG_MAX + 1]; /* this response's strong ETag ("" if none or weak) */
+    char encoding[32];  /* its Content-Encoding other than identity ("" if none) */
+    char location[256]; /* its Location (a redirect's target, for the error) */
     char err[REMOTE_ERROR_BODY_MAX + 1];
     size_t err_len;
 } sink;
@@ -358,6 +360,26 @@ static int parse_u64(const char **p, const char *end, uint64_t *out)
  * for (range_ok; on_body refuses the body otherwise), and TOTAL is the
  * object's size, which the caller checks against the manifest's
  * (remote_fetch_range_sized). */
+/* When the header line [data, end) is `key` (lower case, with its ':'):
+ * its value, trimmed, untrusted bytes shown as '?', cut to cap - 1, into
+ * out; 1. Else 0. */
+static int header_value(const char *data, const char *end, const char *key, char *out, size_t cap)
+{
+    size_t k = strlen(key);
+    if ((size_t)(end - data) <= k || strncasecmp(data, key, k) != 0)
+        return 0;
+    const char *v = data + k;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    size_t n = 0;
+    for (; v < end && n < cap - 1; v++)
+        out[n++] = *v >= 0x20 && *v < 0x7f ? *v : '?';
+    out[n] = '\0';
+    return 1;
+}
+
 static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
     sink *s = arg;
@@ -367,9 +389,16 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
         s->range_ok = 0; /* a status line: a new response's headers follow */
         s->total = 0;
         s->seen_range[0] = '\0';
-        s->etag[0] = '\0';
+        s->etag[0] = s->encoding[0] = s->location[0] = '\0';
         return n;
     }
+    if (header_value(data, end, "content-encoding:", s->encoding, sizeof s->encoding)) {
+        if (!strcasecmp(s->encoding, "identity"))
+            s->encoding[0] = '\0';
+        return n;
+    }
+    if (header_value(data, end, "location:", s->location, sizeof s->location))
+        return n;
     static const char etag_key[] = "etag:";
     if (n > sizeof etag_key - 1 && strncasecmp(data, etag_key, sizeof etag_key - 1) == 0) {
         /* Untrusted: kept only whole, printable and strong ("W/..." never
@@ -419,6 +448,7 @@ typedef struct outcome {
     CURLcode curl;
     long status;
     int short_body;   /* 2xx, but fewer bytes than asked for */
+    int encoded;      /* 2xx with a Content-Encoding (gzip...): its bytes are not the object's */
     int ignored_range;/* 200 to a range that is not the whole object */
     int wrong_range;  /* 206 for another range than asked, or naming none */
     int wrong_size;   /* the store's object is not the size the caller expects */
@@ -482,7 +512,7 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     s->wrong_range = 0;
     s->seen_range[0] = '\0';
     s->total = 0;
-    s->etag[0] = '\0';
+    s->etag[0] = s->encoding[0] = s->location[0] = '\0';
     memset(o, 0, sizeof *o);
     o->curl = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
@@ -536,6 +566,16 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
                                      "dataset was opened (its ETag is no longer %s): open the "
                                      "dataset again",
                        remote_location_display(f->loc), name, range, f->if_match);
+    if (o->encoded)
+        return sf_fail(SF_E_REMOTE, "%s/%s%s: HTTP %ld with Content-Encoding: %s, not asked for: "
+                                     "the server must send the files as they are (nginx: no gzip "
+                                     "for .sfs and .sfm)",
+                       remote_location_display(f->loc), name, range, o->status, s->encoding);
+    if (o->curl == CURLE_OK && o->status >= 300 && o->status <= 399)
+        return sf_fail(SF_E_REMOTE, "%s/%s%s: HTTP %ld, a redirect%s%s: redirects are not "
+                                     "followed; give the final URL",
+                       remote_location_display(f->loc), name, range, o->status,
+                       s->location[0] ? " to " : "", s->location);
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
@@ -596,6 +636,13 @@ static int request_url(remote_fetcher *f, const char *url, const char *name, int
             break;
         }
         int ok2xx = o.curl == CURLE_OK && o.status >= 200 && o.status <= 299;
+        if (ok2xx && s->encoding[0]) {
+            /* compressed bytes as the object's: open called the dataset corrupt (bad
+             * magic, exit 2) */
+            o.encoded = 1;
+            rc = fail_request(f, name, ranged, from, last, &o, s, tries);
+            break;
+        }
         if (ok2xx && ranged && s->got < len)
             o.short_body = 1;
         if (ok2xx && !o.short_body && !s->too_long) {

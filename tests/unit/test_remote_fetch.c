@@ -430,4 +430,69 @@ Test(remote_fetch, a_refused_connection_is_retried_then_named)
     remote_location_free(loc);
 }
 
+/* A redirect is not followed: it said only "HTTP 302 (1 attempt)". */
+Test(remote_fetch, a_redirect_names_its_target_and_says_it_is_not_followed)
+{
+    responder s = {0};
+    add(&s, "HTTP/1.1 302 Found\r\nLocation: https://elsewhere.example/ds/o\r\nContent-Length: 0",
+        "", 0);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 2);
+    uint8_t buf[4];
+    cr_assert_eq(remote_fetch_range(f, "o", 0, 4, buf), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "HTTP 302, a redirect to https://elsewhere.example/ds/o: "
+                                      "redirects are not followed"),
+              "%s", sf_last_error());
+    cr_assert_eq(s.served, 1);
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
+/* Compressed bytes are not the object's: open called such a dataset
+ * corrupt (bad magic, exit 2). */
+Test(remote_fetch, a_body_with_a_content_encoding_is_refused_naming_it)
+{
+    responder s = {0};
+    add(&s, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4", "\x1f\x8b\x08\x00", 4);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 2);
+    uint8_t *out = NULL;
+    uint64_t len = 0;
+    cr_assert_eq(remote_fetch_object(f, "manifest.sfm", 1000, &out, &len), SF_E_REMOTE);
+    cr_assert(strstr(sf_last_error(), "Content-Encoding: gzip, not asked for"), "%s", sf_last_error());
+    cr_assert_null(out);
+    cr_assert_eq(s.served, 1);
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
+/* The ETag a reply carried, for If-Match later: strong ones only (a weak
+ * one never matches an If-Match). */
+Test(remote_fetch, a_replys_strong_etag_is_kept)
+{
+    responder s = {0};
+    add(&s, "HTTP/1.1 206 Partial Content\r\nETag: \"abc-1\"\r\nContent-Range: bytes 0-3/10\r\n"
+            "Content-Length: 4", "abcd", 4);
+    add(&s, "HTTP/1.1 206 Partial Content\r\nETag: W/\"weak\"\r\nContent-Range: bytes 0-3/10\r\n"
+            "Content-Length: 4", "abcd", 4);
+    responder_start(&s);
+    remote_location *loc;
+    remote_fetcher *f;
+    open_fetcher(&loc, &f, &s, 0);
+    uint8_t buf[4];
+    cr_assert_eq(remote_fetch_range(f, "o", 0, 4, buf), 0, "%s", sf_last_error());
+    cr_assert_str_eq(remote_fetcher_etag(f), "\"abc-1\"");
+    cr_assert_eq(remote_fetch_range(f, "o", 0, 4, buf), 0, "%s", sf_last_error());
+    cr_assert_str_eq(remote_fetcher_etag(f), "");
+    remote_fetcher_free(f);
+    remote_location_free(loc);
+    responder_stop(&s);
+}
+
 #endif
