@@ -416,7 +416,8 @@ class Loader(EpochControl):
         return self._samples_per_epoch
 
     def __iter__(self):
-        """An iterator over the rest of the current epoch (see Epochs in help(shardfeed))."""
+        """An iterator over the current epoch, from its first batch or from where
+        load_state_dict() put it (see Epochs in help(shardfeed))."""
         self._check_open()
         gen, epoch, start, before = self._begin_epoch()
         try:

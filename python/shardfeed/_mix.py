@@ -262,7 +262,8 @@ class MixedLoader(EpochControl):
         return [c.dataset for c in self._children]
 
     def __iter__(self):
-        """An iterator over the rest of the current epoch."""
+        """An iterator over the current epoch, from its first batch or from where
+        load_state_dict() put it."""
         self._check_open()
         gen, epoch, start, before = self._begin_epoch()
         try:
