@@ -136,8 +136,13 @@ static void print_text(const sf_dataset *ds, const char *dir)
         sf_field_info f;
         sf_dataset_field(&f, ds, i);
         shape_text(shape, sizeof shape, &f);
-        printf("  %-16s %-10s %-18s %10llu bytes  %s%s\n", f.name, f.dtype_name, shape,
-               (unsigned long long)f.item_size, storage_name(f.storage),
+        char size[32]; /* a variable-length value has no one size ("0 bytes" said it had) */
+        if (f.storage == SF_STORAGE_VARIABLE)
+            snprintf(size, sizeof size, "%16s", "any size");
+        else
+            snprintf(size, sizeof size, "%10llu bytes", (unsigned long long)f.item_size);
+        printf("  %-16s %-10s %-18s %s  %s%s\n", f.name, f.dtype_name, shape, size,
+               storage_name(f.storage),
                f.codec != SF_CODEC_NONE ? (f.codec == SF_CODEC_ZSTD ? ", zstd" : ", ?") : "");
     }
     printf("shards\n");

@@ -219,6 +219,10 @@ class ListInput(Base):
         j = json.loads(run("inspect", self.out, "--json").stdout)
         self.assertEqual(([f["name"] for f in j["fields"]], j["samples"]),
                          (["data", "label", "weight"], 2))
+        # inspect: a variable-length field has no one size (it said "0 bytes")
+        text = run("inspect", self.out).stdout
+        self.assertRegex(text, r"\n  data +bytes +\(\*,\) +any size  payload, variable length\n")
+        self.assertRegex(text, r"\n  label +int64 +\(\) +8 bytes  inline in the index\n")
 
     def test_export_writes_the_files_and_a_list_that_packs_the_same(self):
         root, data = self.files(["a/x 1.bin", "b/y.bin"])
