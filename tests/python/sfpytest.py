@@ -9,6 +9,7 @@ SHARDFEED (the CLI), SF_SOURCE_DIR, SF_TEST_TMP in the environment. By hand:
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 
@@ -82,6 +83,36 @@ def as_numpy(x):
 def epoch_ids(loader):
     """Every batch's ids (a list of lists) for one iteration of `loader`."""
     return [as_numpy(b.ids).tolist() for b in loader]
+
+
+def drain_shared(it, record, threads=3):
+    """(what record(batch) gives for every batch, errors) of `threads` threads sharing one
+    iterator. Each retries while another thread's next() is under way (refused: one thread
+    iterates a Loader at a time); any other exception is an error that stops its thread."""
+    got, errors = [], []
+
+    def work():
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                return
+            except RuntimeError as e:
+                if "in use by another thread" in str(e):
+                    continue
+                errors.append(e)
+                return
+            except BaseException as e:  # an AssertionError in the mix, say
+                errors.append(e)
+                return
+            got.append(record(b))
+
+    ts = [threading.Thread(target=work) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return got, errors
 
 
 class BusyReader:

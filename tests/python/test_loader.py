@@ -19,7 +19,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, epoch_ids, load_source, pack,  # noqa: E402
+from sfpytest import (HAVE_TORCH, PYTHON, as_numpy, drain_shared, epoch_ids, load_source, pack,  # noqa: E402
                       rekey, remove, scratch, shardfeed, torch, write_samples)
 
 N = 203          # not a multiple of any batch size used
@@ -730,31 +730,6 @@ class Threads(unittest.TestCase):
         self.assertEqual(out[0], epoch_ids(loader(seed=4)))
 
 
-def drain_shared(it, threads=3):
-    """(epoch, index) of every batch that `threads` threads sharing one iterator got: each
-    retries while another thread's call is under way (refused: one thread at a time)."""
-    got = []
-
-    def work():
-        while True:
-            try:
-                b = next(it)
-            except StopIteration:
-                return
-            except RuntimeError as e:
-                if "in use by another thread" not in str(e):
-                    raise
-                continue
-            got.append((b.epoch, b.index))
-
-    ts = [threading.Thread(target=work) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
-
-
 class SharedIterator(unittest.TestCase):
     def test_threads_sharing_an_iterator_get_each_batch_of_the_epoch_once(self):
         # A thread past the "done?" check while another took the epoch's end read on into
@@ -763,7 +738,8 @@ class SharedIterator(unittest.TestCase):
         n = (N + B - 1) // B
         for trial in range(30):
             ld = loader(batch_size=B, shuffle="global", seed=2, prefetch=8)
-            got = drain_shared(iter(ld))
+            got, errors = drain_shared(iter(ld), lambda b: (b.epoch, b.index))
+            self.assertEqual(errors, [])
             self.assertEqual(sorted(got), [(0, i) for i in range(n)], f"trial {trial}")
             self.assertEqual((ld.epoch, ld.state_dict()["next_batch"]), (1, 0))
             first = next(iter(ld))

@@ -4,13 +4,12 @@ resume, and the errors (fields that differ, bad weights, states of the other kin
 sfpytest.py for how to run it by hand."""
 import os
 import sys
-import threading
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sfpytest import (HAVE_TORCH, BusyReader, ReaderWithHook, as_numpy, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
+from sfpytest import (HAVE_TORCH, BusyReader, ReaderWithHook, as_numpy, drain_shared, pack, rekey, remove, scratch, shardfeed,  # noqa: E402
                       torch, write_samples)
 
 NA, NB = 997, 613   # neither a multiple of the batch size
@@ -415,30 +414,7 @@ class SharedIterator(unittest.TestCase):
         # thread past the "done?" check read step 0 again after another took the epoch's end.
         for trial in range(20):
             ld = mixed((1, 1), batch_size=1 + trial % 3, shuffle="global", seed=trial)
-            got, errors = [], []
-            it = iter(ld)
-
-            def work():
-                while True:
-                    try:
-                        b = next(it)
-                    except StopIteration:
-                        return
-                    except RuntimeError as e:
-                        if "in use by another thread" in str(e):
-                            continue
-                        errors.append(e)
-                        return
-                    except BaseException as e:  # an AssertionError in the mix
-                        errors.append(e)
-                        return
-                    got.append((b.index, int(as_numpy(b.sources)[0])))
-
-            ts = [threading.Thread(target=work) for _ in range(3)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+            got, errors = drain_shared(iter(ld), lambda b: (b.index, int(as_numpy(b.sources)[0])))
             self.assertEqual(errors, [])
             self.assertEqual(sorted(i for i, _ in got), list(range(len(ld))), f"trial {trial}")
             self.assertEqual([sum(1 for _, s in got if s == k) for k in (0, 1)], ld.counts)
