@@ -53,9 +53,11 @@ typedef struct sf_remote_opts {
                               (bytes, or with a unit: 512MiB; anything else is SF_E_INVALID
                               at open), else SF_REMOTE_DEFAULT_CACHE_LIMIT */
     uint32_t retries;      /* attempts after the first failed one, at most
-                              SF_REMOTE_MAX_RETRIES; 0: 6 */
+                              SF_REMOTE_MAX_RETRIES; 0: $SHARDFEED_REMOTE_RETRIES (0 to 100),
+                              else 6 */
     uint32_t timeout_ms;   /* a request that receives nothing for this long fails (and is
-                              retried); 0: 30000 */
+                              retried); 0: $SHARDFEED_REMOTE_TIMEOUT_MS (100 to 3600000),
+                              else 30000 */
 } sf_remote_opts;
 
 #define SF_REMOTE_MAX_RETRIES 100u

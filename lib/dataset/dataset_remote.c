@@ -127,6 +127,24 @@ bad:
                    name, v);
 }
 
+/* $name as an integer in [lo, hi] into *out (unchanged when unset):
+ * SF_E_INVALID naming it when it is anything else. */
+static int env_u32(uint32_t *out, const char *name, uint32_t lo, uint32_t hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    uint64_t x = 0;
+    const char *p = v;
+    for (; *p >= '0' && *p <= '9' && x <= hi; p++)
+        x = x * 10 + (uint64_t)(*p - '0');
+    if (p == v || *p || x < lo || x > hi)
+        return sf_fail(SF_E_INVALID, "$%s='%.40s': expected a whole number from %u to %u", name, v,
+                       lo, hi);
+    *out = (uint32_t)x;
+    return 0;
+}
+
 /* opts->cache_dir, else the environment's choice (remote.h). */
 static int cache_root(char *out, size_t cap, const sf_remote_opts *o)
 {
@@ -249,6 +267,14 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     x->policy.retries = o && o->retries ? o->retries : SF_REMOTE_DEFAULT_RETRIES;
     x->policy.timeout_ms = o && o->timeout_ms ? o->timeout_ms : SF_REMOTE_DEFAULT_TIMEOUT_MS;
     int rc;
+    /* Python and the command line give neither: a dead or trickling server
+     * cost 7 attempts of 30 s with no way to shorten them. */
+    if ((!o || !o->retries) &&
+        (rc = env_u32(&x->policy.retries, "SHARDFEED_REMOTE_RETRIES", 0, SF_REMOTE_MAX_RETRIES)))
+        return rc;
+    if ((!o || !o->timeout_ms) &&
+        (rc = env_u32(&x->policy.timeout_ms, "SHARDFEED_REMOTE_TIMEOUT_MS", 100, 3600000)))
+        return rc;
     x->cache_limit = o ? o->cache_limit : 0;
     if (!x->cache_limit && (rc = env_cache_limit(&x->cache_limit)))
         return rc;

@@ -175,5 +175,33 @@ class Faults(RemoteCase):
                 self.assertLess(time.monotonic() - t0, 30)
 
 
+class SilentServer(RemoteCase):
+    def test_the_environment_shortens_the_wait_for_a_server_that_never_answers(self):
+        # A server that takes the connection and sends nothing cost 7 attempts of 30 s, and
+        # neither Python nor the command line could say otherwise: $SHARDFEED_REMOTE_TIMEOUT_MS
+        # and $SHARDFEED_REMOTE_RETRIES do, where sf_remote_opts leaves them 0.
+        import socket
+        import subprocess
+        from clitest import SHARDFEED
+        with socket.socket() as listener:  # listens (the kernel completes connections), never reads
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}/ds"
+            env = dict(os.environ, SHARDFEED_REMOTE_TIMEOUT_MS="500", SHARDFEED_REMOTE_RETRIES="1")
+            start = time.monotonic()
+            r = subprocess.run([SHARDFEED, "inspect", url], capture_output=True, text=True,
+                               env=env, timeout=60)
+            took = time.monotonic() - start
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("(2 attempts)", r.stderr)
+        self.assertLess(took, 20)
+        for var, bad in (("SHARDFEED_REMOTE_TIMEOUT_MS", "30s"), ("SHARDFEED_REMOTE_RETRIES", "101")):
+            with self.subTest(var=var):
+                r = subprocess.run([SHARDFEED, "inspect", url], capture_output=True, text=True,
+                                   env=dict(os.environ, **{var: bad}), timeout=60)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(f"${var}='{bad}'", r.stderr)
+
+
 if __name__ == "__main__":
     main()
