@@ -221,10 +221,11 @@ void sf_dataset_close(sf_dataset *ds)
 {
     if (!ds)
         return;
-    dataset_remote_close(ds); /* first: its prefetcher reads the shards' metadata */
+    dataset_files_leave_budget(ds); /* first: no other open trims it from now on */
+    dataset_remote_close(ds); /* then: its prefetcher reads the shards' metadata */
     for (uint64_t i = 0; ds->shards && i < ds->manifest.shard_count; i++) {
         sf_open_shard *s = &ds->shards[i];
-        const uint8_t *map = atomic_load(&s->map);
+        const uint8_t *map = atomic_exchange(&s->map, NULL);
         if (map)
             munmap((void *)map, s->meta.file_size);
         sf_shard_meta_clear(&s->meta);

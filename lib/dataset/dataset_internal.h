@@ -53,6 +53,11 @@ void sf_dataset_free_metadata(sf_dataset *ds);
  * first use too, and keeps no descriptor. Thread-safe. */
 int dataset_files_init(sf_dataset *ds);
 void dataset_files_free(sf_dataset *ds); /* none made ok */
+/* Takes the dataset out of the process's descriptor budget (again in
+ * dataset_files_free: once is enough). Before a close unmaps its shards:
+ * another dataset's open reshares the budget, and its trim of this one
+ * unmapped a map the close had unmapped already. */
+void dataset_files_leave_budget(sf_dataset *ds);
 /* The descriptor of `shard` (O_DIRECT with `direct`), opened if need be:
  * 0, or a negative code with detail naming the file (SF_E_UNSUPPORTED for
  * O_DIRECT on a file system without it). The caller holds it until

@@ -93,6 +93,7 @@ struct dataset_files {
     _Atomic uint64_t cap;
     int keep;              /* every entry fits: opened ones stay open, no pins */
     int budgeted;          /* joined the process's budget (budget_join) */
+    unsigned budget_generation; /* the budget's then (a forked child starts another) */
     dataset_files *budget_prev, *budget_next; /* the budget's sharing datasets (!keep) */
     uint64_t lru_head, lru_tail; /* least and most recently released */
     uint64_t idle_pinned[IDLE_PINNED]; /* oldest first: idle, cache_pinned */
@@ -279,7 +280,9 @@ static void make_room_locked(dataset_files *f)
  * each sharing dataset -- reserves them and keeps them open until close:
  * io_uring may register them, so they can never be taken back. Half, so
  * that whichever opens first (a Dataset for its schema, then a Loader's
- * own) leaves the next at least as much as it took. The others share what
+ * own) leaves the next at least as much room as it took: not always enough
+ * to keep its own (with one of the same size kept, only a third of the
+ * budget is), but enough to share without closing any. The others share what
  * the reservations leave, equally, at least BUDGET_FLOOR each: a dataset
  * that joins or leaves reshares it, and those whose share shrank close idle
  * entries down to it at once (entries being read stay: only pinned ones
@@ -287,16 +290,36 @@ static void make_room_locked(dataset_files *f)
  * for the floors and the entries being read.
  *
  * Lock order: budget_lock, then a dataset's f->lock; nothing takes
- * budget_lock under an f->lock. */
+ * budget_lock under an f->lock.
+ *
+ * A forked child starts a budget of its own (budget_fork_child): the
+ * datasets it inherited are its parent's, whose locks a parent thread may
+ * have held at the fork (a child's open that reshared took them and hung,
+ * 16 in 1,500 forks), and whose descriptors and cache pins it shares with
+ * the parent (a trim there would drop the parent's flock pins). */
 #define BUDGET_FLOOR 16u
 
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned budget_generation; /* one more in each forked child */
 static dataset_files *budget_sharing; /* the datasets without keep, linked */
 static uint64_t budget_sharing_n;
 static uint64_t budget_reserved; /* entries the keep datasets reserved */
 /* fd_cap_default() when the last dataset joined; written under budget_lock,
  * read without it for a message */
 static _Atomic uint64_t budget_total;
+
+static void budget_fork_child(void)
+{
+    pthread_mutex_init(&budget_lock, NULL); /* a parent thread may have held it */
+    budget_sharing = NULL;
+    budget_sharing_n = budget_reserved = 0;
+    budget_generation++;
+}
+
+static void budget_install_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, budget_fork_child);
+}
 
 /* Under budget_lock: every sharing dataset's cap is its share now; those
  * other than `except` (joining: it has nothing open) close idle entries
@@ -322,7 +345,10 @@ static void budget_share_locked(const dataset_files *except)
  * keeps them, or shares. */
 static void budget_join(dataset_files *f)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, budget_install_fork_handler);
     pthread_mutex_lock(&budget_lock);
+    f->budget_generation = budget_generation;
     uint64_t total = fd_cap_default();
     atomic_store_explicit(&budget_total, total, memory_order_relaxed);
     uint64_t committed = budget_reserved + budget_sharing_n * BUDGET_FLOOR;
@@ -349,6 +375,12 @@ static void budget_leave(dataset_files *f)
     if (!f->budgeted)
         return;
     pthread_mutex_lock(&budget_lock);
+    if (f->budget_generation != budget_generation) {
+        /* opened by the parent of this forked child: not in this budget */
+        f->budgeted = 0;
+        pthread_mutex_unlock(&budget_lock);
+        return;
+    }
     if (f->keep) {
         assert(budget_reserved >= f->count);
         budget_reserved -= f->count;
@@ -401,12 +433,18 @@ int dataset_files_init(sf_dataset *ds)
     return 0;
 }
 
+void dataset_files_leave_budget(sf_dataset *ds)
+{
+    if (ds->files)
+        budget_leave(ds->files);
+}
+
 void dataset_files_free(sf_dataset *ds)
 {
     dataset_files *f = ds->files;
     if (!f)
         return;
-    budget_leave(f); /* first: a resharing dataset takes f->lock */
+    budget_leave(f); /* first (if sf_dataset_close did not): a resharing dataset takes f->lock */
     for (uint64_t e = 0; f->fds && e < f->count; e++) {
         if (f->kept_pin && e % 2 == 0 && f->kept_pin[e / 2])
             f->fds[e].pins--; /* map_publish's */

@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dtype.h"
@@ -1521,6 +1522,58 @@ Test(reader, default_prefetch_stays_within_the_descriptor_cap)
                      (unsigned long long)low.rlim_cur, st.prefetch);
         sf_reader_close(r);
     }
+}
+
+/* The open datasets of a process share half the soft RLIMIT_NOFILE (32 of
+ * 64 here), equally among those that cannot keep all their shards open: a
+ * second one halves the first's share. A forked child starts a budget of
+ * its own: the parent's datasets are not its to reshare (a child's open took
+ * their locks, which a parent thread may have held at the fork, and hung). */
+Test(reader, the_process_shares_one_descriptor_budget_and_a_forked_child_starts_its_own)
+{
+    test_ds d = make_ds("budget", 300, 8192, 4096); /* 43 shards: 86 entries, over 32 */
+    struct rlimit rl, low;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    low = rl;
+    low.rlim_cur = 64;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0, "%s", strerror(errno));
+    sf_dataset *a, *b;
+    cr_assert_eq(sf_dataset_open(&a, d.dir), 0, "%s", sf_last_error());
+    cr_assert_not(dataset_fd_all_kept(a));
+    cr_assert_eq(dataset_fd_cap(a), 32);
+    cr_assert_eq(sf_dataset_open(&b, d.dir), 0, "%s", sf_last_error());
+    cr_assert_eq(dataset_fd_cap(a), 16);
+    cr_assert_eq(dataset_fd_cap(b), 16);
+    sf_dataset_close(b);
+    cr_assert_eq(dataset_fd_cap(a), 32, "a closed dataset's share went back");
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        uint64_t cap = 0;
+        sf_dataset *c;
+        if (sf_dataset_open(&c, d.dir) == 0) {
+            cap = dataset_fd_cap(c);
+            sf_dataset_close(c);
+        }
+        sf_dataset_close(a); /* the parent's: leaves nothing of the child's budget */
+        if (write(pipefd[1], &cap, sizeof cap) != (ssize_t)sizeof cap)
+            _exit(2);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    uint64_t child_cap = 0;
+    cr_assert_eq(read(pipefd[0], &child_cap, sizeof child_cap), (ssize_t)sizeof child_cap);
+    close(pipefd[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cr_assert_eq(child_cap, 32, "the child shared with its parent's dataset: %llu",
+                 (unsigned long long)child_cap);
+    cr_assert_eq(dataset_fd_cap(a), 32);
+    sf_dataset_close(a);
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "%s", strerror(errno));
 }
 
 /* ---- device delivery ------------------------------------------------------------------------- */
