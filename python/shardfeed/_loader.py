@@ -17,12 +17,11 @@ from ._shardfeed import Error
 class _EpochIterator:
     """Iterator over the rest of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_done")
+    __slots__ = ("_loader", "_gen", "_done")
 
-    def __init__(self, loader, gen, epoch):
+    def __init__(self, loader, gen):
         self._loader = loader
         self._gen = gen
-        self._epoch = epoch
         self._done = False
 
     def __iter__(self):
@@ -42,31 +41,42 @@ class _EpochIterator:
         if self._done:
             raise StopIteration
         loader = self._loader
-        self._check_current()
+        # One step at a time, from the read to its count: the reader refuses a second
+        # thread's read while one runs, but not one that starts between a read's return and
+        # its count. Threads sharing this iterator so handed out batch (1, 0) in epoch 0 (the
+        # reader had gone on past an end another thread took), or dropped the epoch's last
+        # batch. `took` (set with the flag, in one step) frees the token on every way out,
+        # a signal's exception included.
+        took = False
         try:
-            b = loader._reader.next()
-        except Error as e:
-            if e.code == _C.E_STATE:
-                raise _held_error(e, loader) from None
-            raise
-        # The call let go of the GIL: another thread's set_epoch(), load_state_dict() or
-        # close() may have come meanwhile. Then the position it set stands: this batch (or
-        # this epoch's end) is dropped, not counted over it. The check and the update are
-        # one step under the Loader's lock, which those calls take too.
-        with loader._lock:
-            self._check_current()
-            # Another thread sharing this iterator may have taken the epoch's end while this
-            # one read: then the reader went on into the next epoch, and this batch is the
-            # next iter()'s first (handed out here, it was handed out twice, and the position
-            # said one batch past it). Dropped, as the reader is set back there by that iter().
-            if self._done or (b is not None and b.epoch != self._epoch):
-                self._done = True
-                raise StopIteration
-            if b is None:
-                self._done = True
-                loader._epoch_ended()
-                raise StopIteration
-            loader._pos = b.index + 1
+            with loader._lock:
+                self._check_current()
+                if self._done:  # another thread sharing the iterator took the epoch's end
+                    raise StopIteration
+                if loader._stepping:
+                    raise RuntimeError("shardfeed: the reader is in use by another thread (one "
+                                       "thread iterates a Loader at a time)")
+                took = loader._stepping = True
+            try:
+                b = loader._reader.next()
+            except Error as e:
+                if e.code == _C.E_STATE:
+                    raise _held_error(e, loader) from None
+                raise
+            # The call let go of the GIL: another thread's set_epoch(), load_state_dict() or
+            # close() may have come meanwhile. Then the position it set stands: this batch (or
+            # this epoch's end) is dropped, not counted over it. The check and the update are
+            # one step under the Loader's lock, which those calls take too.
+            with loader._lock:
+                self._check_current()
+                if b is None:
+                    self._done = True
+                    loader._epoch_ended()
+                    raise StopIteration
+                loader._pos = b.index + 1
+        finally:
+            if took:
+                loader._stepping = False
         batch = loader._convert(b)
         if loader.fields is not None:
             return tuple(batch[name] for name in loader.fields)
@@ -301,6 +311,7 @@ class Loader(EpochControl):
         self._final_stats = None
         self._lock = threading.RLock()
         self._pid = os.getpid()  # a forked child touches neither the reader nor _lock
+        self._stepping = False  # a step under way (_EpochIterator.__next__)
         # ---- mixing (issue 17): a list of paths is a MixedLoader (Loader.__new__) ----
         if weights is not None:
             raise ValueError("shardfeed: weights= mixes several datasets: give path as a list "
@@ -426,7 +437,7 @@ class Loader(EpochControl):
         except BaseException:
             self._begin_failed(gen, before)
             raise
-        return _EpochIterator(self, gen, epoch)
+        return _EpochIterator(self, gen)
 
     # ---- resume ----
     def _options(self):

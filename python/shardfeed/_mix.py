@@ -159,20 +159,21 @@ class _MixIterator:
         # threads sharing an iterator took the same step twice (a dataset giving more batches
         # than its share, then "ran out within its own epoch"). Refused, as one dataset's
         # reader refuses a second thread.
-        with loader._lock:
-            if loader._stepping:
-                raise RuntimeError("shardfeed: the mix is in use by another thread (one thread "
-                                   "iterates a Loader at a time)")
-            self._check_current()
-            if self._done:  # another thread sharing the iterator took the epoch's end
-                raise StopIteration
-            pos = loader._pos
-            if pos >= len(self._steps):
-                self._done = True
-                loader._epoch_ended()
-                raise StopIteration
-            loader._stepping = True
+        took = False  # set with the flag, in one step: freed on every way out
         try:
+            with loader._lock:
+                if loader._stepping:
+                    raise RuntimeError("shardfeed: the mix is in use by another thread (one "
+                                       "thread iterates a Loader at a time)")
+                self._check_current()
+                if self._done:  # another thread sharing the iterator took the epoch's end
+                    raise StopIteration
+                pos = loader._pos
+                if pos >= len(self._steps):
+                    self._done = True
+                    loader._epoch_ended()
+                    raise StopIteration
+                took = loader._stepping = True
             i = self._steps[pos]
             batch = self._read(i)
             # Another thread's set_epoch() etc. during the read stands: checked, and the
@@ -181,7 +182,8 @@ class _MixIterator:
                 self._check_current()
                 loader._pos = pos + 1
         finally:
-            loader._stepping = False
+            if took:
+                loader._stepping = False
         batch.index = pos
         batch._sources = i  # Batch.sources makes the tensor if asked for
         if loader.fields is not None:

@@ -420,6 +420,42 @@ class SharedIterator(unittest.TestCase):
             self.assertEqual([sum(1 for _, s in got if s == k) for k in (0, 1)], ld.counts)
             ld.close()
 
+    def test_an_exception_anywhere_in_a_step_leaves_the_loader_usable(self):
+        # A signal's exception (Ctrl-C, a SIGALRM watchdog) that came between setting the
+        # "step under way" flag and the try that clears it (at the lock's __exit__) left a mix
+        # refusing every later next() as "in use by another thread". A signal's handler runs
+        # at a call: here an exception is raised at each call a step makes in turn (a profile
+        # function sees C calls too) once the flag is set, for a mix and for one dataset.
+        import shardfeed._loader as loadermod
+        import shardfeed._mix as mixmod
+        for make, code in ((lambda: mixed((1, 1)), mixmod._MixIterator.__next__.__code__),
+                           (lambda: shardfeed.Loader(A, B, output="numpy"),
+                            loadermod._EpochIterator.__next__.__code__)):
+            for nth in range(8):
+                ld = make()
+                seen = [0]
+
+                def profile(frame, event, arg, ld=ld, nth=nth):
+                    step = frame if event == "c_call" else frame.f_back
+                    if (event in ("call", "c_call") and step is not None and step.f_code is code
+                            and ld._stepping):
+                        seen[0] += 1
+                        if seen[0] == nth + 1:
+                            raise KeyboardInterrupt("a signal")
+
+                it = iter(ld)
+                sys.setprofile(profile)
+                try:
+                    next(it)
+                except KeyboardInterrupt:
+                    pass
+                finally:
+                    sys.setprofile(None)
+                self.assertFalse(ld._stepping, f"{code.co_qualname}, call {nth}")
+                ld.set_epoch(1)
+                self.assertEqual(sum(1 for _ in ld), len(ld))
+                ld.close()
+
 
 # A child under RLIMIT_NOFILE 128: a mix of two 300-shard datasets read under a global shuffle
 # for two epochs, the most descriptors the process held, then 40 more files opened.
