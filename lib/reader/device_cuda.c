@@ -329,9 +329,13 @@ static int cuda_wait(reader_device *d, uint32_t slot)
         /* The slot is freed after this returns, error or not, and its host
          * bytes refilled: with its copy still queued, that copy (and the
          * consumer's work queued after it) read a later batch's bytes. Wait
-         * for the slot's stream, or the whole device, as cuda_copy does. */
-        if (cudaStreamSynchronize(d->stream[slot]) != cudaSuccess)
+         * for the slot's stream, or the whole device, as cuda_copy does: the
+         * reader's device, which may not be the calling thread's. */
+        int prev;
+        if (cudaStreamSynchronize(d->stream[slot]) != cudaSuccess && device_enter(d, &prev) == 0) {
             cudaDeviceSynchronize();
+            device_leave(d, prev);
+        }
     }
     return e == cudaSuccess ? 0 : cuda_err(e, "waiting for a batch copy");
 }

@@ -571,11 +571,15 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
                                      "the server must send the files as they are (nginx: no gzip "
                                      "for .sfs and .sfm)",
                        remote_location_display(f->loc), name, range, o->status, s->encoding);
-    if (o->curl == CURLE_OK && o->status >= 300 && o->status <= 399)
-        return sf_fail(SF_E_REMOTE, "%s/%s%s: HTTP %ld, a redirect%s%s: redirects are not "
+    if (o->curl == CURLE_OK && o->status >= 300 && o->status <= 399) {
+        /* Without its query: a presigned target's signature is a credential. */
+        int shown = (int)strcspn(s->location, "?");
+        return sf_fail(SF_E_REMOTE, "%s/%s%s: HTTP %ld, a redirect%s%.*s%s: redirects are not "
                                      "followed; give the final URL",
                        remote_location_display(f->loc), name, range, o->status,
-                       s->location[0] ? " to " : "", s->location);
+                       s->location[0] ? " to " : "", shown, s->location,
+                       s->location[shown] ? "?..." : "");
+    }
     if (o->ignored_range)
         snprintf(what, sizeof what, "HTTP 200 to a range request: the server does not support "
                                     "Range, which remote datasets need");
