@@ -57,8 +57,9 @@ typedef struct uring_thread {
      * 128 claimed up to 256 at once, and 4 such rings over a global shuffle
      * of thousands of shards ran out of descriptors under `ulimit -n 256`.
      * Where the dataset keeps every shard open there is no limit; else the
-     * rings share the dataset's cap (half the soft RLIMIT_NOFILE). */
-    unsigned open_tasks, open_limit;
+     * rings share the dataset's cap (its share of the process's budget,
+     * which shrinks when another dataset opens: read at each claim). */
+    unsigned open_tasks;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
     /* Hash states for the records being read (landing_*): a record holds
      * one from its claim to its finish. At most qd in the FIFO and qd with
@@ -228,6 +229,17 @@ static void uring_thread_fini(reader_io_thread *t)
     t->ctx = NULL;
 }
 
+/* How many more tasks this ring may claim now (uring_thread.open_tasks). */
+static unsigned open_room(const uring_thread *u, const sf_reader *r)
+{
+    if (dataset_fd_all_kept(r->ds))
+        return UINT_MAX - u->open_tasks;
+    uint64_t share = dataset_fd_cap(r->ds) / (r->nthreads_wanted ? r->nthreads_wanted : 1);
+    if (share < 1)
+        share = 1;
+    return u->open_tasks >= share ? 0 : (unsigned)(share - u->open_tasks < UINT_MAX ? share - u->open_tasks : UINT_MAX);
+}
+
 static int uring_thread_init(reader_io_thread *t)
 {
     sf_reader *r = t->r;
@@ -236,11 +248,6 @@ static int uring_thread_init(reader_io_thread *t)
         return sf_fail(-ENOMEM, "out of memory");
     t->ctx = u;
     u->qd = r->opts.queue_depth;
-    uint64_t share = dataset_fd_cap(r->ds) / (r->nthreads_wanted ? r->nthreads_wanted : 1);
-    u->open_limit = dataset_fd_all_kept(r->ds) ? UINT_MAX
-                    : share < 1                 ? 1
-                    : share > UINT_MAX          ? UINT_MAX
-                                                : (unsigned)share;
     u->reqs = calloc(u->qd, sizeof *u->reqs);
     u->free_reqs = calloc(u->qd, sizeof *u->free_reqs);
     u->retry = calloc(u->qd, sizeof *u->retry);
@@ -477,7 +484,7 @@ static void uring_run(reader_io_thread *t)
                 int idle = u->nfree == u->qd && !u->nretry;
                 /* At the limit, some task's reads are in flight: their
                  * completions make room (enter() waits for them). */
-                unsigned room = u->open_limit - u->open_tasks;
+                unsigned room = open_room(u, r);
                 assert(room > 0 || !idle);
                 if (!room)
                     break;
