@@ -91,7 +91,8 @@ SF_API int sf_dataset_key(const char **key, size_t *len, const sf_dataset *ds, u
  * running process. A dataset at a URL keeps every shard sf_dataset_get
  * mapped pinned in its cache until close (a map of an evicted file would
  * hold its disk space past the limit): they count against cache_limit, and
- * a shard that would take them past it fails at once with SF_E_LIMIT.
+ * a shard that would take them past it fails at once with SF_E_INVALID
+ * (cache_limit too small for them; not a data error).
  * sf_dataset_read_value holds a shard only as an epoch's reads do. */
 SF_API int sf_dataset_get(const void **data, uint64_t *size, sf_dataset *ds, uint64_t sample,
                           uint32_t field, int check);

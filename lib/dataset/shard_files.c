@@ -806,7 +806,8 @@ static const uint8_t *map_kept(sf_dataset *ds, uint64_t shard)
 }
 
 /* A dataset at a URL, before dataset_map keeps `shard` pinned until close:
- * SF_E_LIMIT at once when the shards kept so would pass the cache limit.
+ * SF_E_INVALID at once when the shards kept so would pass the cache limit
+ * (the option is too small for them: not SF_E_LIMIT, a data error's code).
  * They never give their room back, so waiting for it (as a download waits
  * for other readers' pins) would only end in the same error 120 s later. */
 static int kept_room(sf_dataset *ds, uint64_t shard)
@@ -819,7 +820,7 @@ static int kept_room(sf_dataset *ds, uint64_t shard)
     pthread_mutex_unlock(&f->lock);
     if (room)
         return 0;
-    return sf_fail(SF_E_LIMIT,
+    return sf_fail(SF_E_INVALID,
                    "%s/%s: sf_dataset_get keeps every shard it points into pinned in the cache until "
                    "close, and this one (%llu bytes) would take them past the cache limit (%llu "
                    "bytes, %llu kept): use sf_dataset_read_value, which copies, or raise cache_limit",

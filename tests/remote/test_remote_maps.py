@@ -108,7 +108,8 @@ class HeldWhilePinned(RemoteCase):
         # C's sf_dataset_get hands out pointers into maps that last until close: at a URL each
         # shard it maps stays pinned in the cache (never evicted under the pointers), counted
         # against the limit, and once they would pass it the next fails at once with
-        # SF_E_LIMIT (it waited 120 s for room its own pins held). Through ctypes, in a
+        # SF_E_INVALID (it waited 120 s for room its own pins held; it was SF_E_LIMIT, a data
+        # error's code). Through ctypes, in a
         # process that does not load the Python module's copy of the library.
         lib = os.path.join(os.path.dirname(os.environ["SHARDFEED"]), "libshardfeed.so")
         if not os.path.exists(lib):
@@ -125,7 +126,7 @@ class HeldWhilePinned(RemoteCase):
                                capture_output=True, text=True, timeout=100)
         self.assertEqual(p.returncode, 0, p.stderr)
         out = json.loads(p.stdout)
-        self.assertEqual(out["rc"], -30905, out)  # SF_E_LIMIT
+        self.assertEqual(out["rc"], -30912, out)  # SF_E_INVALID
         self.assertIn("sf_dataset_get keeps every shard it points into pinned", out["error"])
         self.assertLess(out["seconds_to_fail"], 10)
         self.assertGreater(out["got"], 0)
