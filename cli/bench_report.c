@@ -55,12 +55,13 @@ static void json_verdict(const bench_result *res)
     const sf_reader_statistics *st = &res->st;
     const sf_reader_bottleneck *vd = &res->vd;
     printf("\"elapsed_s\":%.6f,\"device_enqueue_s\":%.6f,\"device_wait_s\":%.6f,"
+           "\"device_slot_wait_s\":%.6f,"
            "\"device_copy_bytes\":%llu,\"device_copy_s\":%.6f,\"device_stream_wait_s\":%.6f,"
            "\"verdict\":\"%s\",\"fractions\":{\"consumer_wait\":%.4f,\"device_wait\":%.4f,"
            "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f,"
            "\"decode_share\":%.4f},",
            st->elapsed_seconds, st->device_enqueue_seconds, st->device_wait_seconds,
-           (unsigned long long)st->device_copy_bytes, st->device_copy_seconds,
+           st->device_slot_wait_seconds, (unsigned long long)st->device_copy_bytes, st->device_copy_seconds,
            st->device_stream_wait_seconds, vd->verdict,
            vd->consumer_wait, vd->device_wait, vd->io_busy, vd->io_share, vd->checksum_share,
            vd->copy_share, vd->decode_share);
@@ -136,9 +137,10 @@ static void bench_print_text_summary(const bench_args *a, const bench_result *re
         printf("  %llu corrupt sample(s) substituted\n", (unsigned long long)st->corrupt_substitutions);
     if (a->o.device != SF_DEVICE_CPU)
         printf("  delivered to %s: %s of device memory, allocated once; copies: %.3f s enqueuing "
-               "(I/O threads), consumer waited %.3f s for them\n",
+               "and %.3f s waiting for slots' last copies (I/O threads), consumer waited %.3f s "
+               "for them\n",
                st->device, cli_bytes(b2, sizeof b2, (double)st->device_bytes),
-               st->device_enqueue_seconds, st->device_wait_seconds);
+               st->device_enqueue_seconds, st->device_slot_wait_seconds, st->device_wait_seconds);
     if (a->o.device != SF_DEVICE_CPU)
         printf("  host to device: %s copied in %.3f s of device time; consumers' streams waited "
                "%.3f s for copies\n",

@@ -364,10 +364,11 @@ SF_API int sf_reader_release(sf_reader *r, const sf_batch *batch);
 
 /* Gives a batch's slot back once the work queued so far on `stream` (a
  * cudaStream_t, NULL: none) has finished: the next copy into the slot's
- * device buffer waits for it on the GPU, not the host. The call waits on
- * the host only for the batch's own copy when that is still queued (its
- * host slot is refilled next); consumers that waited for the batch
- * (sf_batch_wait_on, then kernels) rarely find it so. */
+ * device buffer waits for it on the GPU, not the host. The call never
+ * waits on the host, also when the batch's own copy is still queued
+ * (behind the caller's earlier work, when its GPU runs behind): the I/O
+ * thread that refills the slot waits for that copy first
+ * (device_slot_wait_seconds). */
 SF_API int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream);
 
 /* Blocks until a device batch's copy has completed (for callers without a
@@ -475,11 +476,10 @@ typedef struct sf_reader_statistics {
     uint64_t device_bytes;    /* device memory held (constant after open) */
     /* Where the time went (for sf_reader_verdict): */
     double elapsed_seconds;   /* from the first sf_reader_next call to the latest return from it */
-    double device_enqueue_seconds; /* I/O thread-seconds enqueuing device copies (and
-                                      waiting for the slot's previous copy) */
-    double device_wait_seconds;    /* caller-seconds waiting for copies: in sf_batch_wait and
-                                      in releases (CUDA work fenced with release_after is
-                                      not seen) */
+    double device_enqueue_seconds; /* I/O thread-seconds enqueuing device copies */
+    double device_wait_seconds;    /* caller-seconds waiting for copies in sf_batch_wait (and
+                                      recording release fences; a release never waits for
+                                      a copy: see device_slot_wait_seconds) */
     uint64_t trace_events;    /* trace records kept so far (batches and spans; see below) */
     uint64_t trace_dropped;   /* records not kept because the trace was full */
     /* The device's own counts (device != CPU): */
@@ -494,6 +494,11 @@ typedef struct sf_reader_statistics {
                                  (image fields: sf_reader_opts.images) */
     const char *direct_reason; /* why direct is what it is, e.g. "auto: buffered (the dataset
                                   fits in memory, ...)" (static text) */
+    double device_slot_wait_seconds; /* I/O thread-seconds waiting, before refilling a slot,
+                                        for its last copy, which the device runs after the
+                                        work a release fenced (sf_reader_release_after): a
+                                        consumer whose GPU runs behind makes this grow, not
+                                        its own waits */
 } sf_reader_statistics;
 
 SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
@@ -514,7 +519,14 @@ SF_API int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r);
  *   3. otherwise the caller waited for the reader; the largest of the I/O
  *      threads' times names the stage: io_seconds "io-bound",
  *      checksum_seconds "checksum-bound", device_enqueue_seconds "copy-bound",
- *      decode_seconds (images) "decode-bound".
+ *      decode_seconds (images) "decode-bound", device_slot_wait_seconds
+ *      "consumer-bound": the reader waited for slots whose copies the device
+ *      runs after the caller's own queued work, so the caller's GPU set the
+ *      pace (a caller that queues steps without waiting for them runs ahead
+ *      of its GPU until the reader's slots are all behind it); but
+ *      "copy-bound" when the copies themselves took half of elapsed_seconds
+ *      or more (device_copy_seconds): the slots waited for a busy copy
+ *      engine.
  *
  * (Decompression of compressed fields is counted in io_seconds: a separate
  * "decompress-bound" verdict is not implemented.)

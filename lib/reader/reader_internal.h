@@ -118,7 +118,10 @@ typedef struct reader_task {
  *            sf_reader_release, second lock
  *
  *   from       to         by                  when
- *   FREE       LOADING    schedule_locked     the slot gets the next batch of the schedule
+ *   FREE       LOADING    schedule_locked     the slot gets the next batch of the schedule;
+ *                                             one whose copy may still read it (device_busy)
+ *                                             only after an I/O thread waited for that copy
+ *                                             (reader_claim): placing writes into the slot
  *   LOADING    READY      batch_ready         its samples are read, checked, substituted and
  *                                             (with a device) their copy enqueued
  *   LOADING    FREE       batch_ready         the same, but a reposition made the batch stale
@@ -129,8 +132,9 @@ typedef struct reader_task {
  *   READY      FREE       reposition_locked   read-ahead of the old position, dropped
  *   HELD       RELEASING  sf_reader_release   the first of two locks: a concurrent second
  *                                             release of the batch finds it not HELD
- *   RELEASING  FREE       sf_reader_release   the second lock, after the device's release and
- *                                             wait, which run outside the lock
+ *   RELEASING  FREE       sf_reader_release   the second lock, after the device's release (the
+ *                                             fence on the caller's stream), outside the lock;
+ *                                             the release never waits for the copy
  *
  * r->held counts the slots in HELD or RELEASING: the caller's. */
 enum reader_slot_state {
@@ -154,7 +158,12 @@ static const unsigned reader_slot_next[SLOT_STATES] = {
 struct reader_slot {
     uint32_t index;      /* position in r->slots */
     int state;           /* enum reader_slot_state: slot_set_state, under r->lock */
-    int device_busy;     /* a device copy may still read the host slot: reuse first */
+    int device_busy;     /* a device copy may still read the host slot: a FREE slot with it
+                            set is not scheduled until an I/O thread has waited for that
+                            copy (reader_claim), never the consumer (its release) */
+    int reusing;         /* an I/O thread waits for that copy, outside r->lock */
+    int reuse_err;       /* that wait failed: the slot's next batch fails with reuse_msg */
+    char reuse_msg[256];
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
@@ -329,6 +338,7 @@ struct sf_reader {
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns, st_decode_ns;
     atomic_uint_fast64_t st_devenq_ns;  /* I/O threads enqueuing device copies */
     atomic_uint_fast64_t st_devwait_ns; /* callers in sf_batch_wait and release waits */
+    atomic_uint_fast64_t st_slotwait_ns; /* I/O threads waiting for a slot's previous copy */
     uint64_t st_samples, st_batches, st_subst, st_wait_ns; /* under lock, counted at delivery */
     uint64_t st_first_ns, st_last_ns; /* under lock: first sf_reader_next call, latest return */
 

@@ -191,6 +191,15 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
     atomic_store(&s->err, 0);
     atomic_store(&s->corrupt, 0);
     s->errmsg[0] = '\0';
+    if (s->reuse_err) {
+        /* refill_wait_locked's wait for the slot's previous copy failed. */
+        atomic_store(&s->err, s->reuse_err);
+        snprintf(s->errmsg, sizeof s->errmsg,
+                 "batch %llu of epoch %llu: waiting for the copy of its slot's previous batch "
+                 "failed: %s",
+                 (unsigned long long)index, (unsigned long long)epoch, s->reuse_msg);
+        s->reuse_err = 0;
+    }
     s->trec = NULL;
     reader_trace *tr = reader_trace_on(r);
     if (tr && tr->nb < tr->cap_b) {
@@ -214,16 +223,20 @@ static void schedule_locked(sf_reader *r)
 {
     if (!r->started || r->stop || r->num_batches == 0 || r->retry_waits)
         return;
-    int any = 0;
+    int any = 0, refill = 0;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         reader_slot *s = &r->slots[i];
         if (s->state != SLOT_FREE)
             continue;
         if (s->device_busy) {
-            /* Freed without a release (read-ahead dropped by a reposition):
-             * its copy may still be reading the host slot. Rare and short. */
-            r->device_ops->reuse(r->device, s->index);
-            s->device_busy = 0;
+            /* Its last copy may still read the host slot (its batch was
+             * released, or dropped by a reposition, with the copy queued
+             * behind the consumer's work on the device), and preparing it
+             * writes into it. An idle I/O thread waits for the copy first
+             * (reader_claim): neither the consumer, whose release lands
+             * here, nor anyone holding this lock may block on the device. */
+            refill += !s->reusing;
+            continue;
         }
         if (r->sched_index >= r->num_batches) {
             r->sched_epoch++;
@@ -234,9 +247,10 @@ static void schedule_locked(sf_reader *r)
         order_grant_locked(r);
         any++;
     }
-    /* A thread per new batch: one that leaves part of it unclaimed wakes the
-     * next (reader_claim). */
-    r->wake_io += (uint32_t)any < r->io_waiting ? (uint32_t)any : r->io_waiting;
+    /* A thread per new batch and per slot to wait for: one that leaves
+     * part of a batch unclaimed wakes the next (reader_claim). */
+    uint32_t want = (uint32_t)(any + refill);
+    r->wake_io += want < r->io_waiting ? want : r->io_waiting;
 }
 
 /* Gives the wakes owed (r->wake_io, r->wake_consumer) now, under the lock:
@@ -313,6 +327,59 @@ static int unclaimed_locked(const sf_reader *r)
     return 0;
 }
 
+/* Under r->lock: a FREE slot whose last copy nobody waits for yet, the one
+ * whose batch came first (its copy was queued first), or NULL. */
+static reader_slot *refill_candidate_locked(sf_reader *r)
+{
+    if (!r->started || r->stop)
+        return NULL;
+    reader_slot *best = NULL;
+    for (uint32_t i = 0; i < r->opts.prefetch; i++) {
+        reader_slot *s = &r->slots[i];
+        if (s->state != SLOT_FREE || !s->device_busy || s->reusing)
+            continue;
+        if (!best || s->batch.epoch < best->batch.epoch ||
+            (s->batch.epoch == best->batch.epoch && s->batch.index < best->batch.index))
+            best = s;
+    }
+    return best;
+}
+
+/* Called with r->lock held, returns with it held (let go meanwhile): an I/O
+ * thread with nothing to read waits for slot s's last copy to finish
+ * reading the host slot, then schedules into it. The copy runs after the
+ * consumer's work fenced by its release (sf_reader_release_after), so this
+ * wait is how a consumer whose GPU runs behind sets the pace: here, on a
+ * thread of the reader, not in the consumer's release. A failed wait (the
+ * device fell back to waiting for the slot's stream, or for the whole
+ * device, so the slot is safe to refill) fails the slot's next batch. */
+static void refill_wait_locked(sf_reader *r, reader_slot *s)
+{
+    s->reusing = 1;
+    unlock_and_wake(r);
+    reader_trace *tr = reader_trace_on(r);
+    if (tr)
+        reader_trace_io_idle(tr); /* ends this thread's run: it blocks */
+    uint64_t t0 = reader_now_ns();
+    int rc = r->device_ops->reuse(r->device, s->index);
+    uint64_t t1 = reader_now_ns();
+    atomic_fetch_add_explicit(&r->st_slotwait_ns, t1 - t0, memory_order_relaxed);
+    if (rc)
+        snprintf(s->reuse_msg, sizeof s->reuse_msg, "%s", sf_last_error());
+    /* s->trec is still the previous batch's: the slot is prepared below. */
+    if (s->trec) {
+        if (!rc && !atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+            reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+        if (tr)
+            reader_trace_span_add(tr, SF_SPAN_SLOT_WAIT, t0, t1, s->trec);
+    }
+    pthread_mutex_lock(&r->lock);
+    s->reusing = 0;
+    s->device_busy = 0;
+    s->reuse_err = rc;
+    schedule_locked(r);
+}
+
 /* Blocks a claiming thread hints at once (readahead.c). */
 #define READAHEAD_TAKE 8u
 
@@ -343,6 +410,11 @@ unsigned reader_claim(sf_reader *r, reader_task **out, unsigned max, int block)
         }
         if (n || !block)
             break;
+        reader_slot *busy = refill_candidate_locked(r);
+        if (busy) {
+            refill_wait_locked(r, busy);
+            continue;
+        }
         reader_trace *tr = reader_trace_on(r);
         if (tr)
             reader_trace_io_idle(tr); /* ends this thread's run */
@@ -669,10 +741,9 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     pthread_mutex_lock(&r->lock);
     int held = s && s->state == SLOT_HELD;
     if (held && !(r->device && s->device_busy)) {
-        /* Nothing to wait for: freed under this one lock. */
+        /* No device work to fence: freed under this one lock. */
         slot_set_state(r, s, SLOT_HELD, SLOT_RELEASING);
         stamp(s, SF_TS_RELEASED);
-        s->device_busy = 0;
         slot_set_state(r, s, SLOT_RELEASING, SLOT_FREE);
         schedule_locked(r);
         unlock_and_wake(r);
@@ -684,30 +755,17 @@ int sf_reader_release_after(sf_reader *r, const sf_batch *batch, void *stream)
     if (!held)
         return sf_fail(SF_E_INVALID, "sf_reader_release: not a batch the caller holds (released "
                                      "already, or being released by another call)");
-    /* RELEASING: nothing else touches the slot, so the device may wait here,
-     * outside the lock. */
-    int rc = 0;
-    if (r->device && s->device_busy) {
-        /* The next copy into the device buffer waits for the work on
-         * `stream`; the host slot is free once its copy no longer reads it. */
-        uint64_t t0 = reader_now_ns();
-        rc = r->device_ops->release(r->device, s->index, stream);
-        int waited = r->device_ops->reuse(r->device, s->index);
-        rc = rc ? rc : waited;
-        uint64_t t1 = reader_now_ns();
-        atomic_fetch_add_explicit(&r->st_devwait_ns, t1 - t0, memory_order_relaxed);
-        if (s->trec) {
-            /* The copy has finished reading the slot: complete, at the latest now. */
-            if (!atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
-                reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
-            reader_trace *tr = reader_trace_on(r);
-            if (tr)
-                reader_trace_span_add(tr, SF_SPAN_RELEASE_WAIT, t0, t1, s->trec);
-        }
-    }
+    /* RELEASING: nothing else touches the slot, so the device records the
+     * fence outside the lock. The next copy into the device buffer waits for
+     * the work on `stream`, on the device. The host slot stays device_busy:
+     * its copy may still be queued (behind the consumer's earlier steps, when
+     * its GPU runs behind), and the consumer does not wait for it here; the
+     * I/O thread that refills the slot does (refill_wait_locked). */
+    uint64_t t0 = reader_now_ns();
+    int rc = r->device_ops->release(r->device, s->index, stream);
+    atomic_fetch_add_explicit(&r->st_devwait_ns, reader_now_ns() - t0, memory_order_relaxed);
     pthread_mutex_lock(&r->lock);
     stamp(s, SF_TS_RELEASED);
-    s->device_busy = 0;
     slot_set_state(r, s, SLOT_RELEASING, SLOT_FREE);
     schedule_locked(r);
     unlock_and_wake(r);

@@ -18,6 +18,7 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
     out->decode_seconds = (double)atomic_load(&rw->st_decode_ns) * 1e-9;
     out->device_enqueue_seconds = (double)atomic_load(&rw->st_devenq_ns) * 1e-9;
     out->device_wait_seconds = (double)atomic_load(&rw->st_devwait_ns) * 1e-9;
+    out->device_slot_wait_seconds = (double)atomic_load(&rw->st_slotwait_ns) * 1e-9;
     pthread_mutex_lock(&rw->lock);
     out->samples = r->st_samples;
     out->batches = r->st_batches;
@@ -50,7 +51,8 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
 }
 
 /* The I/O threads' stage that took the most of their time (ties go to the
- * earlier: reading, hashing, enqueuing copies, decoding). */
+ * earlier: reading, hashing, enqueuing copies, decoding, waiting for slots
+ * the consumer's device work still holds). */
 static const char *largest_stage(const sf_reader_statistics *st)
 {
     const struct {
@@ -59,7 +61,8 @@ static const char *largest_stage(const sf_reader_statistics *st)
     } stage[] = {{st->io_seconds, "io-bound"},
                  {st->checksum_seconds, "checksum-bound"},
                  {st->device_enqueue_seconds, "copy-bound"},
-                 {st->decode_seconds, "decode-bound"}};
+                 {st->decode_seconds, "decode-bound"},
+                 {st->device_slot_wait_seconds, "consumer-bound"}};
     size_t best = 0;
     for (size_t i = 1; i < sizeof stage / sizeof stage[0]; i++)
         if (stage[i].seconds > stage[best].seconds)
@@ -97,5 +100,12 @@ int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
         out->verdict = "copy-bound";
     else
         out->verdict = largest_stage(st);
+    /* The reader waited for slots' copies: behind the consumer's own work
+     * on the device, unless the copies themselves kept the copy engine busy
+     * (then the consumer's stream waited for them too). */
+    if (st->device_slot_wait_seconds > 0 && !strcmp(out->verdict, "consumer-bound") &&
+        out->consumer_wait + out->device_wait >= SF_VERDICT_STALL_MAX &&
+        st->device_copy_seconds >= 0.5 * el)
+        out->verdict = "copy-bound";
     return 0;
 }

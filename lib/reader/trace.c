@@ -24,7 +24,7 @@
 #define SPAN_BLOCK 64u /* spans an I/O thread reserves at a time */
 
 #define TID_CONSUMER 1
-#define TID_RELEASE 2
+#define TID_REFILL 2
 #define TID_IO 100
 #define TID_SLOT 1000
 #define TID_COPY 100000
@@ -349,7 +349,7 @@ static void write_batches(FILE *f, const reader_trace *tr, int pid, uint64_t nb)
             put_x(f, tr, pid, TID_COPY + (int)b->slot, "device", "copy", t[SF_TS_DEV_ENQUEUED],
                   t[SF_TS_DEV_DONE]);
             fprintf(f, ",\"args\":{\"batch\":\"%s\",\"note\":\"end: completion as seen by "
-                       "sf_batch_wait or the release\"}}",
+                       "sf_batch_wait or the slot's refill\"}}",
                     label);
         }
     }
@@ -358,17 +358,16 @@ static void write_batches(FILE *f, const reader_trace *tr, int pid, uint64_t nb)
 static void write_spans(FILE *f, const reader_trace *tr, int pid, uint64_t nb)
 {
     static const char *const kind_names[] = {"read+hash", "wait for batch", "wait for copy",
-                                             "release: wait for copy"};
+                                             "refill: wait for the slot's copy"};
     uint64_t n = spans_used(tr);
     for (uint64_t i = 0; i < n; i++) {
         const reader_trace_span *s = &tr->sp[i];
         uint64_t t1 = atomic_load_explicit(&((reader_trace_span *)s)->t1, memory_order_acquire);
-        if (!t1 || s->kind > SF_SPAN_RELEASE_WAIT)
+        if (!t1 || s->kind > SF_SPAN_SLOT_WAIT)
             continue;
-        int tid = s->kind == SF_SPAN_IO_RUN         ? TID_IO + (int)s->thread
-                  : s->kind == SF_SPAN_RELEASE_WAIT ? TID_RELEASE
-                                                    : TID_CONSUMER;
-        put_x(f, tr, pid, tid, s->kind == SF_SPAN_IO_RUN ? "io" : "consumer", kind_names[s->kind],
+        int io = s->kind == SF_SPAN_IO_RUN, refill = s->kind == SF_SPAN_SLOT_WAIT;
+        int tid = io ? TID_IO + (int)s->thread : refill ? TID_REFILL : TID_CONSUMER;
+        put_x(f, tr, pid, tid, io ? "io" : refill ? "device" : "consumer", kind_names[s->kind],
               clamp(tr, s->t0), clamp(tr, t1));
         fputs(",\"args\":{", f);
         if (s->batch >= 0 && (uint64_t)s->batch < nb)
@@ -404,7 +403,7 @@ int reader_trace_write_json(const reader_trace *tr, const sf_reader *r, const ch
     snprintf(name, sizeof name, "shardfeed reader %s", r->ds->dir);
     put_meta(f, pid, 0, "process", name, 0, &first);
     put_meta(f, pid, TID_CONSUMER, "thread", "consumer (sf_reader_next)", 1, &first);
-    put_meta(f, pid, TID_RELEASE, "thread", "releases", 2, &first);
+    put_meta(f, pid, TID_REFILL, "thread", "slot refills (I/O threads)", 2, &first);
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         snprintf(name, sizeof name, "slot %u", i);
         put_meta(f, pid, TID_SLOT + (int)i, "thread", name, 10 + 2 * (int)i, &first);

@@ -29,7 +29,7 @@ enum reader_trace_stage {
     SF_TS_READ,          /* every sample's reads are complete */
     SF_TS_CHECKSUMMED,   /* every record hashed (and corrupt samples substituted) */
     SF_TS_DEV_ENQUEUED,  /* the device copy was enqueued */
-    SF_TS_DEV_DONE,      /* the copy was seen complete (sf_batch_wait or the release) */
+    SF_TS_DEV_DONE,      /* the copy was seen complete (sf_batch_wait or the slot's refill) */
     SF_TS_HANDED,        /* sf_reader_next returned it */
     SF_TS_RELEASED,      /* the slot was given back */
     SF_TS_COUNT
@@ -45,7 +45,7 @@ enum reader_span_kind {
     SF_SPAN_IO_RUN = 0,   /* an I/O thread reading and hashing samples of one batch */
     SF_SPAN_WAIT,         /* the caller blocked in sf_reader_next */
     SF_SPAN_DEVICE_WAIT,  /* the caller blocked in sf_batch_wait */
-    SF_SPAN_RELEASE_WAIT  /* a release waiting for the slot's copy */
+    SF_SPAN_SLOT_WAIT     /* an I/O thread waiting for a slot's last copy before refilling it */
 };
 
 typedef struct reader_trace_span {

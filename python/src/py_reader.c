@@ -331,14 +331,15 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         (unsigned int)s.io_threads, "queue_depth", (unsigned int)s.queue_depth, "prefetch",
         (unsigned int)s.prefetch, "slab_bytes", (unsigned long long)s.slab_bytes);
     PyObject *more = d ? Py_BuildValue(
-        "{sssKsdsdsdsKsKsssNsKsdsdsdss}", "device", s.device ? s.device : "", "device_bytes",
+        "{sssKsdsdsdsKsKsssNsKsdsdsdsssd}", "device", s.device ? s.device : "", "device_bytes",
         (unsigned long long)s.device_bytes, "elapsed_seconds", s.elapsed_seconds,
         "device_enqueue_seconds", s.device_enqueue_seconds, "device_wait_seconds",
         s.device_wait_seconds, "trace_events", (unsigned long long)s.trace_events, "trace_dropped",
         (unsigned long long)s.trace_dropped, "verdict", v.verdict, "fractions", fractions,
         "device_copy_bytes", (unsigned long long)s.device_copy_bytes, "device_copy_seconds",
         s.device_copy_seconds, "device_stream_wait_seconds", s.device_stream_wait_seconds,
-        "decode_seconds", s.decode_seconds, "direct_reason", s.direct_reason ? s.direct_reason : "")
+        "decode_seconds", s.decode_seconds, "direct_reason", s.direct_reason ? s.direct_reason : "",
+        "device_slot_wait_seconds", s.device_slot_wait_seconds)
                        : NULL;
     if (!d)
         Py_DECREF(fractions);

@@ -73,9 +73,9 @@ MUTATIONS = {
                        "cudaStreamDestroy at close", None),
     "event_destroy": (CUDA, [("            cudaEventDestroy(d->released[i]);\n", "            (void)0;\n")],
                       "cudaEventDestroy of the release events at close", None),
-    "release_reuse": (SCHEDULE, [("        int waited = r->device_ops->reuse(r->device, s->index);",
-                                "        int waited = 0;")],
-                      "the wait for the copy when a slot is released", None),
+    "refill_wait": (SCHEDULE, [("    int rc = r->device_ops->reuse(r->device, s->index);",
+                                "    int rc = 0;")],
+                    "the I/O thread's wait for a slot's last copy before it is refilled", None),
     "wait_on": (CUDA, [("    cudaError_t e = cudaStreamWaitEvent(s, d->copied[slot], 0);\n",
                         "    cudaError_t e = cudaSuccess;\n")],
                 "sf_batch_wait_on's cudaStreamWaitEvent on the copy event", None),
@@ -93,9 +93,10 @@ MUTATIONS = {
     "py_release_fence": (PY_READER, [("        sf_reader_release_after(reader_handle(reader), b, stream);\n",
                                       "        (void)stream, sf_reader_release_after(reader_handle(reader), b, NULL);\n")],
                          "the Python batch's release after its import stream", None),
-    "reposition_reuse": (SCHEDULE, [("            r->device_ops->reuse(r->device, s->index);\n"
-                                   "            s->device_busy = 0;\n", "            s->device_busy = 0;\n")],
-                         "the wait for dropped read-ahead copies after a reposition", None),
+    "schedule_busy": (SCHEDULE, [("            refill += !s->reusing;\n            continue;\n",
+                                "            s->device_busy = 0;\n")],
+                      "the schedule's skip of a freed slot whose copy may still read it (released, "
+                      "or dropped by a reposition)", None),
 }
 
 

@@ -335,6 +335,21 @@ Test(trace, verdict_rule)
     dec.decode_seconds = 2;
     cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
     cr_assert_str_eq(v.verdict, "io-bound");
+    /* I/O threads waiting for slots whose copies queue behind the consumer's
+     * device work: the consumer's GPU sets the pace, unless the copies kept
+     * the copy engine busy. */
+    dec.device_slot_wait_seconds = 9;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "consumer-bound");
+    dec.device_copy_seconds = 6;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "copy-bound");
+    dec.device_copy_seconds = 4;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "consumer-bound");
+    dec.device_slot_wait_seconds = 2.5;
+    cr_assert_eq(sf_reader_verdict(&v, &dec), 0);
+    cr_assert_str_eq(v.verdict, "io-bound", "reading took longer than the waits for slots");
     sf_reader_statistics none;
     memset(&none, 0, sizeof none);
     cr_assert_eq(sf_reader_verdict(&v, &none), 0);
