@@ -5,10 +5,12 @@
 # than the copy, device memory over 20 epochs), then `shardfeed bench
 # --device cuda:0`, also as an ordinary user under an 8 MiB RLIMIT_MEMLOCK
 # (cudaHostRegister of the slab must not depend on it). Then the Python leg
-# (tools/gpu/python_check.py: bytes equal to the CPU path for an epoch, a
-# small conv net trained at batch 256 with the consumer's wait at most 2% of
-# the steps, memory_allocated and the device's free memory constant over 20
-# epochs) where the Python module builds and torch has CUDA; else it says why
+# (tools/gpu/python_check.py: bytes equal to the CPU path for an epoch; a
+# small conv net trained at batch 256, reading its loss every step, with the
+# consumer's wait at most 2% of the steps; the same net queuing its steps
+# without waiting, an epoch from the Loader at most 2% slower than on batches
+# already on the GPU; memory_allocated and the device's free memory constant
+# over 20 epochs) where the Python module builds and torch has CUDA; else it says why
 # not, and the C leg's status stands. Finishes in a few minutes on one H200.
 #
 #   tools/gpu-check.sh --fetch   on a Debian 12 machine with apt (here): download the

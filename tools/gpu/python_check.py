@@ -3,11 +3,18 @@
 
   1. bytes: a whole epoch through shardfeed.Loader(device="cuda:N") equals the CPU path's, field
      by field (labels and ids included), and every field is on the device;
-  2. training: a small conv net trained at batch 256 from the Loader; the consumer's wait (the
-     loop blocked in the Loader: stats() wait_seconds + device_wait_seconds) must be at most 2%
-     of the time of the steps;
-  3. memory: torch.cuda.memory_allocated() and the device's free memory (cudaMemGetInfo) are the
-     same after each of 20 epochs as after the first.
+  2. consumer wait: a small conv net trained at batch 256 from the Loader by a loop that logs
+     its loss every step (loss.item(): the GPU finishes each step before the loop asks for the
+     next batch); the loop's wait in the Loader (stats() wait_seconds + device_wait_seconds)
+     must be at most 2% of the time of the steps;
+  3. GPU fed: the same net by a loop that queues its steps without waiting for them (no
+     .item()), so the GPU runs behind and sets the pace; an epoch from the Loader must take at
+     most 2% longer than the same number of steps on batches already on the GPU (medians of 5
+     epochs, measured alternately). The loop blocks in the Loader here, as it would in torch's
+     launch queue without one: that wait is the GPU's, and the Loader's verdict must say so
+     ("consumer-bound": its I/O threads waited for slots whose copies queue behind the steps);
+  4. memory: torch.cuda.memory_allocated() and the device's free memory (cudaMemGetInfo) are the
+     same after each of 20 epochs (of check 2) as after the first.
 
   python_check.py DATASET [--device cuda:0] [--epochs 20] [--batch-size 256]
 
@@ -65,17 +72,31 @@ def small_convnet(torch, channels, classes):
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, classes))
 
 
-def train(shardfeed, torch, ds, device, epochs, batch_size):
-    """Trains for `epochs`; returns (consumer wait fraction of the steps after the first
-    epoch, [(memory_allocated, free) after each epoch], step seconds)."""
+def make_step(torch, model, opt):
+    def step(img, label):
+        loss = torch.nn.functional.cross_entropy(model(img.float()), label)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def open_loader(shardfeed, ds, device, batch_size):
+    return shardfeed.Loader(ds, batch_size, shuffle="global", seed=1, device=device, prefetch=4)
+
+
+def train_logged(shardfeed, torch, ds, device, epochs, batch_size):
+    """Check 2 and 4: trains for `epochs`, reading the loss every step; returns (the loop's wait
+    in the Loader as a fraction of the steps after the first epoch, [(memory_allocated, free)
+    after each epoch], step seconds, verdict)."""
     cuda = device != "host-copy"
     tdev = torch.device(device if cuda else "cpu")
     torch.manual_seed(0)
-    with shardfeed.Loader(ds, batch_size, shuffle="global", seed=1, device=device,
-                          prefetch=4) as ld:
+    with open_loader(shardfeed, ds, device, batch_size) as ld:
         first = next(iter(ld))
         model = small_convnet(torch, first["img"].shape[1], 1000).to(tdev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        step = make_step(torch, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
         del first
         memory = []
         waited = steps_s = 0.0
@@ -84,14 +105,8 @@ def train(shardfeed, torch, ds, device, epochs, batch_size):
             before = ld.stats()
             t0 = time.perf_counter()
             for b in ld:
-                x = b["img"].float()
-                loss = torch.nn.functional.cross_entropy(model(x), b["label"])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                del b, x, loss
-            if cuda:
-                torch.cuda.synchronize(tdev)
+                step(b["img"], b["label"]).item()  # a trainer logging its loss
+                del b
             t1 = time.perf_counter()
             after = ld.stats()
             if epoch > 0:  # the first epoch warms up cuDNN and the page cache
@@ -103,9 +118,52 @@ def train(shardfeed, torch, ds, device, epochs, batch_size):
                 memory.append((torch.cuda.memory_allocated(tdev), free))
             else:
                 memory.append((ld.stats()["device_bytes"], 0))
-        print(f"python_check: loader stats: {ld.stats()['verdict']}, "
+        verdict = ld.stats()["verdict"]
+        print(f"python_check: logged loop: loader verdict {verdict}, "
               f"device_bytes {ld.stats()['device_bytes']}")
-    return (waited / steps_s if steps_s else 0.0), memory, steps_s
+    return (waited / steps_s if steps_s else 0.0), memory, steps_s, verdict
+
+
+def train_queued(shardfeed, torch, ds, device, epochs, batch_size):
+    """Check 3: an epoch of steps queued without waiting, from the Loader and from batches
+    already on the device, alternately; returns (median Loader epoch s, median resident epoch
+    s, the Loader's stats over its timed epochs, its verdict)."""
+    cuda = device != "host-copy"
+    tdev = torch.device(device if cuda else "cpu")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(tdev)
+
+    torch.manual_seed(0)
+    with open_loader(shardfeed, ds, device, batch_size) as ld:
+        # epoch 0: the resident copies (one per batch), and the warm-up
+        resident = [(b["img"].clone(), b["label"].clone()) for b in ld]
+        model = small_convnet(torch, resident[0][0].shape[1], 1000).to(tdev)
+        step = make_step(torch, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+        for img, label in resident:
+            step(img, label)
+        sync()
+        loader_s, resident_s = [], []
+        before = ld.stats()
+        for epoch in range(1, epochs + 1):
+            t0 = time.perf_counter()
+            for img, label in resident:
+                step(img, label)
+            sync()
+            resident_s.append(time.perf_counter() - t0)
+            ld.set_epoch(epoch)
+            t0 = time.perf_counter()
+            for b in ld:
+                step(b["img"], b["label"])
+                del b
+            sync()
+            loader_s.append(time.perf_counter() - t0)
+        after = ld.stats()
+        delta = {k: after[k] - before[k] for k in
+                 ("wait_seconds", "device_wait_seconds", "device_slot_wait_seconds")}
+        verdict = after["verdict"]
+    return float(np.median(loader_s)), float(np.median(resident_s)), delta, verdict
 
 
 def main():
@@ -134,10 +192,21 @@ def main():
         check("bytes", True, f"{n} batches of an epoch equal the CPU path's, every field on the device")
     except AssertionError as e:
         check("bytes", False, str(e))
-    wait, memory, steps_s = train(shardfeed, torch, args.dataset, args.device, args.epochs,
-                                  args.batch_size)
+    wait, memory, steps_s, verdict = train_logged(shardfeed, torch, args.dataset, args.device,
+                                                  args.epochs, args.batch_size)
     check("consumer wait", wait <= args.max_wait,
-          f"{100 * wait:.2f}% of {steps_s:.2f} s of training steps (at most {100 * args.max_wait:g}%)")
+          f"{100 * wait:.2f}% of {steps_s:.2f} s of training steps, loss read every step "
+          f"(at most {100 * args.max_wait:g}%); verdict {verdict}")
+    loader_s, resident_s, d, verdict = train_queued(shardfeed, torch, args.dataset, args.device,
+                                                    5, args.batch_size)
+    over = loader_s / resident_s - 1 if resident_s else 0.0
+    check("GPU fed", over <= args.max_wait and verdict == "consumer-bound",
+          f"steps queued without waiting: an epoch {loader_s:.4f} s from the Loader, "
+          f"{resident_s:.4f} s on batches already on the device ({100 * over:+.2f}%, at most "
+          f"+{100 * args.max_wait:g}%); verdict {verdict} (must be consumer-bound: the loop "
+          f"blocked {d['wait_seconds']:.3f} s in next() and {d['device_wait_seconds']:.3f} s in "
+          f"releases, the I/O threads {d['device_slot_wait_seconds']:.3f} s for slots behind the "
+          f"steps)")
     grew = [(e + 1, m) for e, m in enumerate(memory) if m != memory[0]]
     check("memory", not grew,
           f"memory_allocated, free after epoch 1: {memory[0]}; "
