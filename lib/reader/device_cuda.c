@@ -30,6 +30,12 @@ struct reader_device {
     uint8_t *pool;
     cudaStream_t *stream;
     cudaEvent_t *copied, *released;
+    /* Recorded right after copied: what a slot's refill waits on, with
+     * cudaEventBlockingSync so that the I/O thread sleeps. copied stays a
+     * spinning event: sf_batch_wait's latency is the consumer's. An I/O
+     * thread spinning a core for every slot behind a GPU that runs behind
+     * competes with the trainer for the CPU. */
+    cudaEvent_t *landed;
     int *fenced; /* released[slot] was recorded and the next copy must wait on it */
     int registered;
     /* Counters: timing events around each copy on the slot's stream and
@@ -77,6 +83,8 @@ static void *close_on_device(void *arg)
         }
         if (d->copied && d->copied[i])
             cudaEventDestroy(d->copied[i]);
+        if (d->landed && d->landed[i])
+            cudaEventDestroy(d->landed[i]);
         if (d->released && d->released[i])
             cudaEventDestroy(d->released[i]);
         cudaEvent_t *timing[] = {d->copy_from, d->copy_to, d->wait_from, d->wait_to};
@@ -98,6 +106,7 @@ static void cuda_close(reader_device *d)
     run_on_own_thread(close_on_device, d);
     free(d->stream);
     free(d->copied);
+    free(d->landed);
     free(d->released);
     free(d->fenced);
     free(d->copy_from);
@@ -134,6 +143,8 @@ static void *open_on_device(void *arg)
     for (uint32_t i = 0; e == cudaSuccess && i < d->slots; i++) {
         if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->landed[i],
+                                          cudaEventDisableTiming | cudaEventBlockingSync)) != cudaSuccess ||
             (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess ||
             (e = cudaEventCreate(&d->copy_from[i])) != cudaSuccess ||
             (e = cudaEventCreate(&d->copy_to[i])) != cudaSuccess ||
@@ -169,6 +180,7 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     d->slot_bytes = slot_bytes;
     d->stream = calloc(slots, sizeof *d->stream);
     d->copied = calloc(slots, sizeof *d->copied);
+    d->landed = calloc(slots, sizeof *d->landed);
     d->released = calloc(slots, sizeof *d->released);
     d->fenced = calloc(slots, sizeof *d->fenced);
     d->copy_from = calloc(slots, sizeof *d->copy_from);
@@ -179,7 +191,7 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     d->wait_timed = calloc(slots, sizeof *d->wait_timed);
     pthread_mutex_init(&d->count_lock, NULL);
     int rc = 0;
-    if (!d->stream || !d->copied || !d->released || !d->fenced || !d->copy_from || !d->copy_to ||
+    if (!d->stream || !d->copied || !d->landed || !d->released || !d->fenced || !d->copy_from || !d->copy_to ||
         !d->wait_from || !d->wait_to || !d->copy_timed || !d->wait_timed)
         rc = sf_fail(-ENOMEM, "out of memory");
     open_job job = {d, cudaSuccess, NULL};
@@ -241,9 +253,11 @@ static int cuda_copy(reader_device *d, uint32_t slot, const reader_copy_range *r
         e = cudaEventRecord(d->copy_to[slot], d->stream[slot]);
     if (e == cudaSuccess)
         e = cudaEventRecord(d->copied[slot], d->stream[slot]);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(d->landed[slot], d->stream[slot]);
     if (e != cudaSuccess && queued) {
-        /* Copies are queued but `copied` does not follow them: reuse, which
-         * waits for that event, would let the slot's host bytes be read
+        /* Copies are queued but `copied` and `landed` do not follow them:
+         * reuse, which waits for `landed`, would let the slot's host bytes be read
          * again while they are overwritten (the fake runtime's race check
          * caught it with cudaEventRecord failing). Wait for them here. */
         if (cudaStreamSynchronize(d->stream[slot]) != cudaSuccess)
@@ -322,9 +336,10 @@ static int cuda_wait_on(reader_device *d, uint32_t slot, void *stream)
     return e == cudaSuccess ? 0 : cuda_err(e, "making a stream wait for a batch copy");
 }
 
-static int cuda_wait(reader_device *d, uint32_t slot)
+/* Waits on the host for `ev`, recorded after the slot's last copy. */
+static int wait_copy(reader_device *d, uint32_t slot, cudaEvent_t ev)
 {
-    cudaError_t e = cudaEventSynchronize(d->copied[slot]);
+    cudaError_t e = cudaEventSynchronize(ev);
     if (e != cudaSuccess) {
         /* The slot is freed after this returns, error or not, and its host
          * bytes refilled: with its copy still queued, that copy (and the
@@ -338,6 +353,18 @@ static int cuda_wait(reader_device *d, uint32_t slot)
         }
     }
     return e == cudaSuccess ? 0 : cuda_err(e, "waiting for a batch copy");
+}
+
+/* sf_batch_wait: the consumer's wait, on the spinning event (latency). */
+static int cuda_wait(reader_device *d, uint32_t slot)
+{
+    return wait_copy(d, slot, d->copied[slot]);
+}
+
+/* Before a slot's refill, on an I/O thread: sleeps (cudaEventBlockingSync). */
+static int cuda_reuse(reader_device *d, uint32_t slot)
+{
+    return wait_copy(d, slot, d->landed[slot]);
 }
 
 static void *cuda_device_ptr(reader_device *d, uint32_t slot)
@@ -375,7 +402,7 @@ const reader_device_ops reader_device_cuda = {
     .copy = cuda_copy,
     .release = cuda_release,
     .wait_on = cuda_wait_on,
-    .reuse = cuda_wait,
+    .reuse = cuda_reuse,
     .wait = cuda_wait,
     .device_ptr = cuda_device_ptr,
     .stream = cuda_stream,

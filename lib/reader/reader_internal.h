@@ -162,8 +162,6 @@ struct reader_slot {
                             set is not scheduled until an I/O thread has waited for that
                             copy (reader_claim), never the consumer (its release) */
     int reusing;         /* an I/O thread waits for that copy, outside r->lock */
-    int reuse_err;       /* that wait failed: the slot's next batch fails with reuse_msg */
-    char reuse_msg[256];
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
@@ -333,6 +331,11 @@ struct sf_reader {
     uint64_t order_epoch;  /* under lock: the epoch being built */
     uint64_t order_credit; /* under lock: steps granted and not yet run */
     uint64_t order_slice;  /* steps granted per batch scheduled */
+
+    /* refills (schedule.c, refill_wait_locked), under lock */
+    int refilling;        /* an I/O thread waits for a slot's copy: one at a time */
+    int refill_err;       /* such a wait failed: the next sf_reader_next says so */
+    char refill_msg[384];
 
     /* stats */
     atomic_uint_fast64_t st_bytes, st_io_ns, st_hash_ns, st_decode_ns;

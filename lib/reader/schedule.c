@@ -191,15 +191,6 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
     atomic_store(&s->err, 0);
     atomic_store(&s->corrupt, 0);
     s->errmsg[0] = '\0';
-    if (s->reuse_err) {
-        /* refill_wait_locked's wait for the slot's previous copy failed. */
-        atomic_store(&s->err, s->reuse_err);
-        snprintf(s->errmsg, sizeof s->errmsg,
-                 "batch %llu of epoch %llu: waiting for the copy of its slot's previous batch "
-                 "failed: %s",
-                 (unsigned long long)index, (unsigned long long)epoch, s->reuse_msg);
-        s->reuse_err = 0;
-    }
     s->trec = NULL;
     reader_trace *tr = reader_trace_on(r);
     if (tr && tr->nb < tr->cap_b) {
@@ -327,11 +318,13 @@ static int unclaimed_locked(const sf_reader *r)
     return 0;
 }
 
-/* Under r->lock: a FREE slot whose last copy nobody waits for yet, the one
- * whose batch came first (its copy was queued first), or NULL. */
+/* Under r->lock: a FREE slot whose last copy to wait for, the one whose
+ * batch came first (its copy was queued first), or NULL. One thread waits
+ * at a time: the copies complete in the order the GPU reaches them, so a
+ * second waiter would gain nothing, and it would not read meanwhile. */
 static reader_slot *refill_candidate_locked(sf_reader *r)
 {
-    if (!r->started || r->stop)
+    if (!r->started || r->stop || r->refilling)
         return NULL;
     reader_slot *best = NULL;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
@@ -352,10 +345,11 @@ static reader_slot *refill_candidate_locked(sf_reader *r)
  * wait is how a consumer whose GPU runs behind sets the pace: here, on a
  * thread of the reader, not in the consumer's release. A failed wait (the
  * device fell back to waiting for the slot's stream, or for the whole
- * device, so the slot is safe to refill) fails the slot's next batch. */
+ * device, so the slot is safe to refill) fails the next sf_reader_next. */
 static void refill_wait_locked(sf_reader *r, reader_slot *s)
 {
     s->reusing = 1;
+    r->refilling = 1;
     unlock_and_wake(r);
     reader_trace *tr = reader_trace_on(r);
     if (tr)
@@ -364,19 +358,23 @@ static void refill_wait_locked(sf_reader *r, reader_slot *s)
     int rc = r->device_ops->reuse(r->device, s->index);
     uint64_t t1 = reader_now_ns();
     atomic_fetch_add_explicit(&r->st_slotwait_ns, t1 - t0, memory_order_relaxed);
+    char msg[sizeof r->refill_msg];
     if (rc)
-        snprintf(s->reuse_msg, sizeof s->reuse_msg, "%s", sf_last_error());
-    /* s->trec is still the previous batch's: the slot is prepared below. */
-    if (s->trec) {
-        if (!rc && !atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
-            reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
-        if (tr)
-            reader_trace_span_add(tr, SF_SPAN_SLOT_WAIT, t0, t1, s->trec);
-    }
+        snprintf(msg, sizeof msg, "%s", sf_last_error());
+    /* s->trec is still the previous batch's (NULL: scheduled before the
+     * trace began): the slot is prepared below. */
+    if (s->trec && !rc && !atomic_load_explicit(&s->trec->t[SF_TS_DEV_DONE], memory_order_relaxed))
+        reader_trace_stamp(s->trec, SF_TS_DEV_DONE, t1);
+    if (tr)
+        reader_trace_span_add(tr, SF_SPAN_SLOT_WAIT, t0, t1, s->trec);
     pthread_mutex_lock(&r->lock);
     s->reusing = 0;
     s->device_busy = 0;
-    s->reuse_err = rc;
+    r->refilling = 0;
+    if (rc && !r->refill_err) {
+        r->refill_err = rc;
+        memcpy(r->refill_msg, msg, sizeof msg);
+    }
     schedule_locked(r);
 }
 
@@ -658,6 +656,16 @@ int sf_reader_next(const sf_batch **out, sf_reader *r)
     }
     int rc = 0;
     r->restored = 0; /* the restored position is being consumed */
+    if (r->refill_err) {
+        /* An I/O thread's wait for a slot's copy failed (refill_wait_locked):
+         * the device's error, once; the batches are unharmed and the next
+         * call goes on. */
+        rc = sf_fail(r->refill_err, "waiting for a batch copy before reading into its slot "
+                                    "again failed: %s", r->refill_msg);
+        r->refill_err = 0;
+        unlock_and_wake(r);
+        return rc;
+    }
     for (;;) {
         if (r->del_index >= r->num_batches) {
             /* End of the epoch: say so once, then continue with the next.

@@ -382,7 +382,7 @@ Test(device_cuda, a_failed_wait_for_a_slots_copy_fails_its_next_batch_and_keeps_
      * queued behind the copy would read the next batch's bytes: the fake's
      * race check, "the host bytes changed between the call and the copy")
      * nor go unreported: the wait falls back to the slot's stream, and the
-     * batch read into the slot next fails with the CUDA error. */
+     * next sf_reader_next fails with the CUDA error, once. */
     fakecuda_set_copy_delay_us(30000);
     consumer c;
     consumer_open(&c);
@@ -408,7 +408,7 @@ Test(device_cuda, a_failed_wait_for_a_slots_copy_fails_its_next_batch_and_keeps_
     }
     fakecuda_fail_call("cudaEventSynchronize", 0, 0);
     cr_assert_eq(failed, SF_E_DEVICE, "the failed wait went unnoticed (%d: %s)", failed, msg);
-    cr_assert(strstr(msg, "previous batch") && strstr(msg, "illegal memory access"), "%s", msg);
+    cr_assert(strstr(msg, "into its slot again") && strstr(msg, "illegal memory access"), "%s", msg);
     /* The next call retries the batch, and reading goes on. */
     for (int i = 0; i < 3 && sf_reader_next(&n, r) == 0 && n; i++)
         cr_assert_eq(sf_reader_release(r, n), 0, "%s", sf_last_error());
