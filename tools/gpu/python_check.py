@@ -144,7 +144,7 @@ def train_queued(shardfeed, torch, ds, device, epochs, batch_size):
         for img, label in resident:
             step(img, label)
         sync()
-        loader_s, resident_s = [], []
+        loader_s, resident_s, cpu_s = [], [], 0.0
         before = ld.stats()
         for epoch in range(1, epochs + 1):
             t0 = time.perf_counter()
@@ -153,15 +153,17 @@ def train_queued(shardfeed, torch, ds, device, epochs, batch_size):
             sync()
             resident_s.append(time.perf_counter() - t0)
             ld.set_epoch(epoch)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             for b in ld:
                 step(b["img"], b["label"])
                 del b
             sync()
             loader_s.append(time.perf_counter() - t0)
+            cpu_s += time.process_time() - c0
         after = ld.stats()
         delta = {k: after[k] - before[k] for k in
                  ("wait_seconds", "device_wait_seconds", "device_slot_wait_seconds")}
+        delta["cpu_seconds"], delta["loader_seconds"] = cpu_s, sum(loader_s)
         verdict = after["verdict"]
     return float(np.median(loader_s)), float(np.median(resident_s)), delta, verdict
 
@@ -206,7 +208,7 @@ def main():
           f"+{100 * args.max_wait:g}%); verdict {verdict} (must be consumer-bound: the loop "
           f"blocked {d['wait_seconds']:.3f} s in next() and {d['device_wait_seconds']:.3f} s in "
           f"releases, the I/O threads {d['device_slot_wait_seconds']:.3f} s for slots behind the "
-          f"steps)")
+          f"steps; the process used {d['cpu_seconds']:.2f} s of CPU in {d['loader_seconds']:.2f} s)")
     grew = [(e + 1, m) for e, m in enumerate(memory) if m != memory[0]]
     check("memory", not grew,
           f"memory_allocated, free after epoch 1: {memory[0]}; "
