@@ -61,8 +61,8 @@ static void json_verdict(const bench_result *res)
            "\"io_busy\":%.4f,\"io_share\":%.4f,\"checksum_share\":%.4f,\"copy_share\":%.4f,"
            "\"decode_share\":%.4f},",
            st->elapsed_seconds, st->device_enqueue_seconds, st->device_wait_seconds,
-           st->device_slot_wait_seconds, (unsigned long long)st->device_copy_bytes, st->device_copy_seconds,
-           st->device_stream_wait_seconds, vd->verdict,
+           st->device_slot_wait_seconds, (unsigned long long)st->device_copy_bytes,
+           st->device_copy_seconds, st->device_stream_wait_seconds, vd->verdict,
            vd->consumer_wait, vd->device_wait, vd->io_busy, vd->io_share, vd->checksum_share,
            vd->copy_share, vd->decode_share);
 }

@@ -143,8 +143,8 @@ static void *open_on_device(void *arg)
     for (uint32_t i = 0; e == cudaSuccess && i < d->slots; i++) {
         if ((e = cudaStreamCreateWithFlags(&d->stream[i], cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&d->landed[i],
-                                          cudaEventDisableTiming | cudaEventBlockingSync)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&d->landed[i], cudaEventDisableTiming |
+                                                             cudaEventBlockingSync)) != cudaSuccess ||
             (e = cudaEventCreateWithFlags(&d->released[i], cudaEventDisableTiming)) != cudaSuccess ||
             (e = cudaEventCreate(&d->copy_from[i])) != cudaSuccess ||
             (e = cudaEventCreate(&d->copy_to[i])) != cudaSuccess ||
@@ -191,8 +191,8 @@ static int cuda_open(reader_device **out, int ordinal, uint8_t *slab, uint64_t s
     d->wait_timed = calloc(slots, sizeof *d->wait_timed);
     pthread_mutex_init(&d->count_lock, NULL);
     int rc = 0;
-    if (!d->stream || !d->copied || !d->landed || !d->released || !d->fenced || !d->copy_from || !d->copy_to ||
-        !d->wait_from || !d->wait_to || !d->copy_timed || !d->wait_timed)
+    if (!d->stream || !d->copied || !d->landed || !d->released || !d->fenced || !d->copy_from ||
+        !d->copy_to || !d->wait_from || !d->wait_to || !d->copy_timed || !d->wait_timed)
         rc = sf_fail(-ENOMEM, "out of memory");
     open_job job = {d, cudaSuccess, NULL};
     if (!rc)

@@ -161,7 +161,6 @@ struct reader_slot {
     int device_busy;     /* a device copy may still read the host slot: a FREE slot with it
                             set is not scheduled until an I/O thread has waited for that
                             copy (reader_claim), never the consumer (its release) */
-    int reusing;         /* an I/O thread waits for that copy, outside r->lock */
     uint64_t gen;        /* r->gen when scheduled */
     uint8_t *base;       /* slot_bytes of the slab */
     sf_batch batch;      /* what the caller sees */
@@ -333,8 +332,9 @@ struct sf_reader {
     uint64_t order_slice;  /* steps granted per batch scheduled */
 
     /* refills (schedule.c, refill_wait_locked), under lock */
-    int refilling;        /* an I/O thread waits for a slot's copy: one at a time */
-    int refill_err;       /* such a wait failed: the next sf_reader_next says so */
+    reader_slot *refilling; /* the slot whose copy an I/O thread waits for, outside the
+                               lock (one at a time), or NULL */
+    int refill_err;         /* such a wait failed: the next sf_reader_next says so */
     char refill_msg[384];
 
     /* stats */

@@ -226,7 +226,7 @@ static void schedule_locked(sf_reader *r)
              * writes into it. An idle I/O thread waits for the copy first
              * (reader_claim): neither the consumer, whose release lands
              * here, nor anyone holding this lock may block on the device. */
-            refill += !s->reusing;
+            refill += s != r->refilling;
             continue;
         }
         if (r->sched_index >= r->num_batches) {
@@ -329,7 +329,7 @@ static reader_slot *refill_candidate_locked(sf_reader *r)
     reader_slot *best = NULL;
     for (uint32_t i = 0; i < r->opts.prefetch; i++) {
         reader_slot *s = &r->slots[i];
-        if (s->state != SLOT_FREE || !s->device_busy || s->reusing)
+        if (s->state != SLOT_FREE || !s->device_busy)
             continue;
         if (!best || s->batch.epoch < best->batch.epoch ||
             (s->batch.epoch == best->batch.epoch && s->batch.index < best->batch.index))
@@ -348,8 +348,7 @@ static reader_slot *refill_candidate_locked(sf_reader *r)
  * device, so the slot is safe to refill) fails the next sf_reader_next. */
 static void refill_wait_locked(sf_reader *r, reader_slot *s)
 {
-    s->reusing = 1;
-    r->refilling = 1;
+    r->refilling = s;
     unlock_and_wake(r);
     reader_trace *tr = reader_trace_on(r);
     if (tr)
@@ -368,9 +367,8 @@ static void refill_wait_locked(sf_reader *r, reader_slot *s)
     if (tr)
         reader_trace_span_add(tr, SF_SPAN_SLOT_WAIT, t0, t1, s->trec);
     pthread_mutex_lock(&r->lock);
-    s->reusing = 0;
     s->device_busy = 0;
-    r->refilling = 0;
+    r->refilling = NULL;
     if (rc && !r->refill_err) {
         r->refill_err = rc;
         memcpy(r->refill_msg, msg, sizeof msg);

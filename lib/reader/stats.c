@@ -51,10 +51,13 @@ int sf_reader_stats(sf_reader_statistics *out, const sf_reader *r)
 }
 
 /* The I/O threads' stage that took the most of their time (ties go to the
- * earlier: reading, hashing, enqueuing copies, decoding, waiting for slots
- * the consumer's device work still holds). */
+ * earlier: reading, hashing, enqueuing copies, decoding, waiting for slots'
+ * copies). Slots' copies run behind the consumer's own work on the device,
+ * unless the copies themselves kept the copy engine busy (half the elapsed
+ * time or more). */
 static const char *largest_stage(const sf_reader_statistics *st)
 {
+    int copies_busy = st->device_copy_seconds >= 0.5 * st->elapsed_seconds;
     const struct {
         double seconds;
         const char *verdict;
@@ -62,7 +65,7 @@ static const char *largest_stage(const sf_reader_statistics *st)
                  {st->checksum_seconds, "checksum-bound"},
                  {st->device_enqueue_seconds, "copy-bound"},
                  {st->decode_seconds, "decode-bound"},
-                 {st->device_slot_wait_seconds, "consumer-bound"}};
+                 {st->device_slot_wait_seconds, copies_busy ? "copy-bound" : "consumer-bound"}};
     size_t best = 0;
     for (size_t i = 1; i < sizeof stage / sizeof stage[0]; i++)
         if (stage[i].seconds > stage[best].seconds)
@@ -100,12 +103,5 @@ int sf_reader_verdict(sf_reader_bottleneck *out, const sf_reader_statistics *st)
         out->verdict = "copy-bound";
     else
         out->verdict = largest_stage(st);
-    /* The reader waited for slots' copies: behind the consumer's own work
-     * on the device, unless the copies themselves kept the copy engine busy
-     * (then the consumer's stream waited for them too). */
-    if (st->device_slot_wait_seconds > 0 && !strcmp(out->verdict, "consumer-bound") &&
-        out->consumer_wait + out->device_wait >= SF_VERDICT_STALL_MAX &&
-        st->device_copy_seconds >= 0.5 * el)
-        out->verdict = "copy-bound";
     return 0;
 }

@@ -96,7 +96,7 @@ MUTATIONS = {
     "py_release_fence": (PY_READER, [("        sf_reader_release_after(reader_handle(reader), b, stream);\n",
                                       "        (void)stream, sf_reader_release_after(reader_handle(reader), b, NULL);\n")],
                          "the Python batch's release after its import stream", None),
-    "schedule_busy": (SCHEDULE, [("            refill += !s->reusing;\n            continue;\n",
+    "schedule_busy": (SCHEDULE, [("            refill += s != r->refilling;\n            continue;\n",
                                 "            s->device_busy = 0;\n")],
                       "the schedule's skip of a freed slot whose copy may still read it (released, "
                       "or dropped by a reposition)", None),

@@ -408,7 +408,8 @@ Test(device_cuda, a_failed_wait_for_a_slots_copy_fails_its_next_batch_and_keeps_
     }
     fakecuda_fail_call("cudaEventSynchronize", 0, 0);
     cr_assert_eq(failed, SF_E_DEVICE, "the failed wait went unnoticed (%d: %s)", failed, msg);
-    cr_assert(strstr(msg, "into its slot again") && strstr(msg, "illegal memory access"), "%s", msg);
+    cr_assert(strstr(msg, "into its slot again") && strstr(msg, "illegal memory access"), "%s",
+              msg);
     /* The next call retries the batch, and reading goes on. */
     for (int i = 0; i < 3 && sf_reader_next(&n, r) == 0 && n; i++)
         cr_assert_eq(sf_reader_release(r, n), 0, "%s", sf_last_error());
