@@ -90,16 +90,19 @@ enum sf_reader_uneven {
 
 enum sf_reader_engine {
     SF_ENGINE_AUTO = 0,  /* shards in the page cache at open (a mincore sample: warm data is
-                            memcpy work): mmap for records of fixed-size fields whose stored
-                            bytes are small (<= 64 KiB; compressed ones counted as stored: no
-                            system call per record), pread for the others (each piece hashed
-                            while it is in cache); otherwise (cold, or O_DIRECT) io_uring, and
-                            pread (with a one-line notice) where io_uring is blocked (ENOSYS,
-                            EPERM, EACCES) or its rings exceed RLIMIT_MEMLOCK (ENOMEM); cold
-                            compressed fields: pread (below). A dataset at a URL: range
+                            memcpy work): mmap (no system call per record; on x86-64 with
+                            AVX2 each record copied and hashed in one pass), except pread for
+                            records with compressed fields whose stored bytes are not small
+                            (> 64 KiB, or variable-length); otherwise (cold, or O_DIRECT)
+                            io_uring, and pread (with a one-line notice) where io_uring is
+                            blocked (ENOSYS, EPERM, EACCES) or its rings exceed
+                            RLIMIT_MEMLOCK (ENOMEM); cold compressed fields: pread (below).
+                            Both warm cases fall back to pread when the shards need more maps
+                            than the budget (SF_ENGINE_MMAP). A dataset at a URL: range
                             requests in mode direct; in mode cache its shards count as warm
-                            (no sample: that would download them). The measurements behind
-                            it: README "Engines" */
+                            (no sample: that would download them), mmap for small stored
+                            records (their maps follow the cache's pins) and pread for the
+                            others. The measurements behind it: README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards; each shard read

@@ -243,14 +243,19 @@ int reader_engine_start(sf_reader *r)
      * hashed afterwards from memory. Small fixed records: mmap copies a
      * whole claim with no system call per record, where io_uring and pread
      * pay one read each (about 1.5 M records/s on 2 cores against 4.7 M for
-     * mmap on Fashion-MNIST; README "Small records"). Large records: pread
-     * (issue 16's run: pread 17.3-17.5 GB/s, io_uring 16.4-16.5 with
-     * checksums; here, on a loaded machine, the same within noise, with
-     * io_uring's I/O threads hashing 35-41% of their time against pread's
-     * 21-30%: README "Engines"). mmap was faster still in issue 16's run
-     * but 2x slower than pread in this VM, whose page faults are costly:
-     * not the default. Cold data (and O_DIRECT) keeps io_uring, whose reads
-     * the kernel can queue. */
+     * mmap on Fashion-MNIST; README "Small records"). Large records: mmap
+     * too, whose copy from the map can be fused with the hash (hash_copy.h:
+     * each stripe hashed from the register it was copied through), where
+     * pread's copy is the kernel's and the hash a second pass from L2: on
+     * the development VM, 602 KB records, 20 epochs, three alternating
+     * rounds, 20.0-27.0 GB/s against pread's 12.7-16.9 with checksums,
+     * 20.7-31.1 against 17.7-20.4 without (README "Engines", "Checksums at
+     * the copy's speed"). Its first epoch pays a page fault per few pages of each
+     * map, costly in that VM (shadow paging: 0.17 s against pread's 0.075 s
+     * for 1.2 GB), once per open. Records with compressed fields other than
+     * small ones stay with pread, whose staged reads mmap does not speed up.
+     * Cold data (and O_DIRECT) keeps io_uring, whose reads the kernel can
+     * queue. */
     /* A dataset at a URL: its records by range requests (mode direct), or
      * its shards from the cache, taken as warm (no residency to sample: that
      * would download shards): small stored records by mmap, whose maps there
@@ -263,7 +268,9 @@ int reader_engine_start(sf_reader *r)
     if (r->ds->remote && r->opts.engine == SF_ENGINE_AUTO)
         return start_engine(r, small_stored_records(r) && fit ? &reader_engine_mmap : &reader_engine_pread);
     if (r->opts.engine == SF_ENGINE_AUTO && !r->direct && shards_resident(r))
-        return start_engine(r, small_stored_records(r) && fit ? &reader_engine_mmap : &reader_engine_pread);
+        return start_engine(r, (small_stored_records(r) || !r->compressed) && fit
+                                   ? &reader_engine_mmap
+                                   : &reader_engine_pread);
     if (r->opts.engine == SF_ENGINE_MMAP && !fit)
         return sf_fail(SF_E_UNSUPPORTED,
                        "%s: %llu shards, and the mmap engine keeps a map of each it reads until the "

@@ -476,14 +476,27 @@ void reader_substitute_corrupt(sf_reader *r, reader_slot *s, reader_scratch *st)
 typedef int (*reader_copy_fn)(const sf_reader *r, const reader_task *task, uint8_t *dst,
                               uint64_t off, uint64_t len);
 
+/* reader_copy_fn that also hashes the bytes as the next piece of `h`, in
+ * the same pass (hash_copy.h). */
+struct sf_copy_hash;
+typedef int (*reader_copy_hashed_fn)(const sf_reader *r, const reader_task *task,
+                                     struct sf_copy_hash *h, uint8_t *dst, uint64_t off,
+                                     uint64_t len);
+
 /* A copy engine's way of reaching a task's shard: `open` (NULL: nothing to
  * open, the maps) before its copies, reader_task_close after; `prefetch`
  * (NULL: none) starts bringing a task's stored bytes into cache while the
- * thread works on the one before. */
+ * thread works on the one before; `copy_hashed` (NULL: none; the copy is
+ * the kernel's, pread's) copies and hashes in one pass where the CPU has a
+ * fused kernel (sf_copy_hash_fast), and `copy_streamed` copies as it does
+ * without the hash (verify off). */
 typedef struct reader_copy_ops {
     reader_copy_fn copy;
     int (*open)(sf_reader *r, reader_task *task);
     void (*prefetch)(const sf_reader *r, const reader_task *task);
+    reader_copy_hashed_fn copy_hashed;
+    reader_copy_fn copy_streamed; /* NULL: none; copy without the hash, its long runs written
+                                     around the caches as copy_hashed's (sf_copy_streamed) */
 } reader_copy_ops;
 
 /* At open, before the slab layout: finds the compressed fields and, for the

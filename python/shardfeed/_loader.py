@@ -240,10 +240,11 @@ class Loader(EpochControl):
       gives the (data, offsets) pair.
     - uneven: "pad" or "drop": the last global batch when the dataset does not fill it
       (see rank, world_size).
-    - engine: "auto" (default: for shards already in the page cache, and at a URL in
-      remote_mode "cache", mmap for small fixed-size records and pread for the others;
-      io_uring for cold data; range requests in remote_mode "direct"), "uring", "pread"
-      or "mmap"; stats()["engine"] says which ran.
+    - engine: "auto" (default: for shards already in the page cache, mmap, except pread
+      for records with large compressed fields; at a URL in remote_mode "cache", mmap for
+      small fixed-size records and pread for the others; io_uring for cold data; range
+      requests in remote_mode "direct"), "uring", "pread" or "mmap"; stats()["engine"]
+      says which ran.
     - io_threads: I/O threads; 0 (default) lets the reader choose from the engine, the
       record size and the CPU count.
     - block_size, window: for shuffle="block": samples per run (0: 64) and positions
