@@ -11,8 +11,12 @@ the first (read-ahead runs into the next epoch, so a stall of the schedule at th
 shows a few batches before the boundary). Prints the median gap, each boundary's gap and the
 largest one's ratio to the median (the scale target: at most 2), and for comparison the same
 window's longest gap anywhere else (the median over every window of that width away from the
-boundaries): on a machine shared with other work, any window of 17 gaps holds a few long ones. The trace holds at most 65,536 batches: choose the batch
-size so that E epochs fit (10 million samples: --batch-size 1024, 3 epochs)."""
+boundaries): on a machine shared with other work, any window of 17 gaps holds a few long ones.
+Also the share of those windows whose longest gap is over 2x the median by itself, and from it
+the chance that at least one of the boundaries' windows would be with nothing special about
+them: a boundary over 2x is a stall only where that chance is small. The trace holds at most
+65,536 batches: choose the batch size so that E epochs fit (10 million samples: --batch-size
+1024, 3 epochs)."""
 import argparse
 import json
 import os
@@ -57,10 +61,16 @@ def main():
     elsewhere = [max(g for g, _, _ in gaps[k:k + w]) for k in range(0, len(gaps) - w, w)
                  if k not in near and k + w not in near]
     typical = statistics.median(elsewhere) if elsewhere else None
+    # How often a window away from the boundaries is over the target by itself (a thread
+    # descheduled on a shared machine), and so how often at least one of the boundaries
+    # would be with nothing special about them.
+    over = sum(1 for g in elsewhere if g > 2 * median) / len(elsewhere) if elsewhere else None
+    chance = 1 - (1 - over) ** len(boundary) if over is not None else None
     res = dict(batches=len(handed), median_gap_us=median, max_gap_us=max(g for g, _, _ in gaps),
                boundary_gaps_us={str(e): g for g, e in boundary},
                boundary_vs_median=worst / median if median > 0 else None,
-               window_max_elsewhere_us=typical)
+               window_max_elsewhere_us=typical, windows_elsewhere_over_2x=over,
+               boundary_over_2x_by_chance=chance)
     if a.json:
         print(json.dumps(res))
         return
@@ -71,6 +81,10 @@ def main():
     if typical is not None:
         print(f"the longest gap in a window of {w} gaps away from the boundaries: median "
               f"{typical:.1f} us ({typical / median:.2f}x the median gap)")
+    if over is not None:
+        print(f"windows away from the boundaries over 2x the median gap: {100 * over:.1f}% of "
+              f"{len(elsewhere)}; at least one of {len(boundary)} such windows by chance: "
+              f"{100 * chance:.0f}%")
     if res["boundary_vs_median"] is not None:
         print(f"largest boundary gap / median gap: {res['boundary_vs_median']:.2f} (target <= 2)")
 
