@@ -106,8 +106,8 @@ __attribute__((target("avx2"))) static void stripes_avx2(uint64_t *acc, uint8_t 
                                                          uint64_t first)
 {
     const int stream = streams(dst, n);
-    __m256i a0 = _mm256_load_si256((const __m256i *)acc);
-    __m256i a1 = _mm256_load_si256((const __m256i *)(acc + 4));
+    __m256i a0 = _mm256_loadu_si256((const __m256i *)acc);
+    __m256i a1 = _mm256_loadu_si256((const __m256i *)(acc + 4));
     const __m256i prime = _mm256_set1_epi32((int)P32_1);
     const __m256i s0 = _mm256_loadu_si256((const __m256i *)(XXH3_kSecret + SECRET_SCRAMBLE));
     const __m256i s1 = _mm256_loadu_si256((const __m256i *)(XXH3_kSecret + SECRET_SCRAMBLE + 32));
@@ -142,8 +142,8 @@ __attribute__((target("avx2"))) static void stripes_avx2(uint64_t *acc, uint8_t 
                                   _mm256_slli_epi64(_mm256_mul_epu32(h1, prime), 32));
         }
     }
-    _mm256_store_si256((__m256i *)acc, a0);
-    _mm256_store_si256((__m256i *)(acc + 4), a1);
+    _mm256_storeu_si256((__m256i *)acc, a0);
+    _mm256_storeu_si256((__m256i *)(acc + 4), a1);
     if (stream)
         _mm_sfence();
 }
@@ -154,7 +154,7 @@ __attribute__((target("avx512f"))) static void stripes_avx512(uint64_t *acc, uin
                                                               const uint8_t *src, size_t n,
                                                               uint64_t first)
 {
-    __m512i a = _mm512_load_si512((const void *)acc);
+    __m512i a = _mm512_loadu_si512((const void *)acc);
     const int stream = streams(dst, n);
     const __m512i prime = _mm512_set1_epi32((int)P32_1);
     const __m512i scr = _mm512_loadu_si512((const void *)(XXH3_kSecret + SECRET_SCRAMBLE));
@@ -176,7 +176,7 @@ __attribute__((target("avx512f"))) static void stripes_avx512(uint64_t *acc, uin
                                  _mm512_slli_epi64(_mm512_mul_epu32(hi, prime), 32));
         }
     }
-    _mm512_store_si512((void *)acc, a);
+    _mm512_storeu_si512((void *)acc, a);
     if (stream)
         _mm_sfence(); /* the stores are seen before whatever the caller publishes next */
 }
@@ -207,6 +207,8 @@ __attribute__((target("avx2"))) static void stream_avx2(uint8_t *dst, const uint
 
 void sf_copy_streamed(void *dst, const void *src, size_t n)
 {
+    if (n == 0)
+        return;
 #if HC_X86
     uint8_t *d = dst;
     const uint8_t *s = src;
@@ -268,6 +270,8 @@ void sf_copy_hash_copy(sf_copy_hash *h, void *dst, const void *src, size_t n)
     const uint8_t *s = src;
     uint64_t pos = h->seen, total = h->total;
     assert(n <= total - pos);
+    if (n == 0)
+        return; /* dst and src may be NULL then, which memcpy may not take */
     h->seen = pos + n;
     if (total <= SF_COPY_HASH_SHORT) {
         memcpy(d, s, n);
@@ -360,25 +364,32 @@ uint64_t sf_copy_hash_digest(const sf_copy_hash *h)
 static int fast_kernel = SF_COPY_HASH_AUTO;
 static pthread_once_t fast_once = PTHREAD_ONCE_INIT;
 
-/* Whether `kernel` gives libxxhash's digest for lengths around its edges
- * (short, a block, a scramble, the last stripe's overlap), split in
- * uneven pieces. */
+/* Whether `kernel` gives xxhash's own digest (XXH3_64bits, from the same
+ * xxhash.h as libxxhash) and memcpy's bytes, for lengths around its edges
+ * (short, a block, a scramble, the last stripe's overlap, a run long enough
+ * to be streamed), split in uneven pieces. */
+#define CHECK_MAX (128u << 10) /* its second piece is over 64 KiB: streamed */
 static int kernel_agrees(sf_copy_hash_kernel kernel)
 {
-    static const size_t lengths[] = {241, 1024, 1025, 2048 + 64, 5000};
-    uint8_t src[5000], dst[5000];
-    for (size_t i = 0; i < sizeof src; i++)
+    static const size_t lengths[] = {241, 1024, 1025, 2048 + 64, 5000, CHECK_MAX};
+    uint8_t *src = malloc(CHECK_MAX), *dst = malloc(CHECK_MAX + 64);
+    int ok = src && dst;
+    for (size_t i = 0; ok && i < CHECK_MAX; i++)
         src[i] = (uint8_t)(i * 2654435761u >> 13);
-    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
+    /* 64-byte aligned, so that the longest's whole stripes (the kernels
+     * run from stripe edges of the input) are streamed. */
+    uint8_t *out = dst ? dst + (64 - (uintptr_t)dst % 64) % 64 : NULL;
+    for (size_t l = 0; ok && l < sizeof lengths / sizeof *lengths; l++) {
         size_t len = lengths[l], cut = len / 3 + 5;
         sf_copy_hash h;
         sf_copy_hash_begin(&h, len, kernel);
-        sf_copy_hash_copy(&h, dst, src, cut);
-        sf_copy_hash_copy(&h, dst + cut, src + cut, len - cut);
-        if (sf_copy_hash_digest(&h) != XXH3_64bits(src, len) || memcmp(dst, src, len) != 0)
-            return 0;
+        sf_copy_hash_copy(&h, out, src, cut);
+        sf_copy_hash_copy(&h, out + cut, src + cut, len - cut);
+        ok = sf_copy_hash_digest(&h) == XXH3_64bits(src, len) && memcmp(out, src, len) == 0;
     }
-    return 1;
+    free(src);
+    free(dst);
+    return ok;
 }
 
 static void pick_fast(void)
@@ -392,9 +403,10 @@ static void pick_fast(void)
     if (k == SF_COPY_HASH_AUTO)
         return;
     if (!kernel_agrees(k)) {
-        /* A bug of ours, never the data's: say so once and hash as before. */
-        fprintf(stderr, "shardfeed: the fused copy-and-hash disagrees with libxxhash on this CPU; "
-                        "copying and hashing separately (please report this)\n");
+        /* A bug of ours, never the data's (or no memory for the check):
+         * say so once and hash as before. */
+        fprintf(stderr, "shardfeed: the fused copy-and-hash did not pass its check against "
+                        "xxhash on this CPU; copying and hashing separately (please report this)\n");
         return;
     }
     fast_kernel = k;

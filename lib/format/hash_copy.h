@@ -18,8 +18,8 @@
  *
  * Usage: begin with the input's total length, then copy its pieces in order
  * (any sizes, summing to the total), then digest. The state is plain memory
- * (no allocation, nothing to free), so a copy abandoned by the fault guard
- * leaves nothing behind. */
+ * (no allocation, nothing to free; the kernels make no assumption about its
+ * address), so a copy abandoned by the fault guard leaves nothing behind. */
 #ifndef SF_FORMAT_HASH_COPY_H
 #define SF_FORMAT_HASH_COPY_H
 

@@ -204,3 +204,25 @@ Test(hash_copy, the_streamed_copy_is_memcpy)
     free(src);
     free(buf);
 }
+
+/* Empty pieces (NULL pointers allowed) change nothing. */
+Test(hash_copy, empty_pieces_are_nothing)
+{
+    static uint8_t src[1000], dst[1000];
+    fill_random(src, sizeof src);
+    for (size_t k = 0; k < sizeof kernels / sizeof *kernels; k++) {
+        if (!sf_copy_hash_supported(kernels[k]))
+            continue;
+        sf_copy_hash h;
+        sf_copy_hash_begin(&h, sizeof src, kernels[k]);
+        sf_copy_hash_copy(&h, NULL, NULL, 0);
+        sf_copy_hash_copy(&h, dst, src, 300);
+        sf_copy_hash_copy(&h, NULL, NULL, 0);
+        sf_copy_hash_copy(&h, dst + 300, src + 300, sizeof src - 300);
+        cr_assert_eq(sf_copy_hash_digest(&h), XXH3_64bits(src, sizeof src));
+        sf_copy_hash_begin(&h, 0, kernels[k]);
+        sf_copy_hash_copy(&h, NULL, NULL, 0);
+        cr_assert_eq(sf_copy_hash_digest(&h), XXH3_64bits(NULL, 0));
+    }
+    sf_copy_streamed(NULL, NULL, 0);
+}
