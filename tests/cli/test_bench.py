@@ -286,11 +286,41 @@ class AutoEngine(Base):
         zlarge = os.path.join(self.tmp, "large-z")
         run("pack", inp, "-o", zlarge, "--compress", "img=zstd", "--quiet", check=0)
         self.warm(zlarge)
-        for ds, want in ((small, "mmap"), (large, "mmap"), (zlarge, "pread")):
+        # Variable-length uncompressed fields (a WebDataset tar: bytes of any length): the maps
+        # too.
+        import io
+        import tarfile
+        vinp, var = os.path.join(self.tmp, "var.tar"), os.path.join(self.tmp, "var")
+        with tarfile.open(vinp, "w") as tf:
+            for i in range(48):
+                data = bytes(range(256)) * (1 + i * 377 % 600)  # 256 B to 153 KB
+                info = tarfile.TarInfo(f"{i:06d}.bin")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+        p = run("pack", vinp, "-o", var, "--quiet")
+        cases = [(small, "mmap", 512), (large, "mmap", 48), (zlarge, "pread", 48)]
+        if p.returncode != 0 and "libarchive" in p.stderr:
+            print("skipped the variable-length case: tar inputs need libarchive")
+        else:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            cases.append((self.warm(var), "mmap", 48))
+        for ds, want, n in cases:
             with self.subTest(ds=os.path.basename(ds)):
                 j = self.bench_json(ds, "--batch-size", "16", "--epochs", "1")
                 self.assertEqual(j["options"]["engine"], want)
-                self.assertEqual(j["samples"], 512 if ds == small else 48)
+                self.assertEqual(j["samples"], n)
+        # Without the fused copy-and-hash (SHARDFEED_COPY_HASH=off, or a CPU without AVX2)
+        # still the maps, copied and hashed in pieces; with more shards than the map budget,
+        # pread.
+        for env, want in (({"SHARDFEED_COPY_HASH": "off"}, "mmap"), ({"SHARDFEED_MAP_LIMIT": "0"}, "pread")):
+            with self.subTest(env=env):
+                p = run("bench", large, "--batch-size", "16", "--epochs", "1", "--json", check=0,
+                        env=dict(os.environ, **env))
+                j = json.loads(p.stdout)
+                self.assertEqual(j["options"]["engine"], want)
+                self.assertEqual(j["samples"], 48)
+                if "SHARDFEED_COPY_HASH" in env:
+                    self.assertGreater(j["checksum_thread_s"], 0)  # hashed apart from the copy
 
     def test_warm_small_compressed_records_are_mmap(self):
         """A call per record is what reading small compressed records costs with pread."""
