@@ -31,8 +31,8 @@
 typedef struct sf_copy_hash {
     _Alignas(64) uint64_t acc[8];
     uint64_t total;   /* the input's length */
-    uint64_t seen;    /* bytes copied so far */
-    uint64_t regular; /* stripes folded in order: (total - 1) / 64 of them in all */
+    uint64_t seen;    /* bytes copied so far: the stripes below seen / 64 are folded,
+                         up to (total - 1) / 64 of them (XXH3's "regular" ones) */
     int kernel;       /* sf_copy_hash_kernel */
     uint8_t stripe[64];                   /* a stripe split between two pieces */
     uint8_t tail[SF_COPY_HASH_SHORT];     /* the last 64 bytes, or a short input whole */
