@@ -58,8 +58,11 @@ struct dataset_remote {
      * Once a reader planned, the prefetcher follows the plan only. */
     uint64_t plan[PLAN_CAP];
     uint8_t plan_done[PLAN_CAP];
-    uint32_t plan_head, plan_len;
-    int planned; /* a reader plans: its plan run dry is no cue for shard order */
+    uint32_t plan_head;
+    /* changed under lock; read without it by the hints of a reader whose
+     * shards are all held (dataset_remote_plan, dataset_remote_reading) */
+    _Atomic uint32_t plan_len;
+    _Atomic int planned; /* a reader plans: its plan run dry is no cue for shard order */
     /* shards this dataset is downloading now (fill_shard), by any thread */
     atomic_uint downloading;
     /* per shard: the ETag its object had when open read its metadata
@@ -637,6 +640,15 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
     if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
         return;
     assert(shard < ds->manifest.shard_count);
+    /* A shard this dataset holds is in the cache and stays there: nothing to
+     * prefetch, and a plan of it would only wake the prefetch threads and
+     * make every read of it a pass under the lock. Warm, a global shuffle
+     * over 13 cached shards planned and passed a shard at nearly every
+     * record: 0.032 s an epoch of 60,000 small records against 0.014 s from
+     * the same shards in a local folder. A hint: a held shard that is let
+     * go before the reader gets to it is downloaded then, if evicted. */
+    if (atomic_load_explicit(&x->planned, memory_order_relaxed) && dataset_files_held(ds, shard))
+        return;
     pthread_mutex_lock(&x->lock);
     x->planned = 1;
     int known = 0;
@@ -683,8 +695,14 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard)
     dataset_remote *x = ds->remote;
     /* Read before written: the I/O threads call this for every record, and
      * a write would move the line between their cores each time. */
-    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE ||
-        atomic_load_explicit(&x->last_hint, memory_order_relaxed) == shard ||
+    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
+        return;
+    /* An empty plan has nothing to pass (the shards read are all held:
+     * dataset_remote_plan), and with a plan shard order is no cue. */
+    if (atomic_load_explicit(&x->planned, memory_order_relaxed) &&
+        atomic_load_explicit(&x->plan_len, memory_order_relaxed) == 0)
+        return;
+    if (atomic_load_explicit(&x->last_hint, memory_order_relaxed) == shard ||
         atomic_exchange(&x->last_hint, shard) == shard)
         return;
     pthread_mutex_lock(&x->lock);

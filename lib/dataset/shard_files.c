@@ -242,6 +242,12 @@ int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
     return pinned;
 }
 
+int dataset_files_held(const sf_dataset *ds, uint64_t shard)
+{
+    /* At a URL an entry is open only while it holds the cache's pin. */
+    return atomic_load_explicit(&ds->files->fds[entry_of(shard, 0)].fd, memory_order_relaxed) >= 0;
+}
+
 void dataset_files_unpin_idle(sf_dataset *ds)
 {
     dataset_files *f = ds->files;
