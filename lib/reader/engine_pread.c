@@ -440,26 +440,45 @@ static void mmap_copy_mapped(sf_reader *r, reader_task *const *tasks, unsigned n
     }
 }
 
+/* group_by_shard's table of the shards a claim touches: a power of two at
+ * least twice CLAIM_MAX, so that probes stay short. */
+#define GROUP_SLOTS (2 * CLAIM_MAX)
+#define GROUP_SLOT_BITS 9u
+_Static_assert(GROUP_SLOTS == 1u << GROUP_SLOT_BITS, "GROUP_SLOT_BITS names GROUP_SLOTS");
+
 /* tasks[0..n) into out[0..n), grouped by shard: the groups in the order
  * their shards first appear in the claim (the order the cache's prefetcher
- * planned for), each group's tasks in claim order. O(n x shards touched),
- * n <= CLAIM_MAX. */
+ * planned for), each group's tasks in claim order. O(n): each shard gets its
+ * group's number from a small open-addressing table, then a counting pass
+ * places every task after the earlier ones of its group. (Scanning the
+ * claim once per group, as before, was 12% of a warm epoch's time over 13
+ * cached shards at 256 records a claim.) */
 static void group_by_shard(reader_task **out, reader_task *const *tasks, unsigned n)
 {
     assert(n <= CLAIM_MAX);
-    uint8_t taken[CLAIM_MAX] = {0};
-    unsigned k = 0;
+    uint64_t key[GROUP_SLOTS];
+    uint16_t group_at[GROUP_SLOTS];
+    uint8_t used[GROUP_SLOTS] = {0};
+    uint16_t group_of[CLAIM_MAX], next[CLAIM_MAX + 1] = {0};
+    unsigned groups = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (taken[i])
-            continue;
         uint64_t shard = tasks[i]->shard;
-        for (unsigned j = i; j < n; j++)
-            if (!taken[j] && tasks[j]->shard == shard) {
-                taken[j] = 1;
-                out[k++] = tasks[j];
-            }
+        unsigned h = (unsigned)((shard * 0x9E3779B97F4A7C15ull) >> (64 - GROUP_SLOT_BITS));
+        while (used[h] && key[h] != shard)
+            h = (h + 1) & (GROUP_SLOTS - 1);
+        if (!used[h]) {
+            used[h] = 1;
+            key[h] = shard;
+            group_at[h] = (uint16_t)groups++;
+        }
+        group_of[i] = group_at[h];
+        next[group_of[i] + 1]++;
     }
-    assert(k == n);
+    for (unsigned g = 0; g < groups; g++)
+        next[g + 1] += next[g]; /* next[g]: where group g's first task goes */
+    for (unsigned i = 0; i < n; i++)
+        out[next[group_of[i]]++] = tasks[i];
+    assert(groups == 0 || next[groups - 1] == n);
 }
 
 /* A dataset at a URL: a thread pins one shard at a time, as pread's do (a
