@@ -619,19 +619,41 @@ static void prefetch_start_locked(sf_dataset *ds)
         x->running++;
 }
 
-/* Under x->lock: the reader reached `shard`: it and the plan's shards
- * before it leave the plan (passed; nothing evicts for their sake now).
- * 1 when any did (the reach has room again), 0 when it was not there. */
+/* Under x->lock: the reader reached `shard`: it leaves the plan, and so do
+ * the shards planned before it that the prefetcher took (downloading or
+ * done: passed, nothing evicts for their sake now). Shards planned before
+ * it and not yet taken stay: under a global shuffle the reader reaches the
+ * shards of a batch in any order, and reaching the last one first had
+ * dropped the rest from the plan, so the prefetcher downloaded none of
+ * them: a cold epoch of the small remote set (13 shards of 4 MB) fetched
+ * them one or two at a time as the readers came to them, in 129 ms where
+ * curl fetching them all at once took 45 ms. In dataset order nothing is
+ * lost either way: a shard the reader passed untaken is in the cache
+ * already (it read it), and the prefetcher that takes it finds it there.
+ * 1 when any shard left (the reach has room again), 0 when `shard` was
+ * not there. */
 static int plan_pass_locked(dataset_remote *x, uint64_t shard)
 {
-    for (uint32_t k = 0; k < x->plan_len; k++) {
-        if (x->plan[(x->plan_head + k) % PLAN_CAP] != shard)
+    uint32_t k = 0;
+    while (k < x->plan_len && x->plan[(x->plan_head + k) % PLAN_CAP] != shard)
+        k++;
+    if (k == x->plan_len)
+        return 0;
+    /* Entries 0..k compacted toward k, untaken ones kept in their order;
+     * the ones after k stay where they are. */
+    uint32_t kept = 0;
+    for (uint32_t i = k; i-- > 0;) {
+        uint32_t from = (x->plan_head + i) % PLAN_CAP;
+        if (x->plan_done[from])
             continue;
-        x->plan_head = (x->plan_head + k + 1) % PLAN_CAP;
-        x->plan_len -= k + 1;
-        return 1;
+        uint32_t to = (x->plan_head + k - kept) % PLAN_CAP;
+        x->plan[to] = x->plan[from];
+        x->plan_done[to] = 0;
+        kept++;
     }
-    return 0;
+    x->plan_head = (x->plan_head + k + 1 - kept) % PLAN_CAP;
+    x->plan_len -= k + 1 - kept;
+    return 1;
 }
 
 void dataset_remote_plan(sf_dataset *ds, uint64_t shard)

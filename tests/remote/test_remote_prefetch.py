@@ -3,8 +3,9 @@
 whole shards,
 the downloads during an epoch (GETs through the FaultProxy, no faults) are about the shards'
 first touches (runs of the epoch's order in one shard), not shard order's prefetches evicting
-what the epoch needs; the epoch equals the local one. Every test has a deadline; the servers
-bind 127.0.0.1 only."""
+what the epoch needs; the epoch equals the local one. Several downloads overlap, also under a
+global shuffle, whose reads reach the planned shards out of order. Every test has a deadline;
+the servers bind 127.0.0.1 only."""
 import os
 import sys
 
@@ -80,6 +81,42 @@ class Prefetch(RemoteCase):
         self.assertGreater(peak.bytes, 0, "the watcher saw nothing")
         self.assertLessEqual(peak.bytes, limit, f"cache held {peak.bytes} bytes, limit {limit}")
 
+    def test_a_global_shuffle_keeps_every_planned_shard_in_the_plan(self):
+        # Under a global shuffle the I/O threads reach a batch's shards in any order (each
+        # takes its own part of the batch). Reaching one planned late once dropped every shard
+        # planned before it, untaken, from the plan: the prefetcher then had little left to
+        # download, and the I/O threads fetched the rest as they came to them, one or two in
+        # flight (the second half of this epoch's 49 downloads began with 1 or 2 in flight,
+        # three runs; with the prefetcher busy, mostly 4 or 5). Each shard GET waits 0.2 s
+        # at the proxy, so downloads overlap only if they are started together.
+        ds, www = self.served(n=1200, shard_size="20KiB")
+        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        self.assertGreaterEqual(shards, 40)
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        arrivals = []  # (request number, shard GETs in flight with it) of each shard GET
+
+        class Counting(servers.FaultProxy):
+            def _decide(self, method, raw_path, headers, body):
+                r = super()._decide(method, raw_path, headers, body)
+                if shard_gets(method, raw_path):
+                    with self._lock:
+                        arrivals.append((self.requests, self.in_flight))
+                return r
+
+        with servers.Nginx(www) as ng, Counting(ng.url, faults={"delay": 1.0}, delay_s=0.2,
+                                                 match=shard_gets) as proxy:
+            # Batches of 200 touch most shards; two I/O threads, each with its part.
+            with shardfeed.Loader(proxy.url + "/ds", batch_size=200, shuffle="global", seed=5,
+                                  io_threads=2, output="numpy", cache_dir=self.cache()) as loader:
+                at_open = proxy.requests
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        with shardfeed.Loader(ds, batch_size=200, shuffle="global", seed=5, output="numpy") as local:
+            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+        downloads = [flight for n, flight in arrivals if n > at_open]
+        self.assertEqual(len(downloads), shards, "each shard downloaded once")
+        second_half = sorted(downloads[len(downloads) // 2:])
+        self.assertGreaterEqual(second_half[len(second_half) // 2], 3,
+                                f"shard downloads in flight as each began: {downloads}")
 
 if __name__ == "__main__":
     main()
