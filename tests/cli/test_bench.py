@@ -335,5 +335,17 @@ class AutoEngine(Base):
         self.assertEqual(j["options"]["engine"], "pread")  # staged records: no io_uring
 
 
+class Defaults(Base):
+    def test_the_help_names_the_shuffle_bench_uses_by_default(self):
+        # The help once called global the default while bench read in dataset order.
+        help_text = run("bench", "--help").stdout
+        line = next(l for l in help_text.splitlines() if l.strip().startswith("--shuffle MODE"))
+        documented = line.split("--shuffle MODE", 1)[1].split("(")[0].strip()
+        self.assertIn("the default", line, line)
+        j = self.bench_json(self.small(200), "--batch-size", "50")
+        self.assertEqual(j["options"]["shuffle"], documented)
+        self.assertEqual(documented, "none")
+
+
 if __name__ == "__main__":
     unittest.main()
