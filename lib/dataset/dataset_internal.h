@@ -75,8 +75,10 @@ void dataset_files_unpin_idle(sf_dataset *ds);
  * the cache's pin (in use, or idle and kept pinned): then it is in the
  * cache and stays there, and a prefetch of it has nothing to do. */
 int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard);
-/* The same without the lock, as a hint: what it says may have changed by
- * the time it returns (another thread may let the shard go, or take it). */
+/* A dataset at a URL: whether this dataset holds either of `shard`'s
+ * files open (buffered or O_DIRECT), which at a URL means pinned in the
+ * cache. Without the lock, as a hint: what it says may have changed by the
+ * time it returns (another thread may let the shard go, or take it). */
 int dataset_files_held(const sf_dataset *ds, uint64_t shard);
 uint64_t dataset_fd_cap(const sf_dataset *ds);
 /* The read-only map of the whole of `shard`, made on first use and kept

@@ -619,19 +619,20 @@ static void prefetch_start_locked(sf_dataset *ds)
         x->running++;
 }
 
-/* Under x->lock: the reader reached `shard`: it leaves the plan, and so do
- * the shards planned before it that the prefetcher took (downloading or
- * done: passed, nothing evicts for their sake now). Shards planned before
- * it and not yet taken stay: under a global shuffle the reader reaches the
- * shards of a batch in any order, and reaching the last one first had
- * dropped the rest from the plan, so the prefetcher downloaded none of
- * them: a cold epoch of the small remote set (13 shards of 4 MB) fetched
- * them one or two at a time as the readers came to them, in 129 ms where
- * curl fetching them all at once took 45 ms. In dataset order nothing is
- * lost either way: a shard the reader passed untaken is in the cache
- * already (it read it), and the prefetcher that takes it finds it there.
- * 1 when any shard left (the reach has room again), 0 when `shard` was
- * not there. */
+/* Under x->lock: the reader reached `shard`: it leaves the plan (passed;
+ * nothing evicts for its sake now), and only it. Under a global shuffle
+ * the I/O threads reach a batch's shards in any order: when a read also
+ * passed every shard planned before it, the first read of a shard planned
+ * late dropped the others, and the prefetcher either never took them (a
+ * cold epoch of the small remote set, 13 shards of 4 MB, then fetched them
+ * one or two at a time as the readers came to them: 129 ms where curl
+ * fetching them all at once took 45 ms) or, for those it had taken, stopped
+ * counting them in its reach and ran ahead, evicting them before they were
+ * read where the cache limit is tight. Every planned shard is read after it
+ * is planned (the schedule plans a batch before its reads), and a read
+ * after a plan takes the lock (dataset_remote_plan resets last_hint), so
+ * each entry is passed by the read it was planned for. 1 when `shard` was
+ * there (the reach has room again), else 0. */
 static int plan_pass_locked(dataset_remote *x, uint64_t shard)
 {
     uint32_t k = 0;
@@ -639,20 +640,14 @@ static int plan_pass_locked(dataset_remote *x, uint64_t shard)
         k++;
     if (k == x->plan_len)
         return 0;
-    /* Entries 0..k compacted toward k, untaken ones kept in their order;
-     * the ones after k stay where they are. */
-    uint32_t kept = 0;
-    for (uint32_t i = k; i-- > 0;) {
-        uint32_t from = (x->plan_head + i) % PLAN_CAP;
-        if (x->plan_done[from])
-            continue;
-        uint32_t to = (x->plan_head + k - kept) % PLAN_CAP;
+    /* The entries before it move up one, into its place. */
+    for (uint32_t i = k; i > 0; i--) {
+        uint32_t to = (x->plan_head + i) % PLAN_CAP, from = (x->plan_head + i - 1) % PLAN_CAP;
         x->plan[to] = x->plan[from];
-        x->plan_done[to] = 0;
-        kept++;
+        x->plan_done[to] = x->plan_done[from];
     }
-    x->plan_head = (x->plan_head + k + 1 - kept) % PLAN_CAP;
-    x->plan_len -= k + 1 - kept;
+    x->plan_head = (x->plan_head + 1) % PLAN_CAP;
+    x->plan_len--;
     return 1;
 }
 
@@ -680,6 +675,9 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
         uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
         x->plan[i] = shard;
         x->plan_done[i] = 0;
+        /* The next read of any shard takes the lock: one of `shard` while
+         * last_hint still named it would not pass it (plan_pass_locked). */
+        atomic_store(&x->last_hint, UINT64_MAX);
         prefetch_start_locked(ds);
         pthread_cond_broadcast(&x->cv);
     }

@@ -244,8 +244,11 @@ int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
 
 int dataset_files_held(const sf_dataset *ds, uint64_t shard)
 {
-    /* At a URL an entry is open only while it holds the cache's pin. */
-    return atomic_load_explicit(&ds->files->fds[entry_of(shard, 0)].fd, memory_order_relaxed) >= 0;
+    /* At a URL an entry is open only while it holds the cache's pin; a
+     * reader with O_DIRECT holds the shard's other entry. */
+    const shard_fd *fds = ds->files->fds;
+    return atomic_load_explicit(&fds[entry_of(shard, 0)].fd, memory_order_relaxed) >= 0 ||
+           atomic_load_explicit(&fds[entry_of(shard, 1)].fd, memory_order_relaxed) >= 0;
 }
 
 void dataset_files_unpin_idle(sf_dataset *ds)
