@@ -101,8 +101,9 @@ enum sf_reader_engine {
                             than the budget (SF_ENGINE_MMAP). A dataset at a URL: range
                             requests in mode direct; in mode cache its shards count as warm
                             (no sample: that would download them), mmap for small stored
-                            records (their maps follow the cache's pins) and pread for the
-                            others. The measurements behind it: README "Engines" */
+                            records where every shard stays pinned in the cache (their maps
+                            follow the cache's pins) and pread otherwise. The measurements
+                            behind it: README "Engines" */
     SF_ENGINE_URING = 1, /* io_uring, one ring per I/O thread, reads straight into the slots */
     SF_ENGINE_PREAD = 2, /* pread(2) from a pool of threads */
     SF_ENGINE_MMAP = 3   /* memcpy from read-only memory maps of the shards; each shard read

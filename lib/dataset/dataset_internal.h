@@ -75,6 +75,12 @@ void dataset_files_unpin_idle(sf_dataset *ds);
  * the cache's pin (in use, or idle and kept pinned): then it is in the
  * cache and stays there, and a prefetch of it has nothing to do. */
 int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard);
+/* A dataset at a URL: whether all its shards fit among the idle pins it
+ * keeps (IDLE_PINNED shards, the descriptor budget, an IDLE_PINNED_SHARE
+ * of the cache limit in bytes): then a shard read once stays pinned, open
+ * and mapped until close, unless a download needs the room
+ * (dataset_files_unpin_idle). 0 for a folder. */
+int dataset_files_pins_last(const sf_dataset *ds);
 /* A dataset at a URL: whether this dataset holds either of `shard`'s
  * files open (buffered or O_DIRECT), which at a URL means pinned in the
  * cache. Without the lock, as a hint: what it says may have changed by the

@@ -66,11 +66,16 @@ typedef struct shard_fd {
  * 0.14 s without. A global shuffle switches shards at nearly every record,
  * so the count must cover the shards an epoch moves between: with 4, an
  * epoch over 13 cached shards made 81,000 flock and 41,000 fstat calls
- * (0.65 s warm; 0.25 s with 16). The byte budget is what protects the
- * cache's room. A process that stops reading keeps these pinned until it
- * reads again or closes; it unpins them before it downloads (room for the
+ * (0.65 s warm; 0.25 s with 16). With 32, an epoch over 66 cached shards
+ * (the small set in shards of 800 KiB) took 1.1-1.5 s against 0.008 s from
+ * a local folder: a dataset of more shards than the count churns as if
+ * there were none. So the count is large, and what bounds the pins is the
+ * byte budget, which protects the cache's room, and the descriptor budget
+ * (make_room_locked closes the least recently used idle entry, pin and
+ * all). A process that stops reading keeps these pinned until it reads
+ * again or closes; it unpins them before it downloads (room for the
  * download may need them evicted). */
-#define IDLE_PINNED 32u
+#define IDLE_PINNED 1024u
 #define IDLE_PINNED_SHARE 8u /* at most 1/8 of the cache limit */
 
 /* The file a shard's name named when the dataset first opened it. */
@@ -98,6 +103,7 @@ struct dataset_files {
     uint64_t lru_head, lru_tail; /* least and most recently released */
     uint64_t idle_pinned[IDLE_PINNED]; /* oldest first: idle, cache_pinned */
     unsigned idle_pinned_n;
+    uint64_t idle_pinned_bytes; /* their shards' files */
     /* a dataset at a URL, per shard: its map was made by dataset_map_pinned
      * and is unmade when its buffered entry gives up its cache pin */
     uint8_t *map_follows_pin;
@@ -160,6 +166,7 @@ static void idle_pinned_forget_locked(dataset_files *f, uint64_t e)
             memmove(&f->idle_pinned[i], &f->idle_pinned[i + 1],
                     (f->idle_pinned_n - i - 1) * sizeof f->idle_pinned[0]);
             f->idle_pinned_n--;
+            f->idle_pinned_bytes -= f->ds->manifest.shards[e / 2].file_size; /* entry_of: shard * 2 + direct */
             return;
         }
 }
@@ -223,13 +230,11 @@ static void idle_pinned_push_locked(const sf_dataset *ds, dataset_files *f, uint
     if (f->idle_pinned_n == IDLE_PINNED)
         idle_unpin_oldest_locked(f);
     f->idle_pinned[f->idle_pinned_n++] = e;
-    uint64_t budget = dataset_remote_cache_limit(ds) / IDLE_PINNED_SHARE, bytes = 0;
-    for (unsigned i = 0; i < f->idle_pinned_n; i++)
-        bytes += ds->manifest.shards[f->idle_pinned[i] / 2].file_size; /* entry_of: shard * 2 + direct */
-    while (f->idle_pinned_n && bytes > budget) {
-        bytes -= ds->manifest.shards[f->idle_pinned[0] / 2].file_size;
-        idle_unpin_oldest_locked(f);
-    }
+    f->idle_pinned_bytes += ds->manifest.shards[e / 2].file_size; /* entry_of: shard * 2 + direct */
+    uint64_t budget = dataset_remote_cache_limit(ds) / IDLE_PINNED_SHARE;
+    while (f->idle_pinned_n && f->idle_pinned_bytes > budget)
+        idle_unpin_oldest_locked(f); /* forgets it: the bytes go down */
+    assert(f->idle_pinned_n || f->idle_pinned_bytes == 0);
 }
 
 int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
@@ -240,6 +245,17 @@ int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
     int pinned = atomic_load_explicit(&x->fd, memory_order_relaxed) >= 0 && x->cache_pinned;
     pthread_mutex_unlock(&f->lock);
     return pinned;
+}
+
+int dataset_files_pins_last(const sf_dataset *ds)
+{
+    const sf_manifest *m = &ds->manifest;
+    if (!ds->remote || m->shard_count > IDLE_PINNED || m->shard_count > dataset_fd_cap(ds))
+        return 0;
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < m->shard_count; i++)
+        bytes += m->shards[i].file_size;
+    return bytes <= dataset_remote_cache_limit(ds) / IDLE_PINNED_SHARE;
 }
 
 int dataset_files_held(const sf_dataset *ds, uint64_t shard)

@@ -1,9 +1,11 @@
 """Mode cache's files held only while pinned (issue 18; README "Remote datasets"): engine auto
-picks mmap for small records from a URL's cache as for a local folder's warm ones, and a shard's
-map and descriptor last only while the reader pins the shard in the cache. Over a dataset 4x the
-cache limit, an epoch with either engine never keeps an evicted shard mapped or open (an unlinked
-file still takes its disk space until then): the cache folder plus the deleted cache files the
-process holds stays within the limit, and the epoch's bytes are the local read's. About 5 s."""
+picks mmap for small records from a URL's cache where every shard stays pinned (as for a local
+folder's warm ones), pread where they cannot, and a shard's map and descriptor last only while the
+reader pins the shard in the cache. Over a dataset 4x the cache limit, an epoch with any engine
+never keeps an evicted shard mapped or open (an unlinked file still takes its disk space until
+then): the cache folder plus the deleted cache files the process holds stays within the limit,
+and the epoch's bytes are the local read's. A dataset of more shards than the 32 a reader once
+kept pinned keeps them all, within its share of the limit. About 8 s."""
 import json
 import os
 import subprocess
@@ -65,7 +67,9 @@ class HeldWhilePinned(RemoteCase):
                 ran = loader.stats()["engine"]
                 # Read to the end, not closed: nothing evicted is still held.
                 end = settled_held(cache)
-        self.assertEqual(ran, "mmap" if engine == "auto" else engine)
+        # auto: pread, as the shards cannot all stay pinned (a map made again each time a
+        # shard is pinned again faults its pages in again).
+        self.assertEqual(ran, "pread" if engine == "auto" else engine)
         self.assertGreater(peak.samples, 0, "the watcher saw nothing")
         self.assertEqual(end, {}, "evicted shards still mapped or open after the epoch")
         # The folder plus the evicted files held (an unlinked one counts from the moment it
@@ -74,8 +78,40 @@ class HeldWhilePinned(RemoteCase):
                              f"(at most {peak.held} evicted files at once), limit {limit}")
         self.assertEqual(got, epoch_plain(ds))
 
-    def test_auto_maps_small_records_and_holds_no_evicted_shard(self):
+    def test_auto_holds_no_evicted_shard(self):
         self.read_within_the_limit("auto")
+
+    def test_every_shard_stays_pinned_where_the_share_allows(self):
+        # 50 shards, all within the default limit's share: after an epoch every shard's file is
+        # still open (pinned in the cache), so the next epochs pin nothing again. With 32 kept,
+        # a global shuffle over 66 cached shards re-pinned (and mapped) a shard at nearly every
+        # record: 10 warm epochs of 60,000 small records took 13.8 s against 0.08 s locally.
+        ds, www = self.served(n=1250, shard_size="20KiB")
+        shards = sorted(f for f in os.listdir(ds) if f.startswith("shard-"))
+        self.assertGreater(len(shards), 40)
+        cache = self.cache()
+        with servers.Nginx(www) as ng:
+            with shardfeed.Loader(ng.url + "/ds", batch_size=100, shuffle="global", seed=2,
+                                  output="numpy", cache_dir=cache) as loader:
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                ran = loader.stats()["engine"]
+                held = set()
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        path = os.readlink(f"/proc/self/fd/{fd}")
+                    except OSError:
+                        continue
+                    name = os.path.basename(path)
+                    if path.startswith(cache + "/") and name.startswith(".part-"):
+                        # A shard this process downloaded whose publish (fsync, rename) has
+                        # not finished: .part-NAME-PID-N, read meanwhile.
+                        name = name[len(".part-"):].rsplit("-", 2)[0]
+                    if path.startswith(cache + "/"):
+                        held.add(name)
+        self.assertEqual(ran, "mmap")
+        self.assertEqual(sorted(h for h in held if h.startswith("shard-")), shards)
+        with shardfeed.Loader(ds, batch_size=100, shuffle="global", seed=2, output="numpy") as local:
+            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
 
     def test_mmap_engine_holds_no_evicted_shard(self):
         self.read_within_the_limit("mmap")
