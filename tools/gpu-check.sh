@@ -2,7 +2,7 @@
 # The GPU check: builds shardfeed with CUDA on a machine with a GPU, packs a
 # dataset, and prints what tools/gpu/gpu_check.cu measures (identical bytes,
 # H2D GB/s against a plain pinned copy, consumer wait with a kernel longer
-# than the copy, device memory over 20 epochs), then `shardfeed bench
+# than a batch's copy and its read, device memory over 20 epochs), then `shardfeed bench
 # --device cuda:0`, also as an ordinary user under an 8 MiB RLIMIT_MEMLOCK
 # (cudaHostRegister of the slab must not depend on it). Then the Python leg
 # (tools/gpu/python_check.py: bytes equal to the CPU path for an epoch; a
