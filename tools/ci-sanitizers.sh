@@ -77,6 +77,31 @@ done
 "$sf" bench "$data/imgds" --threads 2 --batch-size 8 --image image=center:48:56 --skip-corrupt >/dev/null
 # Images re-encoded at pack time: the pre-pass threads and the spool.
 "$sf" pack "$data/imgtree" -o "$data/imgds-small" -j 4 --shard-size 64KiB --image-max-side 48 --quiet
+# A dataset at a URL (nginx on 127.0.0.1, where installed): I/O threads taking and giving
+# back the cache's pins at once (without the lock while a shard is held), and the holds
+# given up for the byte budget (a 1 MiB limit keeps 128 KiB of idle shards).
+if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
+    rm -rf "$data/www"
+    "$sf" pack "$data/npy" -o "$data/www/rds" --shard-size 48KiB --quiet
+    /usr/bin/python3 - "$sf" "$data" <<'EOF_REMOTE'
+import os, subprocess, sys
+sys.path.insert(0, "tests/remote")
+import servers
+sf, data = sys.argv[1:3]
+with servers.Nginx(os.path.join(data, "www")) as ng:
+    url = ng.url + "/rds"
+    runs = (("mmap", [], None), ("pread", [], None), ("pread", ["--cache-limit", "1MiB"], None),
+            ("mmap", ["--cache-limit", "1MiB"], None))
+    for i, (engine, extra, nofile) in enumerate(runs):  # each from an empty cache of its own
+        cmd = [sf, "bench", url, "--engine", engine, "--threads", "4", "--batch-size", "16",
+               "--epochs", "2", "--shuffle", "global", "--cache-dir", os.path.join(data, f"rcache{i}")] + extra
+        limit = (lambda: __import__("resource").setrlimit(
+            __import__("resource").RLIMIT_NOFILE, (nofile, nofile))) if nofile else None
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, preexec_fn=limit, timeout=600)
+EOF_REMOTE
+else
+    echo "no nginx: the URL reads under TSan skipped"
+fi
 echo "TSan: no data races reported"
 
 echo "== 3/4 valgrind memcheck: pack, verify, read, export"
