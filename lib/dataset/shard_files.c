@@ -616,8 +616,13 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
     const char *name = ds->shards[shard].name;
     int fd;
     if (ds->remote) {
-        /* The cache checked the file against what open read. */
-        int rc = dataset_remote_fd(&fd, ds, shard, direct);
+        /* The cache checked the file against what open read. Out of
+         * descriptors (the cache's downloads and connections use them too),
+         * idle shards give theirs back, as below. */
+        int rc;
+        while (((rc = dataset_remote_fd(&fd, ds, shard, direct)) == -EMFILE || rc == -ENFILE) &&
+               close_lru_locked(f))
+            ;
         if (rc)
             return rc;
         remote_entry_set_locked(f, entry_of(shard, direct), fd);

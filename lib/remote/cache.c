@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -638,8 +639,20 @@ static void publisher_stop(remote_cache *c)
 /* At most this many downloads wait for the publisher: each holds two
  * descriptors (its .part and its .fill lock), and downloads that outrun the
  * disk's fsyncs (many small shards over a fast link) would otherwise pile
- * up toward RLIMIT_NOFILE; past it the downloader publishes its own. */
+ * up toward RLIMIT_NOFILE; past it the downloader publishes its own. Also
+ * at most a 16th of the soft RLIMIT_NOFILE: a dataset's shards take half of
+ * it (shard_files.c), and with 64 descriptors queued here a reader under
+ * `ulimit -n 96` ran out opening its 49th shard. */
 #define REMOTE_PUBLISH_QUEUE 32
+
+static unsigned publish_queue_cap(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur / 16 >= REMOTE_PUBLISH_QUEUE)
+        return REMOTE_PUBLISH_QUEUE;
+    return (unsigned)(rl.rlim_cur / 16);
+}
 
 /* p arrived whole and checked: readable here from now on, published in the
  * background (at once, here, when no thread can be started or the queue is
@@ -654,7 +667,7 @@ static void pending_ready(remote_cache *c, pending *p)
     unsigned queued = 0;
     for (pending *q = c->pending; q; q = q->next)
         queued += q->state == PENDING_READY;
-    int inline_publish = !c->publisher_running || queued > REMOTE_PUBLISH_QUEUE;
+    int inline_publish = !c->publisher_running || queued > publish_queue_cap();
     if (inline_publish)
         p->state = PENDING_PUBLISHING;
     pthread_cond_broadcast(&c->cv);

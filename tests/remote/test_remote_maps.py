@@ -5,7 +5,8 @@ reader pins the shard in the cache. Over a dataset 4x the cache limit, an epoch 
 never keeps an evicted shard mapped or open (an unlinked file still takes its disk space until
 then): the cache folder plus the deleted cache files the process holds stays within the limit,
 and the epoch's bytes are the local read's. A dataset of more shards than the 32 a reader once
-kept pinned keeps them all, within its share of the limit. About 8 s."""
+kept pinned keeps them all, within its share of the limit; one of more shards than its
+descriptors under a low RLIMIT_NOFILE reads them all. About 9 s."""
 import json
 import os
 import subprocess
@@ -113,6 +114,23 @@ class HeldWhilePinned(RemoteCase):
         with shardfeed.Loader(ds, batch_size=100, shuffle="global", seed=2, output="numpy") as local:
             self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
 
+    def test_a_low_descriptor_limit_still_reads_every_shard(self):
+        # Under `ulimit -n 96` a reader's shards get 48 descriptors (half the limit) and the
+        # cache's downloads the rest. 76 shards, a cold cache, a global shuffle: the idle
+        # shards give their descriptors back when the cache's open of another runs out, and
+        # the downloads waiting for their fsync hold at most a 16th of the limit. It failed
+        # with "Too many open files" at about the 49th shard: the queue held up to 64.
+        ds, www = self.served(n=900, shard_size="8KiB")
+        shards = [f for f in os.listdir(ds) if f.startswith("shard-")]
+        self.assertGreater(len(shards), 60)
+        with servers.Nginx(www) as ng:
+            p = subprocess.run([sys.executable, "-c", LOW_LIMIT_CHILD, ng.url + "/ds", self.cache()],
+                               capture_output=True, text=True, timeout=100)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with shardfeed.Loader(ds, batch_size=16, shuffle="global", seed=3, output="numpy") as local:
+            want = [[b.ids.tolist(), b["img"].tobytes().hex()] for _ in range(2) for b in local]
+        self.assertEqual(json.loads(p.stdout), want)
+
     def test_mmap_engine_holds_no_evicted_shard(self):
         self.read_within_the_limit("mmap")
 
@@ -170,6 +188,20 @@ class HeldWhilePinned(RemoteCase):
         self.assertEqual(out["held_deleted"], 0)
         for i, data in out["values"].items():  # read at the end, through the first pointers
             self.assertEqual(data, want[int(i)], f"sample {i}")
+
+
+LOW_LIMIT_CHILD = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (96, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import shardfeed
+url, cache = sys.argv[1:3]
+got = []
+with shardfeed.Loader(url, batch_size=16, shuffle="global", seed=3, output="numpy", engine="pread",
+                      cache_dir=cache) as loader:
+    for epoch in range(2):  # the second from the cache, each shard opened by name again
+        got += [[b.ids.tolist(), b["img"].tobytes().hex()] for b in loader]
+print(json.dumps(got))
+"""
 
 
 GET_CHILD = r"""
