@@ -107,7 +107,9 @@ const char *sf_strerror(int err)
 const char *sf_errno_text(int e)
 {
     static _Thread_local char buf[320];
+    int saved = errno; /* callers pass -errno beside it, evaluated in either order */
     snprintf(buf, sizeof buf, "%s%s", strerror(e), sf_errno_hint(e));
+    errno = saved;
     return buf;
 }
 

@@ -19,7 +19,8 @@ int sf_fail_prefix(int code, const char *prefix);
  * it (ulimit -n), for ENFILE the system's; "" for any other errno. */
 const char *sf_errno_hint(int err);
 /* strerror(err) followed by sf_errno_hint(err): for messages that print
- * an errno as text. A thread-local buffer, valid until the next call. */
+ * an errno as text. A thread-local buffer, valid until the next call;
+ * errno is left as it was. */
 const char *sf_errno_text(int err);
 
 /* The one check of an options struct's version field (every sf_*_opts):

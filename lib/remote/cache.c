@@ -83,11 +83,11 @@ static int make_dirs(const char *path)
             continue;
         *p = '\0';
         if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return sf_fail(-errno, "cache folder %s: %s", buf, strerror(errno));
+            return sf_fail(-errno, "cache folder %s: %s", buf, sf_errno_text(errno));
         *p = '/';
     }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return sf_fail(-errno, "cache folder %s: %s", buf, strerror(errno));
+        return sf_fail(-errno, "cache folder %s: %s", buf, sf_errno_text(errno));
     return 0;
 }
 
@@ -120,7 +120,7 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
             errno = e;
         }
         if (fd < 0)
-            rc = sf_fail(-errno, "cache folder %s: %s: %s", c->dir, SPACE_MARK, strerror(errno));
+            rc = sf_fail(-errno, "cache folder %s: %s: %s", c->dir, SPACE_MARK, sf_errno_text(errno));
         else
             close(fd);
     }
@@ -279,7 +279,7 @@ static int list_cache(listing *l, const remote_cache *c)
 {
     DIR *top = opendir(c->root);
     if (!top)
-        return sf_fail(-errno, "cache folder %s: %s", c->root, strerror(errno));
+        return sf_fail(-errno, "cache folder %s: %s", c->root, sf_errno_text(errno));
     struct dirent *d;
     int rc = 0;
     while (!rc && (d = readdir(top))) {
@@ -380,7 +380,7 @@ static int open_cache_lock(const remote_cache *c)
     cache_path(lockpath, sizeof lockpath, c->root, ".lock");
     int lk = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lk < 0)
-        return sf_fail(-errno, "%s: %s", lockpath, strerror(errno));
+        return sf_fail(-errno, "%s: %s", lockpath, sf_errno_text(errno));
     return lk;
 }
 
@@ -399,7 +399,7 @@ static int lock_root(const remote_cache *c, int lk)
         if (errno == EINTR)
             continue;
         if (errno != EWOULDBLOCK)
-            return sf_fail(-errno, "remote cache %s/.lock: %s", c->root, strerror(errno));
+            return sf_fail(-errno, "remote cache %s/.lock: %s", c->root, sf_errno_text(errno));
         if (waited_ms >= limit_ms)
             return sf_fail(-ETIMEDOUT,
                            "remote cache %s: another process has held %s/.lock for %u s (the "
@@ -459,9 +459,9 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
         cache_path(part, part_cap, c->dir, part_name);
         fd = open(part, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) {
-            rc = sf_fail(-errno, "%s: %s", part, strerror(errno));
+            rc = sf_fail(-errno, "%s: %s", part, sf_errno_text(errno));
         } else if (lock_fd(fd, LOCK_EX) != 0 || ftruncate(fd, (off_t)size) != 0) {
-            rc = sf_fail(-errno, "%s: %s", part, strerror(errno));
+            rc = sf_fail(-errno, "%s: %s", part, sf_errno_text(errno));
             unlink(part);
             close(fd);
             fd = -1;
@@ -560,15 +560,15 @@ static int publish(remote_cache *c, pending *p)
     cache_path(final, sizeof final, c->dir, p->name);
     int rc = test_publish_hook();
     if (rc)
-        rc = sf_fail(rc, "%s: fsync: %s (test hook)", p->part, strerror(-rc));
+        rc = sf_fail(rc, "%s: fsync: %s (test hook)", p->part, sf_errno_text(-rc));
     else if (fsync(p->part_fd) != 0)
-        rc = sf_fail(-errno, "%s: fsync: %s", p->part, strerror(errno));
+        rc = sf_fail(-errno, "%s: fsync: %s", p->part, sf_errno_text(errno));
     int lk = rc ? -1 : open_cache_lock(c);
     if (!rc && lk < 0)
         rc = lk;
     if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (rename(p->part, final) != 0)
-            rc = sf_fail(-errno, "%s: rename: %s", final, strerror(errno));
+            rc = sf_fail(-errno, "%s: rename: %s", final, sf_errno_text(errno));
         lock_fd(lk, LOCK_UN);
     }
     if (lk >= 0)
@@ -698,13 +698,13 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
         rc = lk;
     if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (lock_fd(fd, LOCK_SH) != 0)
-            rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
+            rc = sf_fail(-errno, "%s: %s", p->part, sf_errno_text(errno));
         lock_fd(lk, LOCK_UN);
     }
     if (lk >= 0)
         close(lk);
     if (!rc && pinned && (*pinned = open_pinned_path(p->part, oflags)) < 0)
-        rc = sf_fail(-errno, "%s: %s", p->part, strerror(errno));
+        rc = sf_fail(-errno, "%s: %s", p->part, sf_errno_text(errno));
     if (rc) {
         unlink(p->part);
         close(fd);
@@ -788,7 +788,7 @@ static int fill_lock(remote_cache *c, const char *name, unsigned wait_s)
     cache_path(path, sizeof path, c->dir, fill_name);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        return sf_fail(-errno, "%s: %s", path, strerror(errno));
+        return sf_fail(-errno, "%s: %s", path, sf_errno_text(errno));
     progress pr = {""};
     int64_t seen = -1;
     uint64_t since = monotonic_ms();
@@ -801,7 +801,7 @@ static int fill_lock(remote_cache *c, const char *name, unsigned wait_s)
             continue;
         if (e != EWOULDBLOCK || !wait_s) {
             close(fd);
-            return e == EWOULDBLOCK ? -EAGAIN : sf_fail(-e, "%s: %s", path, strerror(e));
+            return e == EWOULDBLOCK ? -EAGAIN : sf_fail(-e, "%s: %s", path, sf_errno_text(e));
         }
         int64_t stamp = download_stamp(c, name, &pr);
         uint64_t now = monotonic_ms();
@@ -902,7 +902,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
             return 0;
         }
         if (errno != ENOENT)
-            return sf_fail(-errno, "%s/%s: %s", c->dir, name, strerror(errno));
+            return sf_fail(-errno, "%s/%s: %s", c->dir, name, sf_errno_text(errno));
         int got;
         rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
         if (rc == -EAGAIN)
@@ -938,7 +938,7 @@ int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int 
     if (*fd >= 0)
         return 0;
     int e = errno;
-    return e == ENOENT ? -ENOENT : sf_fail(-e, "%s/%s: %s", c->dir, name, strerror(e));
+    return e == ENOENT ? -ENOENT : sf_fail(-e, "%s/%s: %s", c->dir, name, sf_errno_text(e));
 }
 
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,

@@ -2,6 +2,7 @@
  * (SF_HAVE_REMOTE 0) only the decisions are built; the rest refuses with
  * SF_E_UNSUPPORTED (remote_location_open refuses first). */
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -547,6 +549,26 @@ static int failure_code(const outcome *o)
     return o->curl == CURLE_OK && o->status == 404 ? -ENOENT : SF_E_REMOTE;
 }
 
+/* Whether this process has (nearly) all the descriptors RLIMIT_NOFILE
+ * allows open: libcurl reports a socket() that failed with EMFILE as
+ * "Couldn't connect to server", with no errno (CURLINFO_OS_ERRNO is 0), so
+ * a connection's final failure looks at the count itself. Listing
+ * /proc/self/fd takes a descriptor too: failing with EMFILE says the same. */
+static int out_of_descriptors(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return errno == EMFILE || errno == ENFILE;
+    uint64_t open_now = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        open_now += e->d_name[0] != '.';
+    closedir(d);
+    return open_now + 4 >= (uint64_t)rl.rlim_cur; /* 4: the listing's own, and a margin */
+}
+
 /* The final error, naming the object, the range and why. */
 static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_t from,
                         uint64_t to, const outcome *o, const sink *s, uint32_t attempts)
@@ -593,7 +615,8 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
     else if (o->wrong_range)
         snprintf(what, sizeof what, "HTTP 206 without a Content-Range naming the bytes sent");
     else if (o->curl != CURLE_OK && o->curl != CURLE_WRITE_ERROR)
-        snprintf(what, sizeof what, "%s", f->curl_err[0] ? f->curl_err : curl_easy_strerror(o->curl));
+        snprintf(what, sizeof what, "%s%s", f->curl_err[0] ? f->curl_err : curl_easy_strerror(o->curl),
+                 o->curl == CURLE_COULDNT_CONNECT && out_of_descriptors() ? sf_errno_hint(EMFILE) : "");
     else if (s->too_long)
         snprintf(what, sizeof what, "HTTP %ld: the body is longer than the %llu bytes asked for",
                  o->status, (unsigned long long)(ranged ? to - from + 1 : s->max));

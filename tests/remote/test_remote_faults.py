@@ -202,6 +202,43 @@ class SilentServer(RemoteCase):
                 self.assertEqual(r.returncode, 1, r.stderr)
                 self.assertIn(f"${var}='{bad}'", r.stderr)
 
+    def test_a_process_out_of_descriptors_is_told_so_not_that_the_server_is_down(self):
+        # libcurl reports a socket() that failed with EMFILE as "Couldn't connect to server": a
+        # trainer under a low `ulimit -n` was sent to look at the network. The command starts
+        # with all but `free` of its descriptors taken (inherited), for free = 1..6: wherever
+        # it runs out (the cache folder's files, the manifest's connection, a shard's), the
+        # error names the limit, and at least one of them is a connection's.
+        import subprocess
+        from clitest import SHARDFEED
+        _, www = self.served(n=64)
+        child = """
+import os, resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+fds = []
+try:
+    while True:
+        fds.append(os.open(os.devnull, os.O_RDONLY))
+        os.set_inheritable(fds[-1], True)
+except OSError:
+    pass
+for fd in fds[len(fds) - int(sys.argv[1]):]:
+    os.close(fd)
+sys.exit(subprocess.run(sys.argv[2:], close_fds=False).returncode)
+"""
+        env = dict(os.environ, SHARDFEED_REMOTE_RETRIES="1")
+        connects = 0
+        with servers.Nginx(www) as ng:
+            for free in range(1, 7):
+                r = subprocess.run([sys.executable, "-c", child, str(free), SHARDFEED, "inspect",
+                                    ng.url + "/ds", "--cache-dir", self.cache(f"cache-{free}")],
+                                   capture_output=True, text=True, env=env, timeout=60)
+                if r.returncode == 0:
+                    continue
+                with self.subTest(free=free):
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertIn("the limit on open files per process is 64", r.stderr)
+                connects += "Couldn't connect" in r.stderr
+        self.assertGreater(connects, 0, "no run ran out at a connection")
 
 if __name__ == "__main__":
     main()
