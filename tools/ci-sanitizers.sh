@@ -80,7 +80,7 @@ done
 # A dataset at a URL (nginx on 127.0.0.1, where installed): I/O threads taking and giving
 # back the cache's pins at once (without the lock while a shard is held), and the holds
 # given up for the byte budget (a 1 MiB limit keeps 128 KiB of idle shards) and for the
-# descriptor share (76 shards, 48 descriptors under ulimit -n 96).
+# descriptor share (101 shards, 64 descriptors under ulimit -n 128).
 if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
     rm -rf "$data/www"
     "$sf" pack "$data/npy" -o "$data/www/rds" --shard-size 48KiB --quiet
@@ -92,7 +92,7 @@ sf, data = sys.argv[1:3]
 with servers.Nginx(os.path.join(data, "www")) as ng:
     url = ng.url + "/rds"
     runs = (("mmap", [], None), ("pread", [], None), ("pread", ["--cache-limit", "1MiB"], None),
-            ("mmap", ["--cache-limit", "1MiB"], None), ("pread", [], 96))
+            ("mmap", ["--cache-limit", "1MiB"], None), ("pread", [], 128))
     for i, (engine, extra, nofile) in enumerate(runs):  # each from an empty cache of its own
         cmd = [sf, "bench", url, "--engine", engine, "--threads", "4", "--batch-size", "16",
                "--epochs", "2", "--shuffle", "global", "--cache-dir", os.path.join(data, f"rcache{i}")] + extra

@@ -780,12 +780,34 @@ int remote_fetch_to_fd(remote_fetcher *f, const char *name, uint64_t size, int f
 
 /* ---- the pool ---- */
 
+/* Fetchers a pool keeps idle, each with its connection open, for the next
+ * take: a 16th of the soft RLIMIT_NOFILE, between 4 and 64; more are
+ * closed as they are given back. Open reads the shards' metadata on 16
+ * threads and a cold epoch downloads on several, and a pool that kept every
+ * fetcher held 48 sockets through the epoch: beside the dataset's half of
+ * the limit, a reader under `ulimit -n 128` ran out of descriptors. Under
+ * the default 1,024 the 64 cover every thread that fetches at once (mode
+ * direct's I/O threads take one per record: fewer kept would connect
+ * again). */
+#define REMOTE_POOL_IDLE_MIN 4u
+#define REMOTE_POOL_IDLE_MAX 64u
+
 struct remote_pool {
     const remote_location *loc;
     remote_policy policy;
     pthread_mutex_t lock;
     remote_fetcher *idle;
+    unsigned idle_n, idle_cap;
 };
+
+static unsigned pool_idle_cap(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur / 16 >= REMOTE_POOL_IDLE_MAX)
+        return REMOTE_POOL_IDLE_MAX;
+    return rl.rlim_cur / 16 < REMOTE_POOL_IDLE_MIN ? REMOTE_POOL_IDLE_MIN : (unsigned)(rl.rlim_cur / 16);
+}
 
 int remote_pool_open(remote_pool **out, const remote_location *loc, const remote_policy *policy)
 {
@@ -794,6 +816,7 @@ int remote_pool_open(remote_pool **out, const remote_location *loc, const remote
         return sf_fail(-ENOMEM, "out of memory");
     p->loc = loc;
     p->policy = *policy;
+    p->idle_cap = pool_idle_cap();
     pthread_mutex_init(&p->lock, NULL);
     *out = p;
     return 0;
@@ -816,8 +839,10 @@ int remote_pool_take(remote_fetcher **out, remote_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     remote_fetcher *f = p->idle;
-    if (f)
+    if (f) {
         p->idle = f->next;
+        p->idle_n--;
+    }
     pthread_mutex_unlock(&p->lock);
     if (f) {
         *out = f;
@@ -831,9 +856,15 @@ void remote_pool_give(remote_pool *p, remote_fetcher *f)
     if (!f)
         return;
     pthread_mutex_lock(&p->lock);
-    f->next = p->idle;
-    p->idle = f;
+    int keep = p->idle_n < p->idle_cap;
+    if (keep) {
+        f->next = p->idle;
+        p->idle = f;
+        p->idle_n++;
+    }
     pthread_mutex_unlock(&p->lock);
+    if (!keep)
+        remote_fetcher_free(f);
 }
 
 /* ---- one object in parts at once ---- */
