@@ -60,7 +60,9 @@ typedef struct shard_fd {
 } shard_fd;
 
 /* A dataset at a URL: entries whose last user released them keep their
- * cache pin (LOCK_SH), at most this many, the most recently released, and
+ * cache pin (LOCK_SH), at most this many (the one kept longest is given up
+ * first: a shard read again without the lock keeps its place, so this is
+ * the order in which they were first kept, not of their last use), and
  * at most IDLE_PINNED_SHARE of the cache limit in bytes (other readers of
  * the cache, another dataset of this process or another process, may need
  * that room: a download waits for it, and a reader that has stopped does
