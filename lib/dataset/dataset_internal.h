@@ -63,6 +63,12 @@ void dataset_files_leave_budget(sf_dataset *ds);
  * O_DIRECT on a file system without it). The caller holds it until
  * dataset_fd_release (once per successful acquire) and does not close it. */
 int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct);
+/* dataset_fd_acquire for a caller already holding other shards: -EAGAIN
+ * (no detail) where a dataset at a URL would wait for room in its cache,
+ * which those shards' pins may be taking (a reader of several shards at
+ * once waited for itself until the cache's wait ran out). It still
+ * downloads the shard when there is room now. */
+int dataset_fd_try_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct);
 void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct);
 /* Whether every shard's descriptors fit under the cap: then they stay open
  * once opened, and a descriptor acquired stays valid until the dataset
@@ -124,8 +130,10 @@ int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad);
 /* The pinned descriptor of `shard`'s file in the cache (O_DIRECT with
  * `direct`), downloaded first when the cache lacks it (outside any lock of
  * the dataset's). A shard this process just downloaded is its checked .part
- * until its publish finishes (lib/remote/cache.c). */
-int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct);
+ * until its publish finishes (lib/remote/cache.c). With `nowait`, -EAGAIN
+ * (no detail) where it would wait for room or for another download of it
+ * (remote_cache_try_acquire). */
+int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct, int nowait);
 /* The pinned descriptor of `shard`'s cached file (O_DIRECT with `direct`),
  * or -ENOENT when the cache lacks it (dataset_remote_acquire first: this one
  * never downloads, it runs under the files' lock). */

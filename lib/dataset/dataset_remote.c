@@ -524,12 +524,12 @@ static int ensure_shard(sf_dataset *ds, uint64_t shard, int nowait)
                                  ds->manifest.shards[shard].file_size, nowait, fill_shard, &j);
 }
 
-int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct, int nowait)
 {
     fill_job j = {ds, shard};
-    return remote_cache_acquire(out, ds->remote->cache, ds->shards[shard].name,
-                                ds->manifest.shards[shard].file_size, direct ? O_DIRECT : 0,
-                                fill_shard, &j);
+    return (nowait ? remote_cache_try_acquire : remote_cache_acquire)(
+        out, ds->remote->cache, ds->shards[shard].name, ds->manifest.shards[shard].file_size,
+        direct ? O_DIRECT : 0, fill_shard, &j);
 }
 
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct)

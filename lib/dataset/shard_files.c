@@ -728,7 +728,7 @@ static int unpin_not_last(shard_fd *x)
  * only its .part, whose publish may yet fail and remove it: opened by name
  * again, it would be gone). The open under the lock never downloads
  * (-ENOENT: evicted again meanwhile, another round). */
-static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct, int nowait)
 {
     dataset_files *f = ds->files;
     uint64_t e = entry_of(shard, direct);
@@ -745,10 +745,10 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
         int got = -1; /* pinned, fetched first when missing */
         if (round > 0) {
             dataset_files_unpin_idle(ds); /* the download may need them evicted */
-            if ((rc = dataset_remote_acquire(&got, ds, shard, direct))) {
+            if ((rc = dataset_remote_acquire(&got, ds, shard, direct, nowait))) {
                 /* The download's own error (an object gone at the store is
                  * -ENOENT too, which below means "evicted again": not a
-                 * reason to retry). */
+                 * reason to retry), or -EAGAIN (nowait). */
                 *out = -1;
                 return rc;
             }
@@ -782,7 +782,7 @@ static int remote_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direc
                                    ds->dir, ds->shards[shard].name);
 }
 
-int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+static int fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct, int nowait)
 {
     dataset_files *f = ds->files;
     assert(shard < ds->manifest.shard_count);
@@ -797,7 +797,7 @@ int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
         }
     }
     if (ds->remote)
-        return remote_fd_acquire(out, ds, shard, direct);
+        return remote_fd_acquire(out, ds, shard, direct, nowait);
     int rc = 0;
     pthread_mutex_lock(&f->lock);
     int fd = atomic_load_explicit(&x->fd, memory_order_relaxed);
@@ -810,6 +810,16 @@ int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
     pthread_mutex_unlock(&f->lock);
     *out = rc ? -1 : fd;
     return rc;
+}
+
+int dataset_fd_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    return fd_acquire(out, ds, shard, direct, 0);
+}
+
+int dataset_fd_try_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct)
+{
+    return fd_acquire(out, ds, shard, direct, 1);
 }
 
 void dataset_fd_release(sf_dataset *ds, uint64_t shard, int direct)

@@ -174,6 +174,14 @@ int reader_task_open(sf_reader *r, reader_task *t, int direct)
     return rc;
 }
 
+int reader_task_try_open(sf_reader *r, reader_task *t, int direct)
+{
+    assert(t->fd < 0 && "the task's shard is open already");
+    int rc = dataset_fd_try_acquire(&t->fd, r->ds, t->shard, direct);
+    t->fd_direct = direct;
+    return rc;
+}
+
 void reader_task_close(sf_reader *r, reader_task *t)
 {
     if (t->fd < 0)

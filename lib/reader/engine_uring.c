@@ -60,6 +60,16 @@ typedef struct uring_thread {
      * rings share the dataset's cap (its share of the process's budget,
      * which shrinks when another dataset opens: read at each claim). */
     unsigned open_tasks;
+    /* Of those, the tasks whose shard is open: a task opens its shard when
+     * it reaches the FIFO's head, not at its claim. A URL's shard may have
+     * to wait for room in the cache, which this ring's own open shards may
+     * be taking: with a cache of two shards, a ring that opened two tasks
+     * of two shards at their claim waited for itself on the third until
+     * the cache's wait (120 s) ran out. So with any open, a shard that
+     * would wait is not waited for (reader_task_try_open): the ring
+     * finishes its reads first (`draining`), then opens it waiting. */
+    unsigned holding;
+    int draining;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
     /* Hash states for the records being read (landing_*): a record holds
      * one from its claim to its finish. At most qd in the FIFO and qd with
@@ -398,8 +408,10 @@ static void task_finish(reader_io_thread *t, uring_thread *u, reader_task *task)
 {
     landing_end(t, u, task);
     reader_task_close(t->r, task);
-    assert(u->open_tasks > 0);
+    assert(u->open_tasks > 0 && u->holding > 0);
     u->open_tasks--;
+    if (--u->holding == 0)
+        u->draining = 0;
     reader_task_done(t, task);
 }
 
@@ -501,19 +513,31 @@ static void uring_run(reader_io_thread *t)
                         reader_task_done(t, slot[i]); /* inline fields only */
                         continue;
                     }
-                    int rc = reader_task_open(r, slot[i], r->direct);
-                    if (rc) {
-                        reader_task_open_failed(r, slot[i], rc);
-                        reader_task_done(t, slot[i]);
-                        continue;
-                    }
-                    u->open_tasks++;
-                    landing_begin(u, slot[i]);
+                    u->open_tasks++; /* counted from its claim: it will open */
                     u->pend[u->pend_count++] = slot[i];
                 }
                 continue;
             }
             reader_task *task = u->pend[u->pend_head];
+            if (task->fd < 0) {
+                if (u->draining)
+                    break; /* until this ring's open shards are back */
+                int rc = u->holding ? reader_task_try_open(r, task, r->direct)
+                                    : reader_task_open(r, task, r->direct);
+                if (rc == -EAGAIN && u->holding) {
+                    u->draining = 1;
+                    break;
+                }
+                if (rc) {
+                    pend_pop(u);
+                    u->open_tasks--;
+                    reader_task_open_failed(r, task, rc);
+                    reader_task_done(t, task);
+                    continue;
+                }
+                u->holding++;
+                landing_begin(u, task);
+            }
             uint32_t k = task->next_read++;
             if (task->next_read == task->nreads)
                 pend_pop(u);

@@ -367,6 +367,10 @@ int reader_direct_choose(sf_reader *r);
  * the dataset's capped set of descriptors, until reader_task_close: 0, or a
  * negative code with detail naming the file. */
 int reader_task_open(sf_reader *r, reader_task *t, int direct);
+/* reader_task_open for a thread holding other tasks' shards open:
+ * -EAGAIN (no detail) where the shard would wait for room in a URL's cache
+ * that those shards may be taking (dataset_fd_try_acquire). */
+int reader_task_try_open(sf_reader *r, reader_task *t, int direct);
 void reader_task_close(sf_reader *r, reader_task *t); /* not open ok */
 
 /* ---- engine.c ---- */

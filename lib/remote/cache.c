@@ -441,6 +441,12 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
         if (rc != 0)
             break; /* fits (1, lock held) or failed */
         lock_fd(lk, LOCK_UN);
+        if (!wait_s) {
+            /* The prefetcher, or a reader holding pins that the wait may
+             * need (remote_cache_try_acquire): no room now. */
+            close(lk);
+            return -EAGAIN;
+        }
         if (time(NULL) >= deadline) {
             close(lk);
             return sf_fail(-ENOSPC,
@@ -905,8 +911,8 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
             return sf_fail(-errno, "%s/%s: %s", c->dir, name, sf_errno_text(errno));
         int got;
         rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
-        if (rc == -EAGAIN)
-            return 0; /* a prefetch (wait_s 0): another download of it is under way */
+        if (rc == -EAGAIN) /* wait_s 0: no room now, or another download of it under way */
+            return out ? -EAGAIN : 0; /* a prefetch leaves it to that download, or to later */
         if (rc < 0)
             return rc;
         if (rc && out)
@@ -926,6 +932,13 @@ int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t si
 {
     *fd = -1;
     return ensure(fd, c, name, size, oflags, c->wait_s, fill, ctx);
+}
+
+int remote_cache_try_acquire(int *fd, remote_cache *c, const char *name, uint64_t size,
+                             int oflags, remote_fill_fn fill, void *ctx)
+{
+    *fd = -1;
+    return ensure(fd, c, name, size, oflags, 0, fill, ctx);
 }
 
 int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags)

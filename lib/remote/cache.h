@@ -54,6 +54,13 @@ void remote_cache_set_wait(remote_cache *c, unsigned seconds);
  * Close it, or remote_cache_unpin it, when done. */
 int remote_cache_acquire(int *fd, remote_cache *c, const char *name, uint64_t size, int oflags,
                          remote_fill_fn fill, void *ctx);
+/* remote_cache_acquire for a caller holding other objects pinned: it waits
+ * for nothing that may need those pins to go (room in the cache, a download
+ * of `name` by another thread or process, which may itself be waiting for
+ * room) and returns -EAGAIN (no detail) instead. Downloads `name` when there
+ * is room for it now. */
+int remote_cache_try_acquire(int *fd, remote_cache *c, const char *name, uint64_t size,
+                             int oflags, remote_fill_fn fill, void *ctx);
 /* remote_cache_acquire without the fill: -ENOENT (no detail) when the
  * cache lacks `name`, for a caller that must not wait for a download (it
  * holds a lock others need to unpin). */
@@ -64,8 +71,8 @@ void remote_cache_unpin(int fd);
  * 0 when it was evicted meanwhile (close it and acquire again). */
 int remote_cache_repin(int fd);
 /* Fetches `name` into the cache if it is missing, without pinning it (the
- * prefetcher; with `nowait`, no room now is -ENOSPC at once). 0 or a
- * negative code. */
+ * prefetcher; with `nowait`, it returns 0 at once when there is no room now
+ * or another download of it is under way). 0 or a negative code. */
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,
                           remote_fill_fn fill, void *ctx);
 

@@ -133,6 +133,28 @@ class HeldWhilePinned(RemoteCase):
             want = [[b.ids.tolist(), b["img"].tobytes().hex()] for _ in range(2) for b in local]
         self.assertEqual(json.loads(p.stdout), want)
 
+    def test_uring_over_a_cache_of_two_shards_reads_a_global_shuffle(self):
+        # A ring claims a batch's records of many shards at once. It opened each one's shard
+        # at its claim: with room for two, its third waited for room that its own first two
+        # took, until the cache's wait ran out (120 s, then "no room"). Now a ring holding
+        # shards does not wait for room for another: it finishes its reads first.
+        ds, www = self.served(n=600, shard_size="20KiB")
+        largest = max(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        cache = self.cache()
+        t0 = time.monotonic()
+        with servers.Nginx(www) as ng, FolderPeak(cache, held=deleted_held) as peak:
+            with shardfeed.Loader(ng.url + "/ds", batch_size=32, shuffle="global", seed=4,
+                                  output="numpy", engine="uring", io_threads=2, cache_dir=cache,
+                                  cache_limit=2 * largest + 4096) as loader:
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                self.assertEqual(loader.stats()["engine"], "uring")
+        seconds = time.monotonic() - t0
+        # A deadline, not a speed: far below the 120 s the stall took.
+        self.assertLess(seconds, 60)
+        self.assertLessEqual(peak.bytes, 2 * largest + 4096)
+        with shardfeed.Loader(ds, batch_size=32, shuffle="global", seed=4, output="numpy") as local:
+            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+
     def test_mmap_engine_holds_no_evicted_shard(self):
         self.read_within_the_limit("mmap")
 

@@ -414,6 +414,39 @@ Test(remote_cache, a_pinned_object_is_never_evicted)
     remote_cache_free(c);
 }
 
+Test(remote_cache, a_try_acquire_that_would_wait_for_room_returns_at_once)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 2500, "space"), 0);
+    fill_spec f = {0};
+    int a, b, d, e;
+    cr_assert_eq(remote_cache_try_acquire(&a, c, "a", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    cr_assert_eq(remote_cache_try_acquire(&b, c, "b", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    wait_published(c, "a");
+    wait_published(c, "b");
+    /* Both pinned: no room for a third, and the default wait (120 s) is not
+     * taken: the caller's own pins may be what it would wait for. */
+    time_t t0 = time(NULL);
+    cr_assert_eq(remote_cache_try_acquire(&d, c, "d", 1000, 0, fill, &f), -EAGAIN);
+    cr_assert_leq(time(NULL) - t0, 2);
+    cr_assert_eq(d, -1);
+    cr_assert_eq(f.calls, 2, "nothing fetched for d");
+    cr_assert(!exists(c, "d"));
+    /* One already there needs no room. */
+    cr_assert_eq(remote_cache_try_acquire(&e, c, "a", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    close(e);
+    remote_cache_unpin(b); /* room once b may go */
+    cr_assert_eq(remote_cache_try_acquire(&d, c, "d", 1000, 0, fill, &f), 0, "%s", sf_last_error());
+    uint8_t got[1000];
+    cr_assert_eq(sf_pread_full(d, got, sizeof got, 0), 0);
+    for (unsigned i = 0; i < sizeof got; i++)
+        cr_assert_eq(got[i], (uint8_t)i, "byte %u", i);
+    close(a);
+    close(b);
+    close(d);
+    remote_cache_free(c);
+}
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
