@@ -33,13 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "dataset_internal.h"
 #include "error_internal.h"
 #include "fault_guard.h"
+#include "nofile.h"
 
 #define NO_ENTRY UINT64_MAX
 #define FD_CAP_MIN 1u
@@ -137,12 +137,7 @@ struct dataset_files {
  * are). */
 static uint64_t fd_cap_default(void)
 {
-    struct rlimit rl;
-    uint64_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                        ? (uint64_t)rl.rlim_cur
-                        : 1024;
-    uint64_t cap = soft / 2;
-    return cap < FD_CAP_MIN ? FD_CAP_MIN : cap > FD_CAP_MAX ? FD_CAP_MAX : cap;
+    return sf_nofile_share(2, FD_CAP_MIN, FD_CAP_MAX);
 }
 
 static uint64_t entry_of(uint64_t shard, int direct)

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 #include "cache.h"
 #include "error_internal.h"
 #include "io.h"
+#include "nofile.h"
 #include "path.h"
 
 #define PART_PREFIX ".part-"
@@ -26,6 +26,16 @@
  * removes files only in folders that hold it. */
 #define SPACE_MARK ".shardfeed-space"
 #define PATH_MAX_LEN SF_PATH_CAP
+
+/* At most this many downloads wait for the publisher: each holds two
+ * descriptors (its .part and its .fill lock), and downloads that outrun the
+ * disk's fsyncs (many small shards over a fast link) would otherwise pile
+ * up toward RLIMIT_NOFILE; past it the downloader publishes its own. Also
+ * at most a 16th of the soft RLIMIT_NOFILE: a dataset's shards take half of
+ * it (shard_files.c), and with 64 descriptors queued here a reader under
+ * `ulimit -n 96` ran out opening its 49th shard. Read once, at open (it
+ * was read at every download's end). */
+#define REMOTE_PUBLISH_QUEUE 32
 
 /* A download of this process: under way (the other threads of the process
  * wait for it here, not on its .fill lock, which the publish keeps), or
@@ -51,6 +61,7 @@ struct remote_cache {
     char *dir;   /* ROOT/SPACE */
     uint64_t limit;
     unsigned wait_s; /* how long a download waits for room */
+    unsigned publish_cap; /* downloads that may wait for the publisher */
     /* this process's downloads and their publishes (pending above) */
     pthread_mutex_t lock;
     pthread_cond_t cv;
@@ -109,6 +120,7 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
     pthread_cond_init(&c->cv, NULL);
     c->limit = limit;
     c->wait_s = REMOTE_CACHE_WAIT_S;
+    c->publish_cap = (unsigned)sf_nofile_share(16, 0, REMOTE_PUBLISH_QUEUE);
     int rc = make_dirs(c->dir);
     if (!rc) {
         /* relative to the folder: its path may leave no room for the mark's */
@@ -642,24 +654,6 @@ static void publisher_stop(remote_cache *c)
     c->publisher_running = 0;
 }
 
-/* At most this many downloads wait for the publisher: each holds two
- * descriptors (its .part and its .fill lock), and downloads that outrun the
- * disk's fsyncs (many small shards over a fast link) would otherwise pile
- * up toward RLIMIT_NOFILE; past it the downloader publishes its own. Also
- * at most a 16th of the soft RLIMIT_NOFILE: a dataset's shards take half of
- * it (shard_files.c), and with 64 descriptors queued here a reader under
- * `ulimit -n 96` ran out opening its 49th shard. */
-#define REMOTE_PUBLISH_QUEUE 32
-
-static unsigned publish_queue_cap(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-        rl.rlim_cur / 16 >= REMOTE_PUBLISH_QUEUE)
-        return REMOTE_PUBLISH_QUEUE;
-    return (unsigned)(rl.rlim_cur / 16);
-}
-
 /* p arrived whole and checked: readable here from now on, published in the
  * background (at once, here, when no thread can be started or the queue is
  * full). */
@@ -673,7 +667,7 @@ static void pending_ready(remote_cache *c, pending *p)
     unsigned queued = 0;
     for (pending *q = c->pending; q; q = q->next)
         queued += q->state == PENDING_READY;
-    int inline_publish = !c->publisher_running || queued > publish_queue_cap();
+    int inline_publish = !c->publisher_running || queued > c->publish_cap;
     if (inline_publish)
         p->state = PENDING_PUBLISHING;
     pthread_cond_broadcast(&c->cv);

@@ -19,6 +19,7 @@
 #include "fetch.h"
 #include "jobs.h"
 #include "io.h"
+#include "nofile.h"
 #include "shardfeed_config.h"
 
 uint32_t remote_backoff_ms(uint32_t attempt, uint64_t rnd)
@@ -800,15 +801,6 @@ struct remote_pool {
     unsigned idle_n, idle_cap;
 };
 
-static unsigned pool_idle_cap(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-        rl.rlim_cur / 16 >= REMOTE_POOL_IDLE_MAX)
-        return REMOTE_POOL_IDLE_MAX;
-    return rl.rlim_cur / 16 < REMOTE_POOL_IDLE_MIN ? REMOTE_POOL_IDLE_MIN : (unsigned)(rl.rlim_cur / 16);
-}
-
 int remote_pool_open(remote_pool **out, const remote_location *loc, const remote_policy *policy)
 {
     remote_pool *p = calloc(1, sizeof *p);
@@ -816,7 +808,7 @@ int remote_pool_open(remote_pool **out, const remote_location *loc, const remote
         return sf_fail(-ENOMEM, "out of memory");
     p->loc = loc;
     p->policy = *policy;
-    p->idle_cap = pool_idle_cap();
+    p->idle_cap = (unsigned)sf_nofile_share(16, REMOTE_POOL_IDLE_MIN, REMOTE_POOL_IDLE_MAX);
     pthread_mutex_init(&p->lock, NULL);
     *out = p;
     return 0;
