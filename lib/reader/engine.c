@@ -3,6 +3,7 @@
  * a mincore sample of the shards), how many threads, starting them (each
  * with its scratch) and stopping them. The engines themselves are
  * engine_uring.c and engine_pread.c behind reader_engine_ops. */
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -310,4 +311,42 @@ int reader_engine_start(sf_reader *r)
         rc = start_engine(r, &reader_engine_pread);
     }
     return rc;
+}
+
+/* reader_group_by_shard's table of the shards a claim touches: a power of two at
+ * least twice READER_GROUP_MAX, so that probes stay short. */
+#define GROUP_SLOTS (2 * READER_GROUP_MAX)
+#define GROUP_SLOT_BITS 9u
+_Static_assert(GROUP_SLOTS == 1u << GROUP_SLOT_BITS, "GROUP_SLOT_BITS names GROUP_SLOTS");
+
+/* O(n): each shard gets its group's number from a small open-addressing
+ * table, then a counting pass places every task after the earlier ones of
+ * its group. (Scanning the claim once per group, as before, was 12% of a
+ * warm epoch's time over 13 cached shards at 256 records a claim.) */
+void reader_group_by_shard(reader_task **out, reader_task *const *tasks, unsigned n)
+{
+    assert(n <= READER_GROUP_MAX);
+    uint64_t key[GROUP_SLOTS];
+    uint16_t group_at[GROUP_SLOTS];
+    uint8_t used[GROUP_SLOTS] = {0};
+    uint16_t group_of[READER_GROUP_MAX], next[READER_GROUP_MAX + 1] = {0};
+    unsigned groups = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t shard = tasks[i]->shard;
+        unsigned h = (unsigned)((shard * 0x9E3779B97F4A7C15ull) >> (64 - GROUP_SLOT_BITS));
+        while (used[h] && key[h] != shard)
+            h = (h + 1) & (GROUP_SLOTS - 1);
+        if (!used[h]) {
+            used[h] = 1;
+            key[h] = shard;
+            group_at[h] = (uint16_t)groups++;
+        }
+        group_of[i] = group_at[h];
+        next[group_of[i] + 1]++;
+    }
+    for (unsigned g = 0; g < groups; g++)
+        next[g + 1] += next[g]; /* next[g]: where group g's first task goes */
+    for (unsigned i = 0; i < n; i++)
+        out[next[group_of[i]]++] = tasks[i];
+    assert(groups == 0 || next[groups - 1] == n);
 }

@@ -216,8 +216,19 @@ static int pread_open(sf_reader *r, reader_task *task)
 
 static const copy_ops pread_ops = {pread_copy, pread_open, NULL, NULL, NULL};
 
-static void pread_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
+/* At a URL a claim goes in runs of one shard (reader_group_by_shard), as
+ * mmap's do: in claim order a global shuffle's claim switched shards at
+ * nearly every record, and where the cache has no room for every shard the
+ * claim touches, each switch could download a shard again (2 epochs of
+ * 6,000 small records in 13 shards, cache limit 900 KiB: over 60 s). */
+static void pread_claim(sf_reader *r, reader_task *const *claim, unsigned n)
 {
+    reader_task *grouped[READER_GROUP_MAX];
+    reader_task *const *tasks = claim;
+    if (dataset_maps_follow_pins(r->ds) && n > 1 && n <= READER_GROUP_MAX) {
+        reader_group_by_shard(grouped, claim, n);
+        tasks = grouped;
+    }
     for (unsigned i = 0; i < n; i++) {
         if (task_begin(r, tasks[i], &pread_ops))
             continue;
@@ -229,7 +240,7 @@ static void pread_claim(sf_reader *r, reader_task *const *tasks, unsigned n)
 /* Tasks taken per claim: one large sample, or enough small ones to make
  * about 256 KiB, so small samples do not pay for the reader's lock each. */
 #define CLAIM_BYTES (256u << 10)
-#define CLAIM_MAX 256u
+#define CLAIM_MAX READER_GROUP_MAX
 
 /* Payload bytes of a record's fixed-size fields. */
 static uint64_t fixed_bytes(const sf_reader *r)
@@ -440,47 +451,6 @@ static void mmap_copy_mapped(sf_reader *r, reader_task *const *tasks, unsigned n
     }
 }
 
-/* group_by_shard's table of the shards a claim touches: a power of two at
- * least twice CLAIM_MAX, so that probes stay short. */
-#define GROUP_SLOTS (2 * CLAIM_MAX)
-#define GROUP_SLOT_BITS 9u
-_Static_assert(GROUP_SLOTS == 1u << GROUP_SLOT_BITS, "GROUP_SLOT_BITS names GROUP_SLOTS");
-
-/* tasks[0..n) into out[0..n), grouped by shard: the groups in the order
- * their shards first appear in the claim (the order the cache's prefetcher
- * planned for), each group's tasks in claim order. O(n): each shard gets its
- * group's number from a small open-addressing table, then a counting pass
- * places every task after the earlier ones of its group. (Scanning the
- * claim once per group, as before, was 12% of a warm epoch's time over 13
- * cached shards at 256 records a claim.) */
-static void group_by_shard(reader_task **out, reader_task *const *tasks, unsigned n)
-{
-    assert(n <= CLAIM_MAX);
-    uint64_t key[GROUP_SLOTS];
-    uint16_t group_at[GROUP_SLOTS];
-    uint8_t used[GROUP_SLOTS] = {0};
-    uint16_t group_of[CLAIM_MAX], next[CLAIM_MAX + 1] = {0};
-    unsigned groups = 0;
-    for (unsigned i = 0; i < n; i++) {
-        uint64_t shard = tasks[i]->shard;
-        unsigned h = (unsigned)((shard * 0x9E3779B97F4A7C15ull) >> (64 - GROUP_SLOT_BITS));
-        while (used[h] && key[h] != shard)
-            h = (h + 1) & (GROUP_SLOTS - 1);
-        if (!used[h]) {
-            used[h] = 1;
-            key[h] = shard;
-            group_at[h] = (uint16_t)groups++;
-        }
-        group_of[i] = group_at[h];
-        next[group_of[i] + 1]++;
-    }
-    for (unsigned g = 0; g < groups; g++)
-        next[g + 1] += next[g]; /* next[g]: where group g's first task goes */
-    for (unsigned i = 0; i < n; i++)
-        out[next[group_of[i]]++] = tasks[i];
-    assert(groups == 0 || next[groups - 1] == n);
-}
-
 /* A dataset at a URL: a thread pins one shard at a time, as pread's do (a
  * claim that pinned every shard it touches could pin more than the cache
  * has room for, and wait on its own pins for a download's room). The claim
@@ -491,7 +461,7 @@ static void group_by_shard(reader_task **out, reader_task *const *tasks, unsigne
 static void mmap_claim_pinned(sf_reader *r, reader_task *const *claim, unsigned n)
 {
     reader_task *tasks[CLAIM_MAX];
-    group_by_shard(tasks, claim, n);
+    reader_group_by_shard(tasks, claim, n);
     for (unsigned i = 0, end; i < n; i = end) {
         reader_task *holder = NULL;
         for (end = i; end < n && tasks[end]->shard == tasks[i]->shard; end++)

@@ -507,6 +507,12 @@ static void uring_run(reader_io_thread *t)
                         return; /* stop, and nothing in flight */
                     break;
                 }
+                if (got > 1 && got <= READER_GROUP_MAX && dataset_maps_follow_pins(r->ds)) {
+                    /* At a URL: in runs of one shard (engine_pread.c, pread_claim). */
+                    reader_task *grouped[READER_GROUP_MAX];
+                    reader_group_by_shard(grouped, slot, got);
+                    memcpy(slot, grouped, got * sizeof *slot);
+                }
                 u->pend_head = 0;
                 for (unsigned i = 0; i < got; i++) {
                     if (slot[i]->nreads == 0) {

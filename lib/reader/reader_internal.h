@@ -374,6 +374,14 @@ int reader_task_try_open(sf_reader *r, reader_task *t, int direct);
 void reader_task_close(sf_reader *r, reader_task *t); /* not open ok */
 
 /* ---- engine.c ---- */
+/* tasks[0..n) into out[0..n), grouped by shard: the groups in the order
+ * their shards first appear in the claim (the order the cache's prefetcher
+ * planned for), each group's tasks in claim order. At a URL a thread reads
+ * a claim in such runs: one pin of each shard, where claim order switched
+ * shards at nearly every record of a global shuffle. n at most
+ * READER_GROUP_MAX. */
+#define READER_GROUP_MAX 256u
+void reader_group_by_shard(reader_task **out, reader_task *const *tasks, unsigned n);
 /* Whether records are small: only fixed-size, uncompressed fields, at most
  * SF_SMALL_RECORD payload bytes in all. The copy engines take those a claim
  * (a batch, typically) at a time. */
