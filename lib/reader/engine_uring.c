@@ -51,11 +51,12 @@ typedef struct uring_thread {
     unsigned nretry;
     reader_task **pend; /* claimed tasks with reads not yet submitted (FIFO) */
     unsigned pend_head, pend_count;
-    /* Tasks holding their shard's descriptor (claimed, not yet finished),
-     * and the most this ring may hold. Each pins a descriptor until its
-     * reads finish, and only idle ones can be closed: a ring of queue depth
-     * 128 claimed up to 256 at once, and 4 such rings over a global shuffle
-     * of thousands of shards ran out of descriptors under `ulimit -n 256`.
+    /* Tasks claimed and not yet finished, each holding its shard's
+     * descriptor or about to (below), and the most this ring may have.
+     * Each pins a descriptor until its reads finish, and only idle ones can
+     * be closed: a ring of queue depth 128 claimed up to 256 at once, and
+     * 4 such rings over a global shuffle of thousands of shards ran out
+     * of descriptors under `ulimit -n 256`.
      * Where the dataset keeps every shard open there is no limit; else the
      * rings share the dataset's cap (its share of the process's budget,
      * which shrinks when another dataset opens: read at each claim). */
@@ -72,8 +73,9 @@ typedef struct uring_thread {
     int draining;
     uint64_t unsubmitted; /* bytes of reads prepared and not yet submitted */
     /* Hash states for the records being read (landing_*): a record holds
-     * one from its claim to its finish. At most qd in the FIFO and qd with
-     * reads in flight: 2 qd of them. */
+     * one from its shard's open to its finish, which is at most qd records
+     * (each open one has a read in flight or is the FIFO's head); 2 qd of
+     * them were sized when records took theirs at their claim. */
     XXH3_state_t **states;
     unsigned nstates, nfree_states;
 } uring_thread;
