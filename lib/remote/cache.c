@@ -79,6 +79,10 @@ struct remote_cache {
     unsigned stalled_next;
     pthread_t publisher;
     int publisher_running, stop;
+    /* Held with ROOT/.lock (lock_root to unlock_root): this process's
+     * threads queue for it here rather than poll the flock against each
+     * other. */
+    pthread_mutex_t root_mutex;
 };
 
 static atomic_uint part_counter;
@@ -117,6 +121,7 @@ int remote_cache_open(remote_cache **out, const char *root, uint64_t limit, cons
     }
     snprintf(c->dir, n, "%s/%s", root, space);
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->root_mutex, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->limit = limit;
     c->wait_s = REMOTE_CACHE_WAIT_S;
@@ -154,6 +159,7 @@ void remote_cache_free(remote_cache *c)
     assert(!c->pending && "a download is under way at close");
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->root_mutex);
     free(c->root);
     free(c->dir);
     free(c);
@@ -400,34 +406,57 @@ static int open_cache_lock(const remote_cache *c)
  * listing and eviction, a reservation, a rename): polled, so that a holder
  * stopped (Ctrl-Z, a debugger) or hung fails this after the cache's wait,
  * naming the lock, where a blocking flock waited for ever without a word.
- * 0, or a negative code. */
-static int lock_root(const remote_cache *c, int lk)
+ * This process's threads first take root_mutex, within the same wait: they
+ * polled against each other too, sleeping 1, 2, 4, 8 then 16 ms between
+ * tries, and 13 downloads starting together (a global shuffle's first
+ * batch) reserved their files 8-17 ms apart. 0 (release with unlock_root),
+ * or a negative code. */
+static int lock_root(remote_cache *c, int lk)
 {
-    uint64_t waited_ms = 0, limit_ms = (uint64_t)(c->wait_s ? c->wait_s : 1) * 1000;
+    unsigned wait_s = c->wait_s ? c->wait_s : 1;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)wait_s;
+    int e = pthread_mutex_timedlock(&c->root_mutex, &deadline);
+    uint64_t waited_ms = 0, limit_ms = (uint64_t)wait_s * 1000;
     unsigned step_ms = 1;
-    for (;;) {
+    while (!e) {
         if (flock(lk, LOCK_EX | LOCK_NB) == 0)
             return 0;
         if (errno == EINTR)
             continue;
-        if (errno != EWOULDBLOCK)
-            return sf_fail(-errno, "remote cache %s/.lock: %s", c->root, sf_errno_text(errno));
+        if (errno != EWOULDBLOCK) {
+            int rc = sf_fail(-errno, "remote cache %s/.lock: %s", c->root, sf_errno_text(errno));
+            pthread_mutex_unlock(&c->root_mutex);
+            return rc;
+        }
         if (waited_ms >= limit_ms)
-            return sf_fail(-ETIMEDOUT,
-                           "remote cache %s: another process has held %s/.lock for %u s (the "
-                           "cache takes it for milliseconds: that process is stopped or hung; "
-                           "lslocks names it)",
-                           c->root, c->root, c->wait_s ? c->wait_s : 1);
+            break;
         sleep_ms(step_ms);
         waited_ms += step_ms;
         if (step_ms < 16)
             step_ms *= 2;
     }
+    if (!e)
+        pthread_mutex_unlock(&c->root_mutex);
+    /* Timed out here, or behind another thread of this process that is
+     * polling for it (its own error says so as well). */
+    return sf_fail(-ETIMEDOUT,
+                   "remote cache %s: another process has held %s/.lock for %u s (the cache "
+                   "takes it for milliseconds: that process is stopped or hung; lslocks names "
+                   "it)",
+                   c->root, c->root, wait_s);
+}
+
+static void unlock_root(remote_cache *c, int lk)
+{
+    lock_fd(lk, LOCK_UN);
+    pthread_mutex_unlock(&c->root_mutex);
 }
 
 /* Creates the .part file for `name` with its whole size reserved, holding
  * LOCK_EX: its descriptor, or a negative code. */
-static int reserve_part(const remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
+static int reserve_part(remote_cache *c, const char *name, uint64_t size, unsigned wait_s,
                         char *part, size_t part_cap)
 {
     /* Not SF_E_LIMIT, a format's limit (sf_is_data_error): verify called
@@ -452,7 +481,7 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
         rc = make_room(c, size, &pinned);
         if (rc != 0)
             break; /* fits (1, lock held) or failed */
-        lock_fd(lk, LOCK_UN);
+        unlock_root(c, lk);
         if (!wait_s) {
             /* The prefetcher, or a reader holding pins that the wait may
              * need (remote_cache_try_acquire): no room now. */
@@ -485,7 +514,7 @@ static int reserve_part(const remote_cache *c, const char *name, uint64_t size, 
             fd = -1;
         }
     }
-    lock_fd(lk, LOCK_UN);
+    unlock_root(c, lk);
     close(lk);
     return fd >= 0 ? fd : rc;
 }
@@ -587,7 +616,7 @@ static int publish(remote_cache *c, pending *p)
     if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (rename(p->part, final) != 0)
             rc = sf_fail(-errno, "%s: rename: %s", final, sf_errno_text(errno));
-        lock_fd(lk, LOCK_UN);
+        unlock_root(c, lk);
     }
     if (lk >= 0)
         close(lk);
@@ -699,7 +728,7 @@ static int download(remote_cache *c, pending *p, uint64_t size, unsigned wait_s,
     if (!rc && (rc = lock_root(c, lk)) == 0) {
         if (lock_fd(fd, LOCK_SH) != 0)
             rc = sf_fail(-errno, "%s: %s", p->part, sf_errno_text(errno));
-        lock_fd(lk, LOCK_UN);
+        unlock_root(c, lk);
     }
     if (lk >= 0)
         close(lk);

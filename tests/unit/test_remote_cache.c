@@ -592,6 +592,46 @@ Test(remote_cache, threads_behind_a_stalled_download_fail_together_and_prefetche
     remote_cache_free(c);
 }
 
+/* This process's threads queue for ROOT/.lock on a mutex before they poll
+ * the flock (they polled against each other, up to 16 ms apart): behind a
+ * holder that never lets go each still fails within the one wait, not a
+ * wait after the thread before it; once it lets go all get through. */
+Test(remote_cache, threads_queued_for_the_root_lock_fail_within_one_wait_and_then_all_proceed)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    remote_cache_set_wait(c, 1);
+    char path[600];
+    snprintf(path, sizeof path, "%s/.lock", root);
+    int holder = open(path, O_RDWR | O_CREAT, 0644);
+    cr_assert_geq(holder, 0);
+    cr_assert_eq(flock(holder, LOCK_EX), 0);
+    const char *names[4] = {"q0", "q1", "q2", "q3"};
+    acquirer a[4];
+    pthread_t tid[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (acquirer){c, names[i], 0, 0};
+        cr_assert_eq(pthread_create(&tid[i], NULL, acquire_one, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(tid[i], NULL);
+        cr_assert_eq(a[i].rc, -ETIMEDOUT, "thread %d: %d", i, a[i].rc);
+        cr_assert_lt(a[i].ms, 2500, "thread %d failed after %llu ms", i, (unsigned long long)a[i].ms);
+    }
+    close(holder);
+    for (int i = 0; i < 4; i++) {
+        a[i] = (acquirer){c, names[i], 0, 0};
+        cr_assert_eq(pthread_create(&tid[i], NULL, acquire_one, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(tid[i], NULL);
+        cr_assert_eq(a[i].rc, 0, "thread %d: %d", i, a[i].rc);
+        wait_published(c, names[i]);
+        cr_assert(exists(c, names[i]), "%s", names[i]);
+    }
+    remote_cache_free(c);
+}
+
 Test(remote_cache, a_dead_download_is_removed_when_room_is_needed)
 {
     remote_cache *c;
