@@ -18,18 +18,30 @@
 #include "error_internal.h"
 #include "fetch.h"
 #include "hash.h"
+#include "nofile.h"
 #include "remote_url.h"
 
 /* Open reads a shard's header with one request and its tail (footer, and
  * the index when it is at most this long) with another. */
 #define META_TAIL (64u << 10)
+/* Shards the prefetcher downloads at once at most, each on its own thread
+ * and connections (one at a time, a shard's download waited for the one
+ * before it, each paying its round trips and its fsync). An object store
+ * serves each connection at a rate of its own (AWS's S3 guidelines plan one
+ * request per 85-90 MB/s), so a node gets its link's rate only from many: 4
+ * at once, a cold epoch of the small remote set (13 shards of 4 MB) from
+ * nginx serving each connection at 20 MB/s took 0.65 s where curl fetching
+ * the same files 16 at once took 0.23 s (tools/bench/run, the remote set's
+ * "20 MB/s a connection" rows). A download holds its .part, its .fill lock
+ * and a connection or more, so at most a 32nd of RLIMIT_NOFILE, and at least
+ * 4 (4 under `ulimit -n 128`, as before there were more). */
+#define PREFETCH_THREADS_MIN 4u
+#define PREFETCH_THREADS_MAX 16u
 /* The prefetcher keeps at most this many shards, and half the cache limit,
- * downloaded ahead of the one being read. */
-#define PREFETCH_SHARDS 8u
-/* Shards the prefetcher downloads at once, each on its own thread and
- * connections: one at a time, a shard's download waited for the one before
- * it, each paying its round trips and its fsync. */
-#define PREFETCH_THREADS 4u
+ * downloaded ahead of the one being read: as many as it downloads at once,
+ * so that a global shuffle's first batch, which needs every shard, finds
+ * up to that many under way together. */
+#define PREFETCH_SHARDS PREFETCH_THREADS_MAX
 /* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
 #define PLAN_CAP 64u
 
@@ -41,13 +53,14 @@ struct dataset_remote {
     remote_cache *cache;    /* mode cache */
     uint64_t cache_limit;
     uint64_t manifest_hash; /* XXH3-64 of the manifest's bytes: names the cache subfolder */
-    /* the prefetcher: PREFETCH_THREADS threads fill the cache from `next`
+    /* the prefetcher: `threads` threads fill the cache from `next`
      * while it is within reach of `reading` (positions in shard order,
      * wrapping); a shard is taken (next moves past it) when a thread starts
      * its download, so no two threads take the same one */
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    pthread_t tid[PREFETCH_THREADS];
+    pthread_t tid[PREFETCH_THREADS_MAX];
+    unsigned threads; /* at most this many (PREFETCH_THREADS_MIN..MAX) */
     unsigned running; /* threads started */
     int stop;
     uint64_t reading, next;
@@ -266,6 +279,7 @@ int dataset_remote_open(sf_dataset *ds, const char *url, const sf_remote_opts *o
     pthread_mutex_init(&x->lock, NULL);
     pthread_cond_init(&x->cv, NULL);
     x->last_hint = UINT64_MAX;
+    x->threads = (unsigned)sf_nofile_share(32, PREFETCH_THREADS_MIN, PREFETCH_THREADS_MAX);
     x->mode = o ? o->mode : SF_REMOTE_CACHE;
     x->policy.retries = o && o->retries ? o->retries : SF_REMOTE_DEFAULT_RETRIES;
     x->policy.timeout_ms = o && o->timeout_ms ? o->timeout_ms : SF_REMOTE_DEFAULT_TIMEOUT_MS;
@@ -497,13 +511,17 @@ static int fill_shard_parts(void *arg, int fd, uint64_t size, unsigned parts)
 }
 
 /* remote_fill_fn. A large shard downloaded alone comes in REMOTE_PARTS
- * ranges at once; with other downloads running, the connections are shared
- * among them, a shard in fewer ranges. Ranges of one file are written under
- * its inode's lock one at a time: on tools/bench/run's remote-large set
- * (13 shards of 94 MB, 4 prefetch threads) a cold epoch with 4 ranges a
- * shard spent 11% of its CPU time spinning on that lock and took 1.25 s
- * (median of 5 rounds), with one range a shard 1.00 s (curl fetching the
- * same files 16 at once to /dev/null: 0.61 s). */
+ * ranges at once; with other downloads running, in REMOTE_PARTS divided by
+ * their number (at least one). Ranges of one file are written under its
+ * inode's lock one at a time: on tools/bench/run's remote-large set (13
+ * shards of 94 MB, 4 prefetch threads) a cold epoch with 4 ranges a shard
+ * spent 11% of its CPU time spinning on that lock and took 1.25 s (median
+ * of 5 rounds), with one range a shard 1.00 s (curl fetching the same files
+ * 16 at once to /dev/null: 0.61 s). Sharing 16 connections instead (4
+ * ranges each while up to 4 run) took a cold epoch of that set 1.47 s
+ * against 1.24 s on 2 cores (6 rounds each, 2026-12-04); more shards at
+ * once, not more ranges each, is what a store's per-connection rate
+ * needs. */
 static int fill_shard(void *arg, int fd, uint64_t size)
 {
     fill_job *j = arg;
@@ -614,7 +632,7 @@ static void *prefetch_main(void *arg);
 static void prefetch_start_locked(sf_dataset *ds)
 {
     dataset_remote *x = ds->remote;
-    while (!x->stop && x->running < PREFETCH_THREADS &&
+    while (!x->stop && x->running < x->threads &&
            pthread_create(&x->tid[x->running], NULL, prefetch_main, ds) == 0)
         x->running++;
 }

@@ -7,6 +7,7 @@ what the epoch needs; the epoch equals the local one. Several downloads overlap,
 global shuffle, whose reads reach the planned shards out of order. Every test has a deadline;
 the servers bind 127.0.0.1 only."""
 import os
+import resource
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,35 @@ class Prefetch(RemoteCase):
         second_half = sorted(downloads[len(downloads) // 2:])
         self.assertGreaterEqual(second_half[len(second_half) // 2], 3,
                                 f"shard downloads in flight as each began: {downloads}")
+
+    def test_a_global_shuffles_first_batch_downloads_its_shards_together(self):
+        # A global shuffle's first batch needs every shard, and an object store serves each
+        # connection at a rate of its own: the downloads must run together. Four at a time
+        # (the prefetcher's 4 threads before 2026-12-04) took a cold epoch of 13 shards from
+        # nginx limited to 20 MB/s a connection 0.65 s, where curl fetching them all at once
+        # took 0.23 s. Each shard GET waits 0.5 s at the proxy here, so downloads overlap
+        # only if they are started together.
+        ds, www = self.served(n=360, shard_size="20KiB")
+        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        self.assertGreaterEqual(shards, 10)
+        self.assertLessEqual(shards, 16)
+        # The prefetcher runs a 32nd of the soft RLIMIT_NOFILE downloads at once, 4 to 16
+        # (an unlimited limit counts as 1,024); the 2 I/O threads add their own.
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = 1024 if soft == resource.RLIM_INFINITY else soft
+        threads = min(16, max(4, soft // 32))
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
+                                                          delay_s=0.5, match=shard_gets) as proxy:
+            with shardfeed.Loader(proxy.url + "/ds", batch_size=120, shuffle="global", seed=2,
+                                  io_threads=2, output="numpy", cache_dir=self.cache()) as loader:
+                proxy.max_in_flight = 0  # from here: open fetches metadata 16 at a time
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        with shardfeed.Loader(ds, batch_size=120, shuffle="global", seed=2, output="numpy") as local:
+            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+        self.assertGreaterEqual(proxy.max_in_flight, min(shards, threads),
+                                f"{shards} shards, {threads} prefetch threads")
+
 
 if __name__ == "__main__":
     main()
