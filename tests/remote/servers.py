@@ -606,11 +606,14 @@ class Nginx:
     file root/ds/manifest.sfm is at .url + "/ds/manifest.sfm". `dav=True`
     also takes PUT (folders created as needed) and DELETE, as a WebDAV
     server does. Its config, logs and temporary folders live in `work`
-    (default: a folder next to `root`)."""
+    (default: a folder next to `root`). `limit_rate` (nginx's syntax, e.g.
+    "20m": bytes a second) caps each response's rate, as an object store
+    serves each connection at a rate of its own."""
 
-    def __init__(self, root, work=None, dav=False):
+    def __init__(self, root, work=None, dav=False, limit_rate=None):
         self.root = os.path.abspath(root)
         self.dav = dav
+        self.limit_rate = limit_rate
         self.work = work or self.root.rstrip("/") + ".nginx"
         self._proc = None
         self.url = None
@@ -636,6 +639,7 @@ class Nginx:
             user, "worker_processes 1;", "daemon off;", f"pid {self.work}/nginx.pid;",
             f"error_log {self.work}/error.log warn;", "events { worker_connections 256; }",
             "http {", "    access_log off;", "    default_type application/octet-stream;",
+            f"    limit_rate {self.limit_rate};" if self.limit_rate else "",
             *temps,
             f"    server {{ listen {LOOPBACK}:{port}; root {self.root};",
             "        dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0;"
