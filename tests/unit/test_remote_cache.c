@@ -360,16 +360,25 @@ Test(remote_cache, files_that_are_not_the_caches_are_never_counted_or_evicted)
 /* A process stopped (Ctrl-Z, a debugger) while it held ROOT/.lock blocked
  * every other process of the node in flock, for ever and without a word.
  * Another open file description of the lock stands in for it here. */
-Test(remote_cache, a_lock_holder_that_never_lets_go_fails_the_download_after_the_wait)
+/* A cache with a wait of 1 s, and ROOT/.lock held LOCK_EX through another
+ * open file description (*holder; close it to let go). */
+static remote_cache *open_with_root_held(int *holder)
 {
     remote_cache *c;
     cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
     remote_cache_set_wait(c, 1);
     char path[600];
     snprintf(path, sizeof path, "%s/.lock", root);
-    int holder = open(path, O_RDWR | O_CREAT, 0644);
-    cr_assert_geq(holder, 0);
-    cr_assert_eq(flock(holder, LOCK_EX), 0);
+    *holder = open(path, O_RDWR | O_CREAT, 0644);
+    cr_assert_geq(*holder, 0);
+    cr_assert_eq(flock(*holder, LOCK_EX), 0);
+    return c;
+}
+
+Test(remote_cache, a_lock_holder_that_never_lets_go_fails_the_download_after_the_wait)
+{
+    int holder;
+    remote_cache *c = open_with_root_held(&holder);
     fill_spec f = {0};
     int fd = -1;
     time_t t0 = time(NULL);
@@ -598,14 +607,8 @@ Test(remote_cache, threads_behind_a_stalled_download_fail_together_and_prefetche
  * wait after the thread before it; once it lets go all get through. */
 Test(remote_cache, threads_queued_for_the_root_lock_fail_within_one_wait_and_then_all_proceed)
 {
-    remote_cache *c;
-    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
-    remote_cache_set_wait(c, 1);
-    char path[600];
-    snprintf(path, sizeof path, "%s/.lock", root);
-    int holder = open(path, O_RDWR | O_CREAT, 0644);
-    cr_assert_geq(holder, 0);
-    cr_assert_eq(flock(holder, LOCK_EX), 0);
+    int holder;
+    remote_cache *c = open_with_root_held(&holder);
     const char *names[4] = {"q0", "q1", "q2", "q3"};
     acquirer a[4];
     pthread_t tid[4];
