@@ -61,3 +61,31 @@ cmake --build "$build" -j "$(nproc)" --target shardfeed_cli >"$work/build.log" |
 export PYTHON=${PYTHON:-python3}
 "$PYTHON" tools/bench/run --build "$build" --work "$work" --out "${OUT:-$work}/bench" --no-cold \
     --sets "${SF_R_SETS:-remote,remote-large}" "$@"
+# One cold epoch of each set in mode cache again, with --trace: where its time goes (the first
+# batch waits for every shard under a global shuffle; then the reads from the files just
+# written). The traces go next to the results; a line each summarizes them.
+"$PYTHON" - "$build/shardfeed" "$work" "${OUT:-$work}/bench" <<'PY'
+import glob, json, os, shutil, subprocess, sys
+sys.path.insert(0, os.path.join("tests", "remote"))
+import servers
+sf, work, out = sys.argv[1:4]
+for d in sorted(glob.glob(os.path.join(work, "*-*", "shards-remote"))):
+    kind = os.path.basename(os.path.dirname(d))
+    batch = "256" if kind.startswith("small") else "32"
+    cache = os.path.join(work, "trace-cache")
+    trace = os.path.join(out, f"trace-{kind}-cold.json")
+    shutil.rmtree(cache, ignore_errors=True)
+    with servers.Nginx(os.path.dirname(d)) as ng:
+        j = json.loads(subprocess.run(
+            [sf, "bench", ng.url + "/shards-remote", "--batch-size", batch, "--shuffle", "global",
+             "--epochs", "1", "--remote-mode", "cache", "--cache-dir", cache, "--json",
+             "--trace", trace], capture_output=True, text=True, check=True).stdout)
+    shutil.rmtree(cache, ignore_errors=True)
+    ev = json.load(open(trace))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    io = sorted((e for e in ev if e.get("cat") == "io"), key=lambda e: e["ts"])
+    t0 = min(e["ts"] for e in ev if "ts" in e)
+    print(f"{kind} cold epoch {j['seconds']:.3f} s (open {j.get('open_seconds', 0):.3f} s): first "
+          f"batch read by {(io[0]['ts'] + io[0]['dur'] - t0) / 1e3:.1f} ms, last by "
+          f"{(io[-1]['ts'] + io[-1]['dur'] - t0) / 1e3:.1f} ms, {len(io)} reads; {trace}")
+PY
