@@ -614,7 +614,7 @@ class Nginx:
         self.root = os.path.abspath(root)
         self.dav = dav
         self.limit_rate = limit_rate
-        self.work = work or self.root.rstrip("/") + ".nginx"
+        self.work = os.path.abspath(work) if work else self.root.rstrip("/") + ".nginx"
         self._proc = None
         self.url = None
 
