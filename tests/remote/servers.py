@@ -79,16 +79,61 @@ def _die_with_parent():
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _listening_is_ours(port, pgid):
+    """Whether the socket listening on 127.0.0.1:port (or *:port) belongs to a process of
+    process group `pgid` (Linux /proc; True where /proc cannot tell). free_port's port can
+    be taken by another test's server (a FaultProxy binds port 0) before ours binds it: nginx
+    then retries its bind for a few seconds, alive, while the connect check reached the other
+    server, and a test read another test's files through it (HTTP 404, 2026-12-05 CI)."""
+    try:
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            if not os.path.exists(table):
+                continue
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    addr, hexport = fields[1].rsplit(":", 1)
+                    if int(hexport, 16) == port and fields[3] == "0A":  # LISTEN
+                        inodes.add(f"socket:[{fields[9]}]")
+        if not inodes:
+            return False
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
+                    continue
+                fds = f"/proc/{pid}/fd"
+                if any(os.readlink(os.path.join(fds, fd)) in inodes for fd in os.listdir(fds)):
+                    return True
+            except (OSError, ValueError, IndexError):
+                continue
+        return False
+    except OSError:
+        return True
+
+
 def _wait_listening(port, proc, name, log_path, deadline_s=START_DEADLINE_S):
+    """Returns when `proc` (which leads its own process group) listens on `port`; raises
+    RuntimeError when it exits, does not listen in time, or another process has the port
+    (the callers then try another port)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited with {proc.returncode} before listening: {_tail(log_path)}")
         try:
             with socket.create_connection((LOOPBACK, port), timeout=0.5):
-                return
+                pass
         except OSError:
             time.sleep(0.05)
+            continue
+        if _listening_is_ours(port, proc.pid):
+            return
+        raise RuntimeError(f"{name}: another process took {LOOPBACK}:{port} first")
     raise RuntimeError(f"{name} not listening on {LOOPBACK}:{port} after {deadline_s:.0f} s: {_tail(log_path)}")
 
 

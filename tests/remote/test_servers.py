@@ -71,6 +71,27 @@ class NginxTest(unittest.TestCase):
             self.assertEqual(status, 404)
         self.assertFalse(port_open(ng.url), "nginx still listens after the context ended")
 
+    def test_a_port_another_server_took_first_is_not_taken_for_nginx(self):
+        # free_port's port, taken by another listener before nginx binds it: nginx retries its
+        # bind, alive, while the connect check reached the other one, and a CI run's test read
+        # another test's files through it (404). Here the first port offered is already taken.
+        other = socket.socket()
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        offered = [taken]
+        real = servers.free_port
+        servers.free_port = lambda: offered.pop() if offered else real()
+        try:
+            with servers.Nginx(self.root) as ng:
+                self.assertNotEqual(ng.url, f"http://127.0.0.1:{taken}")
+                status, _, body = servers.http_request("GET", ng.url + "/ds/shard-000000.sfs")
+                self.assertEqual((status, body), (200, self.data))
+        finally:
+            servers.free_port = real
+            other.close()
+        self.assertEqual(offered, [], "the taken port was never offered")
+
 
 class FaultProxyTest(unittest.TestCase):
     """Every kind at probability 1 on a GET of a 100 kB file from nginx."""
