@@ -402,23 +402,43 @@ static int open_cache_lock(const remote_cache *c)
     return lk;
 }
 
+/* CLOCK_MONOTONIC now plus ms: a deadline that a step of the wall clock
+ * (NTP, an administrator's date) neither shortens nor stretches. */
+static struct timespec deadline_after_ms(uint64_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t ns = (uint64_t)t.tv_nsec + (ms % 1000) * 1000000ULL;
+    t.tv_sec += (time_t)(ms / 1000 + ns / 1000000000ULL);
+    t.tv_nsec = (long)(ns % 1000000000ULL);
+    return t;
+}
+
+static int is_past(const struct timespec *deadline)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec > deadline->tv_sec ||
+           (t.tv_sec == deadline->tv_sec && t.tv_nsec >= deadline->tv_nsec);
+}
+
 /* LOCK_EX on ROOT/.lock (lk), which any process holds for milliseconds (a
  * listing and eviction, a reservation, a rename): polled, so that a holder
  * stopped (Ctrl-Z, a debugger) or hung fails this after the cache's wait,
  * naming the lock, where a blocking flock waited for ever without a word.
- * This process's threads first take root_mutex, within the same wait: they
- * polled against each other too, sleeping 1, 2, 4, 8 then 16 ms between
- * tries, and 13 downloads starting together (a global shuffle's first
- * batch) reserved their files 8-17 ms apart. 0 (release with unlock_root),
- * or a negative code. */
+ * This process's threads first queue on root_mutex: polling, they raced
+ * each other too, sleeping 1, 2, 4, 8 then 16 ms between tries, and 13
+ * downloads starting together (a global shuffle's first batch) reserved
+ * their files 8-17 ms apart. One deadline covers both waits, so a call
+ * fails within the cache's wait of its start even when it queued behind
+ * another thread. 0 (release with unlock_root), or a negative code. */
 static int lock_root(remote_cache *c, int lk)
 {
     unsigned wait_s = c->wait_s ? c->wait_s : 1;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)wait_s;
-    int e = pthread_mutex_timedlock(&c->root_mutex, &deadline);
-    uint64_t waited_ms = 0, limit_ms = (uint64_t)wait_s * 1000;
+    struct timespec deadline = deadline_after_ms((uint64_t)wait_s * 1000);
+    int e = pthread_mutex_clocklock(&c->root_mutex, CLOCK_MONOTONIC, &deadline);
+    if (e && e != ETIMEDOUT)
+        return sf_fail(-e, "remote cache %s: %s", c->root, sf_errno_text(e));
     unsigned step_ms = 1;
     while (!e) {
         if (flock(lk, LOCK_EX | LOCK_NB) == 0)
@@ -430,21 +450,19 @@ static int lock_root(remote_cache *c, int lk)
             pthread_mutex_unlock(&c->root_mutex);
             return rc;
         }
-        if (waited_ms >= limit_ms)
+        if (is_past(&deadline))
             break;
         sleep_ms(step_ms);
-        waited_ms += step_ms;
         if (step_ms < 16)
             step_ms *= 2;
     }
     if (!e)
         pthread_mutex_unlock(&c->root_mutex);
-    /* Timed out here, or behind another thread of this process that is
-     * polling for it (its own error says so as well). */
+    /* Timed out polling the flock, or queued behind a thread of this process
+     * that was polling it: either way some process holds it. */
     return sf_fail(-ETIMEDOUT,
-                   "remote cache %s: another process has held %s/.lock for %u s (the cache "
-                   "takes it for milliseconds: that process is stopped or hung; lslocks names "
-                   "it)",
+                   "remote cache %s: %s/.lock was held for the cache's wait of %u s (the cache "
+                   "takes it for milliseconds: its holder is stopped or hung; lslocks names it)",
                    c->root, c->root, wait_s);
 }
 

@@ -385,7 +385,8 @@ Test(remote_cache, a_lock_holder_that_never_lets_go_fails_the_download_after_the
     cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 1000, 0, fill, &f), -ETIMEDOUT, "%s",
                  sf_last_error());
     cr_assert_leq(time(NULL) - t0, 5);
-    cr_assert(strstr(sf_last_error(), ".lock for 1 s"), "%s", sf_last_error());
+    cr_assert(strstr(sf_last_error(), ".lock was held for the cache's wait of 1 s"), "%s",
+              sf_last_error());
     cr_assert_eq(f.calls, 0);
     close(holder); /* let go: it works again */
     cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 1000, 0, fill, &f), 0, "%s", sf_last_error());
@@ -602,9 +603,11 @@ Test(remote_cache, threads_behind_a_stalled_download_fail_together_and_prefetche
 }
 
 /* This process's threads queue for ROOT/.lock on a mutex before they poll
- * the flock (they polled against each other, up to 16 ms apart): behind a
- * holder that never lets go each still fails within the one wait, not a
- * wait after the thread before it; once it lets go all get through. */
+ * the flock (they polled against each other, up to 16 ms apart). Behind a
+ * holder that never lets go each fails within one wait of its own start:
+ * one that queued behind another thread polls only for what is left of its
+ * wait (it polled a whole wait more, and failed after 1.8 s of a 1 s wait
+ * when it started 200 ms after the first). Once it lets go all get through. */
 Test(remote_cache, threads_queued_for_the_root_lock_fail_within_one_wait_and_then_all_proceed)
 {
     int holder;
@@ -615,11 +618,15 @@ Test(remote_cache, threads_queued_for_the_root_lock_fail_within_one_wait_and_the
     for (int i = 0; i < 4; i++) {
         a[i] = (acquirer){c, names[i], 0, 0};
         cr_assert_eq(pthread_create(&tid[i], NULL, acquire_one, &a[i]), 0);
+        usleep(100 * 1000); /* staggered: each queues behind one polling */
     }
     for (int i = 0; i < 4; i++) {
         pthread_join(tid[i], NULL);
         cr_assert_eq(a[i].rc, -ETIMEDOUT, "thread %d: %d", i, a[i].rc);
-        cr_assert_lt(a[i].ms, 2500, "thread %d failed after %llu ms", i, (unsigned long long)a[i].ms);
+        /* The wait is 1 s: each fails after about 1.0 s. The old code failed
+         * thread 1 (queued behind thread 0, which polled until 1.0 s) after
+         * 1.9 s; threads 2 and 3 timed out on the mutex at 1.0 s. */
+        cr_assert_lt(a[i].ms, 1700, "thread %d failed after %llu ms", i, (unsigned long long)a[i].ms);
     }
     close(holder);
     for (int i = 0; i < 4; i++) {
