@@ -464,7 +464,7 @@ class FaultProxy:
     `.counts[kind]` is how many requests got each; `.requests` how many came;
     `.log` lists (method, path, fault kind or None) in arrival order;
     `.in_flight` counts the requests being answered now and `.max_in_flight`
-    the most at once (set it to 0 to measure from then on).
+    the most at once (`count_from_now()` to measure from then on).
 
       drop      the connection closed without a response (not forwarded)
       reset     forwarded; headers and half the body, then a TCP RST
@@ -517,6 +517,16 @@ class FaultProxy:
     def _done(self):
         with self._lock:
             self.in_flight -= 1
+
+    def count_from_now(self):
+        """max_in_flight from now on: the requests in flight now, and the most at
+        once after. Not 0: requests that had all arrived before this call (a
+        Loader's downloads may begin before its constructor returns) and kept
+        on, with none after, left it at 0. A Loader's open fetches the manifest
+        and every shard's header and index before it returns, so right after it
+        the requests in flight are downloads."""
+        with self._lock:
+            self.max_in_flight = self.in_flight
 
     def _draw(self, method, raw_path):
         if self.match and not self.match(method, raw_path):

@@ -71,7 +71,7 @@ class Prefetch(RemoteCase):
                                                           delay_s=0.2, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
                                   output="numpy", cache_dir=cache, cache_limit=limit) as loader:
-                proxy.max_in_flight = 0  # from here: open fetches metadata 16 at a time
+                proxy.count_from_now()  # open fetched metadata 16 at a time
                 with FolderPeak(cache) as peak:
                     got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
         self.assertEqual(got, epoch_plain(ds))
@@ -123,7 +123,7 @@ class Prefetch(RemoteCase):
         # A global shuffle's first batch needs every shard, and an object store serves each
         # connection at a rate of its own: the downloads must run together. Four at a time
         # (the prefetcher's 4 threads before 2026-12-04) took a cold epoch of 13 shards from
-        # nginx limited to 20 MB/s a connection 0.65 s, where curl fetching them all at once
+        # nginx limited to 20 MiB/s a connection 0.65 s, where curl fetching them all at once
         # took 0.23 s. Each shard GET waits 0.5 s at the proxy here, so downloads overlap
         # only if they are started together.
         ds, www = self.served(n=360, shard_size="20KiB")
@@ -140,13 +140,12 @@ class Prefetch(RemoteCase):
                                                           delay_s=0.5, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", batch_size=120, shuffle="global", seed=2,
                                   io_threads=2, output="numpy", cache_dir=self.cache()) as loader:
-                proxy.max_in_flight = 0  # from here: open fetches metadata 16 at a time
+                proxy.count_from_now()  # open fetched metadata 16 at a time
                 got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
         with shardfeed.Loader(ds, batch_size=120, shuffle="global", seed=2, output="numpy") as local:
             self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
         self.assertGreaterEqual(proxy.max_in_flight, min(shards, threads),
                                 f"{shards} shards, {threads} prefetch threads")
-
 
 if __name__ == "__main__":
     main()

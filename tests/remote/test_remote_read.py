@@ -210,7 +210,7 @@ class Cache(RemoteCase):
                                                           delay_s=0.2, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
                                   output="numpy", cache_dir=cache) as loader:
-                proxy.max_in_flight = 0  # from here: the shard's download
+                proxy.count_from_now()  # from here: the shard's download
                 got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
         self.assertGreaterEqual(proxy.max_in_flight, 2, "the shard came in one request")
         self.assertEqual(got, epoch_plain(ds))
