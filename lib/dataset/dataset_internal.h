@@ -155,8 +155,16 @@ void dataset_remote_reading(sf_dataset *ds, uint64_t shard);
  * schedule will touch first (called in that order, ahead of the reads):
  * from then on the prefetcher fills the cache in the plan's order only, at
  * most PREFETCH_SHARDS and half the limit ahead, never in shard order.
- * A no-op unless the dataset is at a URL in mode cache. */
-void dataset_remote_plan(sf_dataset *ds, uint64_t shard);
+ * `ahead`: a batch beyond those scheduled, planned only while the plan's
+ * shards stay within a quarter of the limit. 1 when `shard` is in the plan
+ * (or needs none), 0 when the plan is full (PLAN_CAP shards not yet read,
+ * or that quarter): plan it again later. A no-op (1) unless the dataset is
+ * at a URL in mode cache. */
+int dataset_remote_plan(sf_dataset *ds, uint64_t shard, int ahead);
+/* How many shards the prefetcher downloads ahead of the reader at most
+ * (PREFETCH_SHARDS): what a plan should reach. 0 unless the dataset is at a
+ * URL in mode cache (nothing plans then). */
+uint64_t dataset_remote_plan_reach(const sf_dataset *ds);
 
 /* Says once on stderr (per process) when the shards that one window of the
  * reader's order touches (`window` positions made of runs of `block_size`

@@ -38,9 +38,10 @@
 #define PREFETCH_THREADS_MIN 4u
 #define PREFETCH_THREADS_MAX 16u
 /* The prefetcher keeps at most this many shards, and half the cache limit,
- * downloaded ahead of the one being read: as many as it downloads at once,
- * so that a global shuffle's first batch, which needs every shard, finds
- * up to that many under way together. */
+ * downloaded ahead of the one being read: as many as it may download at
+ * once (x->threads, fewer under a low RLIMIT_NOFILE), so that a global
+ * shuffle's first batch, which needs every shard, finds up to that many
+ * under way together. */
 #define PREFETCH_SHARDS PREFETCH_THREADS_MAX
 /* Shards of the reader's plan (dataset_remote_plan) kept ahead at most. */
 #define PLAN_CAP 64u
@@ -669,11 +670,17 @@ static int plan_pass_locked(dataset_remote *x, uint64_t shard)
     return 1;
 }
 
-void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
+uint64_t dataset_remote_plan_reach(const sf_dataset *ds)
+{
+    const dataset_remote *x = ds->remote;
+    return x && x->cache && x->mode == SF_REMOTE_CACHE ? PREFETCH_SHARDS : 0;
+}
+
+int dataset_remote_plan(sf_dataset *ds, uint64_t shard, int ahead)
 {
     dataset_remote *x = ds->remote;
     if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
-        return;
+        return 1;
     assert(shard < ds->manifest.shard_count);
     /* A shard this dataset holds is in the cache and stays there: nothing to
      * prefetch, and a plan of it would only wake the prefetch threads and
@@ -683,13 +690,23 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
      * the same shards in a local folder. A hint: a held shard that is let
      * go before the reader gets to it is downloaded then, if evicted. */
     if (atomic_load_explicit(&x->planned, memory_order_relaxed) && dataset_files_held(ds, shard))
-        return;
+        return 1;
     pthread_mutex_lock(&x->lock);
     x->planned = 1;
     int known = 0;
-    for (uint32_t k = 0; k < x->plan_len && !known; k++)
+    uint64_t bytes = ds->manifest.shards[shard].file_size;
+    for (uint32_t k = 0; k < x->plan_len && !known; k++) {
         known = x->plan[(x->plan_head + k) % PLAN_CAP] == shard;
-    if (!known && x->plan_len < PLAN_CAP) {
+        bytes += ds->manifest.shards[x->plan[(x->plan_head + k) % PLAN_CAP]].file_size;
+    }
+    /* Looking ahead, the plan stays within a quarter of the limit: the
+     * cache evicts the least recently used, and a shard downloaded far
+     * ahead of its read is older than those read since, so under a tight
+     * limit it went first and was downloaded again (a block shuffle over
+     * 100 shards with the limit at a quarter of them: 124-138 downloads
+     * with the plan up to the prefetcher's whole reach, 115 before). */
+    int room = known || (x->plan_len < PLAN_CAP && (!ahead || bytes <= x->cache_limit / 4));
+    if (!known && room) {
         uint32_t i = (x->plan_head + x->plan_len++) % PLAN_CAP;
         x->plan[i] = shard;
         x->plan_done[i] = 0;
@@ -700,6 +717,7 @@ void dataset_remote_plan(sf_dataset *ds, uint64_t shard)
         pthread_cond_broadcast(&x->cv);
     }
     pthread_mutex_unlock(&x->lock);
+    return room;
 }
 
 static void *prefetch_main(void *arg)

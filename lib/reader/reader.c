@@ -129,7 +129,8 @@ int sf_reader_open(sf_reader **out, const char *dir, const sf_reader_opts *opts)
         goto fail;
     if (r->device_ops && (rc = reader_device_open(r)))
         goto fail;
-    if ((rc = reader_readahead_open(r)) || (rc = reader_engine_start(r)))
+    if ((rc = reader_readahead_open(r)) || (rc = reader_remote_plan_open(r)) ||
+        (rc = reader_engine_start(r)))
         goto fail;
     *out = r;
     return 0;
@@ -154,6 +155,7 @@ void sf_reader_close(sf_reader *r)
     free(r->zlen);
     reader_images_close(r);
     reader_readahead_close(r);
+    reader_remote_plan_close(r);
     sf_dataset_close(r->ds);
     pthread_cond_destroy(&r->ready_cv);
     pthread_cond_destroy(&r->work_cv);

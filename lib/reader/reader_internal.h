@@ -246,6 +246,16 @@ unsigned reader_readahead_take_locked(sf_reader *r, uint64_t *blocks, unsigned m
 /* Outside the lock: hints those blocks' bytes. */
 void reader_readahead_issue(sf_reader *r, const uint64_t *blocks, unsigned n);
 
+typedef struct reader_remote_plan reader_remote_plan;
+/* remote_plan.c: the shards of the batches scheduled and of those about the
+ * prefetcher's reach further on, handed to a dataset at a URL in mode cache
+ * (dataset_remote_plan). open decides whether it is on. */
+int reader_remote_plan_open(sf_reader *r);
+void reader_remote_plan_close(sf_reader *r);
+/* Under r->lock, after batch `index` of `epoch` was cut: plans the shards of
+ * the batches up to the plan's reach beyond it not planned yet. */
+void reader_remote_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index);
+
 struct sf_reader {
     sf_dataset *ds;
     const sf_schema *schema;
@@ -276,6 +286,9 @@ struct sf_reader {
     /* block shuffle's read-ahead hints (readahead.c): NULL when off;
      * under `lock` except reader_readahead_issue */
     reader_readahead *readahead;
+    /* a dataset at a URL in mode cache: the schedule's plan (remote_plan.c);
+     * NULL otherwise; under `lock` */
+    reader_remote_plan *remote_plan;
 
     /* compressed fields (staged.c): set by reader_staged_plan */
     int compressed;       /* some field has a codec or an image transform: records go

@@ -143,24 +143,6 @@ static void enter_epoch_locked(sf_reader *r, uint64_t epoch)
     order_ahead_locked(r, epoch);
 }
 
-/* Under r->lock: hands a dataset at a URL the shards of a batch just
- * scheduled, in the order its samples first touch them, so that its cache's
- * prefetcher downloads them in the order the epoch needs them rather than in
- * shard order (dataset_remote_plan; the schedule runs `prefetch` batches
- * ahead of the consumer). A local dataset has no plan to make. */
-static void plan_shards_locked(sf_reader *r, const uint64_t *ids, uint32_t count)
-{
-    if (!r->ds->remote)
-        return;
-    uint64_t last = UINT64_MAX, local;
-    for (uint32_t pos = 0; pos < count; pos++) {
-        uint64_t shard = sf_dataset_locate(r->ds, ids[pos], &local);
-        if (shard != last)
-            dataset_remote_plan(r->ds, shard);
-        last = shard;
-    }
-}
-
 /* Under r->lock: gives free slot `s` the batch (epoch, index) of the
  * sampler's current epoch. */
 static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t index)
@@ -174,7 +156,7 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
     s->batch.size = count;
     s->batch.substituted = 0;
     memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
-    plan_shards_locked(r, s->ids, count);
+    reader_remote_plan_locked(r, epoch, index);
     reader_readahead_plan_locked(r, epoch, index);
     assert(count <= r->batch_cap); /* what the slot was sized for */
     for (uint32_t v = 0; v < r->schema->n_var; v++)

@@ -147,5 +147,36 @@ class Prefetch(RemoteCase):
         self.assertGreaterEqual(proxy.max_in_flight, min(shards, threads),
                                 f"{shards} shards, {threads} prefetch threads")
 
+    def test_in_dataset_order_the_shards_ahead_download_together(self):
+        # The prefetcher downloads what the reader's schedule plans, which runs 4 batches
+        # ahead: in dataset order (or a block shuffle) those touch one or two shards when a
+        # shard holds more samples than 4 batches. It then downloaded one shard at a time:
+        # from nginx serving each connection at 20 MiB/s a cold epoch of 13 shards of 94 MB
+        # took 15.6 s in dataset order, 5.4 s under a global shuffle. The plan now reaches
+        # about the prefetcher's reach of shards further. Each shard GET waits 0.3 s at the
+        # proxy, so downloads overlap only if they are started together.
+        ds, www = self.served(n=600, shard_size="40KiB")  # about 50 samples a shard
+        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        self.assertGreaterEqual(shards, 10)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = 1024 if soft == resource.RLIM_INFINITY else soft
+        threads = min(16, max(4, soft // 32))
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        for shuffle in ("none", "block"):
+            with self.subTest(shuffle=shuffle):
+                opts = dict(batch_size=4, shuffle=shuffle, seed=1, output="numpy")
+                with servers.Nginx(www) as ng, servers.FaultProxy(
+                        ng.url, faults={"delay": 1.0}, delay_s=0.3, match=shard_gets) as proxy:
+                    with shardfeed.Loader(proxy.url + "/ds", cache_dir=self.cache(), **opts) as loader:
+                        proxy.count_from_now()  # open fetched metadata 16 at a time
+                        got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                with shardfeed.Loader(ds, **opts) as local:
+                    self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+                # The first shard is the reader's own download; the prefetcher takes the
+                # others as the plan names them.
+                self.assertGreaterEqual(proxy.max_in_flight, min(shards - 2, threads),
+                                        f"{shards} shards, {threads} prefetch threads")
+
+
 if __name__ == "__main__":
     main()
