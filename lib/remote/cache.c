@@ -402,12 +402,11 @@ static int open_cache_lock(const remote_cache *c)
     return lk;
 }
 
-/* CLOCK_MONOTONIC now plus ms: a deadline that a step of the wall clock
- * (NTP, an administrator's date) neither shortens nor stretches. */
-static struct timespec deadline_after_ms(uint64_t ms)
+/* `clock`'s now plus ms. */
+static struct timespec now_plus_ms(clockid_t clock, uint64_t ms)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     uint64_t ns = (uint64_t)t.tv_nsec + (ms % 1000) * 1000000ULL;
     t.tv_sec += (time_t)(ms / 1000 + ns / 1000000000ULL);
     t.tv_nsec = (long)(ns % 1000000000ULL);
@@ -429,14 +428,20 @@ static int is_past(const struct timespec *deadline)
  * This process's threads first queue on root_mutex: polling, they raced
  * each other too, sleeping 1, 2, 4, 8 then 16 ms between tries, and 13
  * downloads starting together (a global shuffle's first batch) reserved
- * their files 8-17 ms apart. One deadline covers both waits, so a call
+ * their files 8-17 ms apart. One wait covers both, so a call
  * fails within the cache's wait of its start even when it queued behind
  * another thread. 0 (release with unlock_root), or a negative code. */
 static int lock_root(remote_cache *c, int lk)
 {
     unsigned wait_s = c->wait_s ? c->wait_s : 1;
-    struct timespec deadline = deadline_after_ms((uint64_t)wait_s * 1000);
-    int e = pthread_mutex_clocklock(&c->root_mutex, CLOCK_MONOTONIC, &deadline);
+    /* On CLOCK_MONOTONIC, which a step of the wall clock (NTP, an
+     * administrator's date) neither shortens nor stretches. The mutex's
+     * wait takes a CLOCK_REALTIME deadline, the same wait from now: not
+     * pthread_mutex_clocklock, which ThreadSanitizer (GCC 12) does not
+     * intercept, so that it saw the unlock of a mutex never locked. */
+    struct timespec deadline = now_plus_ms(CLOCK_MONOTONIC, (uint64_t)wait_s * 1000);
+    struct timespec wall = now_plus_ms(CLOCK_REALTIME, (uint64_t)wait_s * 1000);
+    int e = pthread_mutex_timedlock(&c->root_mutex, &wall);
     if (e && e != ETIMEDOUT)
         return sf_fail(-e, "remote cache %s: %s", c->root, sf_errno_text(e));
     unsigned step_ms = 1;
