@@ -165,6 +165,12 @@ int dataset_remote_plan(sf_dataset *ds, uint64_t shard, int ahead);
  * (PREFETCH_SHARDS): what a plan should reach. 0 unless the dataset is at a
  * URL in mode cache (nothing plans then). */
 uint64_t dataset_remote_plan_reach(const sf_dataset *ds);
+/* Drops the plan: the reader's position moved (a resume, a restore, a new
+ * iteration after a break), so the shards planned for the batches it left
+ * will not be read there. Downloads under way go on and land in the cache;
+ * they no longer count in the prefetcher's reach. A no-op unless the
+ * dataset is at a URL in mode cache. */
+void dataset_remote_plan_reset(sf_dataset *ds);
 
 /* Says once on stderr (per process) when the shards that one window of the
  * reader's order touches (`window` positions made of runs of `block_size`

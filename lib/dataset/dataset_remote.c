@@ -720,6 +720,23 @@ int dataset_remote_plan(sf_dataset *ds, uint64_t shard, int ahead)
     return room;
 }
 
+void dataset_remote_plan_reset(sf_dataset *ds)
+{
+    dataset_remote *x = ds->remote;
+    if (!x || !x->cache || x->mode != SF_REMOTE_CACHE)
+        return;
+    /* Left there, the entries planned for the batches the reader left were
+     * never passed (plan_pass_locked), so they filled the prefetcher's reach
+     * (PREFETCH_SHARDS of them taken) or the plan (PLAN_CAP), and the
+     * prefetcher stopped: each shard from then on was the reader's own
+     * download, one at a time. */
+    pthread_mutex_lock(&x->lock);
+    x->plan_head = 0;
+    x->plan_len = 0;
+    atomic_store(&x->last_hint, UINT64_MAX);
+    pthread_mutex_unlock(&x->lock);
+}
+
 static void *prefetch_main(void *arg)
 {
     sf_dataset *ds = arg;

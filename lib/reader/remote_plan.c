@@ -21,7 +21,8 @@
  * has room (PLAN_CAP); a batch that did not fit is planned again at the
  * next schedule. Each batch is otherwise planned once an epoch, as the
  * schedule comes near it: no more planning than when it followed the
- * schedule.
+ * schedule. A moved position (a resume, a restore) drops the plan and
+ * starts it again there (dataset_remote_plan_reset).
  *
  * Memory: one batch of ids. */
 #include <errno.h>
@@ -74,8 +75,13 @@ void reader_remote_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index)
     if (!p)
         return;
     /* The sampler is at `epoch` (prepare_slot just cut batch `index` from
-     * it). A new epoch, or the position moved (sf_reader_set_state: a
-     * resume, or back), plans from `index` on. */
+     * it). The position moved (sf_reader_set_state: a resume, a restore, or
+     * back): what was planned for the batches left behind will not be read
+     * now, so the plan starts again from `index`. A new epoch reached in
+     * order keeps it (the walk stops at the epoch's end: every shard planned
+     * is read). */
+    if (r->gen != p->gen)
+        dataset_remote_plan_reset(r->ds);
     if (epoch != p->epoch || r->gen != p->gen) {
         p->epoch = epoch;
         p->gen = r->gen;

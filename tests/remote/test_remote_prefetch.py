@@ -9,6 +9,7 @@ the servers bind 127.0.0.1 only."""
 import os
 import resource
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
@@ -176,6 +177,44 @@ class Prefetch(RemoteCase):
                 # others as the plan names them.
                 self.assertGreaterEqual(proxy.max_in_flight, min(shards - 2, threads),
                                         f"{shards} shards, {threads} prefetch threads")
+
+    def test_a_restore_forward_plans_again_from_there(self):
+        # The plan's shards leave it as they are read. Those planned for the batches a
+        # restore left behind were never read, so they stayed, filled the prefetcher's
+        # reach (16 shards taken) and the prefetcher stopped: from the restored position on,
+        # each shard was the reader's own download, one at a time. A restore drops the plan.
+        ds, www = self.served(n=2000, shard_size="40KiB")  # about 50 samples a shard
+        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        self.assertGreaterEqual(shards, 36)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = 1024 if soft == resource.RLIM_INFINITY else soft
+        threads = min(16, max(4, soft // 32))
+        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        opts = dict(batch_size=4, shuffle="none", output="numpy")
+        with shardfeed.Loader(ds, **opts) as local:
+            batches = [(b.ids.tolist(), b["img"].tobytes()) for b in local]
+        skip = len(batches) // 2
+        with servers.Nginx(www) as ng, servers.FaultProxy(
+                ng.url, faults={"delay": 1.0}, delay_s=0.3, match=shard_gets) as proxy:
+            with shardfeed.Loader(proxy.url + "/ds", cache_dir=self.cache(), **opts) as loader:
+                it = iter(loader)
+                self.assertEqual([(b.ids.tolist(), b["img"].tobytes()) for b in (next(it), next(it))],
+                                 batches[:2])
+                del it
+                # The downloads the first position planned end; then the restore.
+                deadline = time.monotonic() + 30
+                while proxy.in_flight and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertEqual(proxy.in_flight, 0, "the first downloads did not end in 30 s")
+                state = loader.state_dict()
+                state["next_batch"] = skip
+                loader.load_state_dict(state)
+                proxy.count_from_now()
+                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        self.assertEqual(got, batches[skip:])
+        left = shards - shards // 2
+        self.assertGreaterEqual(proxy.max_in_flight, min(left - 2, threads) - 2,
+                                f"{left} shards after the restore, {threads} prefetch threads")
 
 
 if __name__ == "__main__":
