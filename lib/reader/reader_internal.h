@@ -252,9 +252,11 @@ typedef struct reader_remote_plan reader_remote_plan;
  * (dataset_remote_plan). open decides whether it is on. */
 int reader_remote_plan_open(sf_reader *r);
 void reader_remote_plan_close(sf_reader *r);
-/* Under r->lock, after batch `index` of `epoch` was cut: plans the shards of
- * the batches up to the plan's reach beyond it not planned yet. */
-void reader_remote_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index);
+/* Under r->lock, after batch `index` of `epoch` was cut (its `count` ids):
+ * plans its shards, then those of the batches up to the plan's reach beyond
+ * it not planned yet (a bounded walk a call). */
+void reader_remote_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index, const uint64_t *ids,
+                               uint32_t count);
 
 struct sf_reader {
     sf_dataset *ds;

@@ -156,7 +156,7 @@ static void prepare_slot(sf_reader *r, reader_slot *s, uint64_t epoch, uint64_t 
     s->batch.size = count;
     s->batch.substituted = 0;
     memcpy(s->source_ids, s->ids, count * sizeof *s->ids);
-    reader_remote_plan_locked(r, epoch, index);
+    reader_remote_plan_locked(r, epoch, index, s->ids, count);
     reader_readahead_plan_locked(r, epoch, index);
     assert(count <= r->batch_cap); /* what the slot was sized for */
     for (uint32_t v = 0; v < r->schema->n_var; v++)

@@ -4,7 +4,8 @@ whole shards,
 the downloads during an epoch (GETs through the FaultProxy, no faults) are about the shards'
 first touches (runs of the epoch's order in one shard), not shard order's prefetches evicting
 what the epoch needs; the epoch equals the local one. Several downloads overlap, also under a
-global shuffle, whose reads reach the planned shards out of order. Every test has a deadline;
+global shuffle, whose reads reach the planned shards out of order, and after a restore; each
+rank's epochs equal the local rank's. Every test has a deadline;
 the servers bind 127.0.0.1 only."""
 import os
 import resource
@@ -31,6 +32,15 @@ def first_touches(ds, order):
         runs += shard_of[sid] != last
         last = shard_of[sid]
     return runs, len(starts)
+
+
+def two_epochs(loader):
+    """(ids, image bytes) of each batch of epochs 0 and 1."""
+    got = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        got += [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+    return got
 
 
 class Prefetch(RemoteCase):
@@ -177,6 +187,24 @@ class Prefetch(RemoteCase):
                 # others as the plan names them.
                 self.assertGreaterEqual(proxy.max_in_flight, min(shards - 2, threads),
                                         f"{shards} shards, {threads} prefetch threads")
+
+    def test_each_ranks_epoch_is_the_local_ranks(self):
+        # A rank's consecutive batches are batch_size x world_size positions apart: the plan
+        # walks the rank's own batches. Each rank reads through the same cache folder, as the
+        # processes of one node do; an uneven split pads the last batch. The limit is under
+        # a shuffle window's shards: the report of that on stderr is expected.
+        ds, www = self.served(n=600, shard_size="40KiB")
+        with servers.Nginx(www) as ng:
+            for shuffle in ("none", "block", "global"):
+                for rank in range(3):
+                    with self.subTest(shuffle=shuffle, rank=rank):
+                        opts = dict(batch_size=4, shuffle=shuffle, seed=3, world_size=3, rank=rank,
+                                    output="numpy")
+                        with shardfeed.Loader(ng.url + "/ds", cache_dir=self.cache(),
+                                              cache_limit=300 << 10, **opts) as loader:
+                            got = two_epochs(loader)
+                        with shardfeed.Loader(ds, **opts) as local:
+                            self.assertEqual(got, two_epochs(local))
 
     def test_a_restore_forward_plans_again_from_there(self):
         # The plan's shards leave it as they are read. Those planned for the batches a
