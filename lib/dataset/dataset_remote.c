@@ -30,9 +30,9 @@
  * serves each connection at a rate of its own (AWS's S3 guidelines plan one
  * request per 85-90 MB/s), so a node gets its link's rate only from many: 4
  * at once, a cold epoch of the small remote set (13 shards of 4 MB) from
- * nginx serving each connection at 20 MB/s took 0.65 s where curl fetching
+ * nginx serving each connection at 20 MiB/s took 0.65 s where curl fetching
  * the same files 16 at once took 0.23 s (tools/bench/run, the remote set's
- * "20 MB/s a connection" rows). A download holds its .part, its .fill lock
+ * "20 MiB/s a connection" rows). A download holds its .part, its .fill lock
  * and a connection or more, so at most a 32nd of RLIMIT_NOFILE, and at least
  * 4 (4 under `ulimit -n 128`, as before there were more). */
 #define PREFETCH_THREADS_MIN 4u
