@@ -34,13 +34,35 @@ def first_touches(ds, order):
     return runs, len(starts)
 
 
+def batches(loader):
+    """(ids, image bytes) of each batch `loader` yields."""
+    return [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+
+
 def two_epochs(loader):
-    """(ids, image bytes) of each batch of epochs 0 and 1."""
+    """batches() of epochs 0 and 1."""
     got = []
     for epoch in range(2):
         loader.set_epoch(epoch)
-        got += [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+        got += batches(loader)
     return got
+
+
+def shard_count(ds):
+    return sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+
+
+def shard_gets(method, path):
+    """A FaultProxy match: the downloads of shards (not the manifest's)."""
+    return method == "GET" and "shard-" in path
+
+
+def prefetch_threads():
+    """The downloads the prefetcher runs at once at most: a 32nd of the soft RLIMIT_NOFILE,
+    4 to 16 (lib/dataset/dataset_remote.c)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft = 1024 if soft == resource.RLIM_INFINITY else soft
+    return min(16, max(4, soft // 32))
 
 
 class Prefetch(RemoteCase):
@@ -54,14 +76,14 @@ class Prefetch(RemoteCase):
                                       cache_dir=self.cache(), cache_limit=limit)
             try:
                 at_open = proxy.requests
-                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                got = batches(loader)
             finally:
                 loader.close()
             downloads = sum(1 for m, p, _ in proxy.log[at_open:] if m == "GET"
                             and "shard-" in p)
         with shardfeed.Loader(ds, batch_size=16, shuffle="block", block_size=25, window=25,
                               seed=3, output="numpy") as local:
-            want = [(b.ids.tolist(), b["img"].tobytes()) for b in local]
+            want = batches(local)
         self.assertEqual(got, want)
         runs, shards = first_touches(ds, [i for ids, _ in got for i in ids])
         self.assertGreaterEqual(runs, shards)
@@ -77,14 +99,13 @@ class Prefetch(RemoteCase):
         cache = self.cache()
         # Every shard request waits 0.2 s at the proxy: downloads one after another would
         # never be in flight together.
-        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
         with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
                                                           delay_s=0.2, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", batch_size=32, shuffle="none",
                                   output="numpy", cache_dir=cache, cache_limit=limit) as loader:
                 proxy.count_from_now()  # open fetched metadata 16 at a time
                 with FolderPeak(cache) as peak:
-                    got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                    got = batches(loader)
         self.assertEqual(got, epoch_plain(ds))
         # The reader's own downloads and one prefetch overlap at most 3 ways without several
         # prefetch threads.
@@ -102,9 +123,8 @@ class Prefetch(RemoteCase):
         # three runs; with the prefetcher busy, mostly 4 or 5). Each shard GET waits 0.2 s
         # at the proxy, so downloads overlap only if they are started together.
         ds, www = self.served(n=1200, shard_size="20KiB")
-        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        shards = shard_count(ds)
         self.assertGreaterEqual(shards, 40)
-        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
         arrivals = []  # (request number, shard GETs in flight with it) of each shard GET
 
         class Counting(servers.FaultProxy):
@@ -121,9 +141,9 @@ class Prefetch(RemoteCase):
             with shardfeed.Loader(proxy.url + "/ds", batch_size=200, shuffle="global", seed=5,
                                   io_threads=2, output="numpy", cache_dir=self.cache()) as loader:
                 at_open = proxy.requests
-                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                got = batches(loader)
         with shardfeed.Loader(ds, batch_size=200, shuffle="global", seed=5, output="numpy") as local:
-            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+            self.assertEqual(got, batches(local))
         downloads = [flight for n, flight in arrivals if n > at_open]
         self.assertEqual(len(downloads), shards, "each shard downloaded once")
         second_half = sorted(downloads[len(downloads) // 2:])
@@ -138,23 +158,20 @@ class Prefetch(RemoteCase):
         # took 0.23 s. Each shard GET waits 0.5 s at the proxy here, so downloads overlap
         # only if they are started together.
         ds, www = self.served(n=360, shard_size="20KiB")
-        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        shards = shard_count(ds)
         self.assertGreaterEqual(shards, 10)
         self.assertLessEqual(shards, 16)
         # The prefetcher runs a 32nd of the soft RLIMIT_NOFILE downloads at once, 4 to 16
         # (an unlimited limit counts as 1,024); the 2 I/O threads add their own.
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        soft = 1024 if soft == resource.RLIM_INFINITY else soft
-        threads = min(16, max(4, soft // 32))
-        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        threads = prefetch_threads()
         with servers.Nginx(www) as ng, servers.FaultProxy(ng.url, faults={"delay": 1.0},
                                                           delay_s=0.5, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", batch_size=120, shuffle="global", seed=2,
                                   io_threads=2, output="numpy", cache_dir=self.cache()) as loader:
                 proxy.count_from_now()  # open fetched metadata 16 at a time
-                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                got = batches(loader)
         with shardfeed.Loader(ds, batch_size=120, shuffle="global", seed=2, output="numpy") as local:
-            self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+            self.assertEqual(got, batches(local))
         self.assertGreaterEqual(proxy.max_in_flight, min(shards, threads),
                                 f"{shards} shards, {threads} prefetch threads")
 
@@ -167,12 +184,9 @@ class Prefetch(RemoteCase):
         # about the prefetcher's reach of shards further. Each shard GET waits 0.3 s at the
         # proxy, so downloads overlap only if they are started together.
         ds, www = self.served(n=600, shard_size="40KiB")  # about 50 samples a shard
-        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        shards = shard_count(ds)
         self.assertGreaterEqual(shards, 10)
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        soft = 1024 if soft == resource.RLIM_INFINITY else soft
-        threads = min(16, max(4, soft // 32))
-        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        threads = prefetch_threads()
         for shuffle in ("none", "block"):
             with self.subTest(shuffle=shuffle):
                 opts = dict(batch_size=4, shuffle=shuffle, seed=1, output="numpy")
@@ -180,9 +194,9 @@ class Prefetch(RemoteCase):
                         ng.url, faults={"delay": 1.0}, delay_s=0.3, match=shard_gets) as proxy:
                     with shardfeed.Loader(proxy.url + "/ds", cache_dir=self.cache(), **opts) as loader:
                         proxy.count_from_now()  # open fetched metadata 16 at a time
-                        got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
+                        got = batches(loader)
                 with shardfeed.Loader(ds, **opts) as local:
-                    self.assertEqual(got, [(b.ids.tolist(), b["img"].tobytes()) for b in local])
+                    self.assertEqual(got, batches(local))
                 # The first shard is the reader's own download; the prefetcher takes the
                 # others as the plan names them.
                 self.assertGreaterEqual(proxy.max_in_flight, min(shards - 2, threads),
@@ -212,22 +226,18 @@ class Prefetch(RemoteCase):
         # reach (16 shards taken) and the prefetcher stopped: from the restored position on,
         # each shard was the reader's own download, one at a time. A restore drops the plan.
         ds, www = self.served(n=2000, shard_size="40KiB")  # about 50 samples a shard
-        shards = sum(1 for f in os.listdir(ds) if f.startswith("shard-"))
+        shards = shard_count(ds)
         self.assertGreaterEqual(shards, 36)
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        soft = 1024 if soft == resource.RLIM_INFINITY else soft
-        threads = min(16, max(4, soft // 32))
-        shard_gets = lambda method, path: method == "GET" and "shard-" in path  # noqa: E731
+        threads = prefetch_threads()
         opts = dict(batch_size=4, shuffle="none", output="numpy")
         with shardfeed.Loader(ds, **opts) as local:
-            batches = [(b.ids.tolist(), b["img"].tobytes()) for b in local]
-        skip = len(batches) // 2
+            want = batches(local)
+        skip = len(want) // 2
         with servers.Nginx(www) as ng, servers.FaultProxy(
                 ng.url, faults={"delay": 1.0}, delay_s=0.3, match=shard_gets) as proxy:
             with shardfeed.Loader(proxy.url + "/ds", cache_dir=self.cache(), **opts) as loader:
                 it = iter(loader)
-                self.assertEqual([(b.ids.tolist(), b["img"].tobytes()) for b in (next(it), next(it))],
-                                 batches[:2])
+                self.assertEqual(batches((next(it), next(it))), want[:2])
                 del it
                 # The downloads the first position planned end; then the restore.
                 deadline = time.monotonic() + 30
@@ -238,8 +248,8 @@ class Prefetch(RemoteCase):
                 state["next_batch"] = skip
                 loader.load_state_dict(state)
                 proxy.count_from_now()
-                got = [(b.ids.tolist(), b["img"].tobytes()) for b in loader]
-        self.assertEqual(got, batches[skip:])
+                got = batches(loader)
+        self.assertEqual(got, want[skip:])
         left = shards - shards // 2
         self.assertGreaterEqual(proxy.max_in_flight, min(left - 2, threads) - 2,
                                 f"{left} shards after the restore, {threads} prefetch threads")
