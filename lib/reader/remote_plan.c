@@ -21,15 +21,16 @@
  * has room (PLAN_CAP); a batch that did not fit is planned again at the
  * next schedule. Each batch is otherwise planned once an epoch as the walk
  * comes to it, and again as it is scheduled (as when the plan followed the
- * schedule only). A moved position (a resume, a restore,
- * a failed batch read again) drops the plan and starts it again there
+ * schedule only). A moved position (a resume, a restore, a failed batch
+ * read again) drops the plan and starts it again there
  * (dataset_remote_plan_reset).
  *
  * The walk beyond the scheduled batch runs under r->lock, so each schedule
- * looks at PLAN_WALK_SAMPLES samples at most (or 2 batches, to gain on the
- * schedule): with 500,000 records in 14 shards and batches of 1, the first
- * schedule walked the epoch's whole order, and from a warm cache the first
- * batch came 19-31 ms after iter() instead of 2.5-4.6.
+ * looks at PLAN_WALK_SAMPLES samples at most, but at least 2 batches (to
+ * gain on the schedule, which moves 1): with 500,000 records in 14 shards
+ * and batches of 1, the first schedule walked the epoch's whole order, and
+ * from a warm cache the first batch came 19-31 ms after iter() instead of
+ * 2.5-4.6.
  *
  * Memory: one batch of ids. */
 #include <errno.h>
@@ -92,10 +93,11 @@ void reader_remote_plan_close(sf_reader *r)
     r->remote_plan = NULL;
 }
 
-/* Plans the shards `ids` touch, in that order, once a run of the same shard
- * (*last: the shard of the run before, UINT64_MAX at a call's start: one
- * skipped for a previous call may have been held then, so not planned, and
- * let go since). 0 when the plan is full. */
+/* Plans the shards `ids` touch, in that order, once for each run of one
+ * shard; *last is the shard of the run before (UINT64_MAX: none). Each call
+ * of reader_remote_plan_locked starts from none: a shard the last call
+ * skipped as held was not planned, and may have been let go since. 0 when
+ * the plan is full. */
 static int plan_ids(sf_reader *r, const uint64_t *ids, uint32_t n, int ahead, uint64_t *last)
 {
     uint64_t local;
@@ -118,10 +120,10 @@ void reader_remote_plan_locked(sf_reader *r, uint64_t epoch, uint64_t index, con
         return;
     /* The sampler is at `epoch` (prepare_slot just cut batch `index` from
      * it). The position moved (sf_reader_set_state: a resume, a restore, or
-     * back; or a failed batch is read again): what was planned for the batches left behind will not be read
-     * now, so the plan starts again from `index`. A new epoch reached in
-     * order keeps it (the walk stops at the epoch's end: every shard planned
-     * is read). */
+     * back; or a failed batch is read again): what was planned for the
+     * batches left behind will not be read now, so the plan starts again
+     * from `index`. A new epoch reached in order keeps it (the walk stops at
+     * the epoch's end: every shard planned is read). */
     if (r->gen != p->gen)
         dataset_remote_plan_reset(r->ds);
     if (epoch != p->epoch || r->gen != p->gen) {
