@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +34,15 @@ static bool span_equals(const char *s, const char *e, const char *word)
 {
     size_t n = strlen(word);
     return (size_t)(e - s) == n && memcmp(s, word, n) == 0;
+}
+
+/* Key names match in any case, as in the AWS tools (Python's configparser
+ * lowers them: AWS_ACCESS_KEY_ID = ... in a profile is a key pair there);
+ * section names match exactly, as there too. */
+static bool key_equals(const char *s, const char *e, const char *word)
+{
+    size_t n = strlen(word);
+    return (size_t)(e - s) == n && strncasecmp(s, word, n) == 0;
 }
 
 static int ini_scan(char **value, int *found_section, const char *text, size_t len, const char *file,
@@ -77,7 +87,7 @@ static int ini_scan(char **value, int *found_section, const char *text, size_t l
         const char *ks = s, *ke = eq, *vs = eq + 1, *ve = e;
         trim(&ks, &ke);
         trim(&vs, &ve);
-        if (!span_equals(ks, ke, key))
+        if (!key_equals(ks, ke, key))
             continue;
         free(*value); /* the last one wins, as in Python's configparser */
         *value = strndup(vs, (size_t)(ve - vs));
@@ -334,8 +344,38 @@ static int credentials_from_file(remote_aws *a, const settings_file *f, const ch
     return rc;
 }
 
+/* Settings of a profile that give credentials some other way than a key
+ * pair, which the AWS tools follow and shardfeed does not. */
+static const char *const OTHER_CREDENTIALS[] = {"role_arn", "credential_process", "sso_session",
+                                                "sso_start_url", "web_identity_token_file"};
+
+/* A profile with no key pair that asks for credentials another way (a
+ * role, a process, SSO) is refused: going on without credentials sent
+ * every request unsigned, and the store's 403 said nothing of why. One
+ * that asks for nothing (a region, an endpoint) stays anonymous. */
+static int refuse_other_credentials(const settings_file *creds, const settings_file *config,
+                                    const char *profile, const char *url)
+{
+    const settings_file *files[] = {creds, config};
+    for (unsigned i = 0; i < 2; i++)
+        for (unsigned k = 0; k < sizeof OTHER_CREDENTIALS / sizeof OTHER_CREDENTIALS[0]; k++) {
+            char *v = NULL;
+            int rc = settings_get(&v, files[i], OTHER_CREDENTIALS[k]);
+            bool found = v != NULL;
+            free(v);
+            if (rc)
+                return sf_fail_prefix(rc, url);
+            if (found)
+                return sf_fail(SF_E_UNSUPPORTED, "%s: profile '%s' in %s gets its credentials by %s, which "
+                               "shardfeed does not follow: give it a key pair, or export one (e.g. `aws "
+                               "configure export-credentials --profile %s --format env`)",
+                               url, profile, files[i]->path, OTHER_CREDENTIALS[k], profile);
+        }
+    return 0;
+}
+
 static int resolve_credentials(remote_aws *a, const settings_file *creds, const settings_file *config,
-                               const char *url)
+                               const char *profile, const char *url)
 {
     int rc = take_key_pair(a, env_nonempty("AWS_ACCESS_KEY_ID"), env_nonempty("AWS_SECRET_ACCESS_KEY"),
                            env_nonempty("AWS_SESSION_TOKEN"), "the environment", url);
@@ -344,7 +384,10 @@ static int resolve_credentials(remote_aws *a, const settings_file *creds, const 
     rc = credentials_from_file(a, creds, url);
     if (rc || a->access_key)
         return rc;
-    return credentials_from_file(a, config, url);
+    rc = credentials_from_file(a, config, url);
+    if (rc || a->access_key)
+        return rc;
+    return refuse_other_credentials(creds, config, profile, url);
 }
 
 int remote_aws_resolve(remote_aws *out, const char *url)
@@ -373,7 +416,7 @@ int remote_aws_resolve(remote_aws *out, const char *url)
     if (!rc)
         rc = resolve_endpoint(out, &config, url);
     if (!rc)
-        rc = resolve_credentials(out, &creds, &config, url);
+        rc = resolve_credentials(out, &creds, &config, profile, url);
     settings_close(&creds);
     settings_close(&config);
     if (rc)

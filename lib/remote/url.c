@@ -122,6 +122,19 @@ static const char *key_problem(const char *key)
 
 /* ---- http(s) URLs and endpoints ---------------------------------------------- */
 
+/* Whether the path `p` (after its leading '/') has a "." or ".." segment. */
+static bool dot_segment(const char *p)
+{
+    for (;;) {
+        size_t n = strcspn(p, "/");
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return true;
+        if (!p[n])
+            return false;
+        p += n + 1;
+    }
+}
+
 /* 1 when the URL in `h` has `part` (curl's URL API allocates it: freed). */
 static int url_has_part(CURLU *h, CURLUPart part)
 {
@@ -143,8 +156,14 @@ static int check_http_url(const char *url, bool allow_user, const char *what, co
     int rc = 0;
     char *scheme = NULL;
     CURLUcode uc = curl_url_set(h, CURLUPART_URL, url, 0);
+    const char *path = strstr(url, "://");
+    path = path ? strchr(path + 3, '/') : NULL;
     if (uc != CURLUE_OK)
-        rc = sf_fail(SF_E_INVALID, "%s: %s: %s", source, what, curl_url_strerror(uc));
+        rc = sf_fail(SF_E_INVALID, "%s: %s: %s%s", source, what, curl_url_strerror(uc),
+                     strpbrk(url, " \t") ? " (percent-encode a space as %20)" : "");
+    else if (path && dot_segment(path + 1))
+        rc = sf_fail(SF_E_INVALID, "%s: %s: has a '.' or '..' path segment (curl would resolve it and "
+                     "read or write another path than the one given)", source, what);
     else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
              (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
         rc = sf_fail(SF_E_INVALID, "%s: %s: the scheme must be http or https", source, what);

@@ -366,6 +366,56 @@ Test(remote_url, credentials_in_config_and_file_locations)
     open_fails("s3://bucket/ds", SF_E_INVALID, "its secret access key");
 }
 
+Test(remote_url, http_dot_segments_and_spaces)
+{
+    /* curl resolves dot segments: "/s/../t" read and wrote /t, where s3:// refuses them. */
+    open_fails("http://127.0.0.1:9/s/../t", SF_E_INVALID, "a '.' or '..' path segment");
+    open_fails("http://127.0.0.1:9/./t", SF_E_INVALID, "a '.' or '..' path segment");
+    open_fails("http://127.0.0.1:9/t/..", SF_E_INVALID, "a '.' or '..' path segment");
+    open_fails("http://127.0.0.1:9/a b", SF_E_INVALID, "percent-encode a space as %20");
+    remote_location *loc = open_ok("http://127.0.0.1:9/a..b/.c/d.");
+    expect_object_url(loc, "manifest.sfm", "http://127.0.0.1:9/a..b/.c/d./manifest.sfm");
+    remote_location_free(loc);
+}
+
+Test(remote_url, key_names_in_any_case)
+{
+    /* The AWS tools lower key names (configparser): these are a key pair there, and were
+     * silently none here, every request then unsigned. */
+    write_aws_file("credentials", "[default]\nAWS_ACCESS_KEY_ID = AKIDUPPER\nAws_Secret_Access_Key = s\n");
+    remote_location *loc = open_ok("s3://bucket/ds");
+    cr_assert(remote_location_signed(loc));
+    remote_location_free(loc);
+}
+
+Test(remote_url, credentials_another_way_are_refused)
+{
+    /* A role, a process or SSO: the AWS tools follow them, shardfeed does not, and going
+     * on anonymously sent unsigned requests whose 403 said nothing of why. */
+    write_aws_file("credentials", "[base]\naws_access_key_id = A\naws_secret_access_key = B\n"
+                                  "[ci]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = base\n");
+    write_aws_file("config", "[profile tool]\ncredential_process = /bin/get-keys\n"
+                             "[profile plain]\nregion = eu-west-1\n");
+    setenv("AWS_PROFILE", "ci", 1);
+    open_fails("s3://bucket/ds", SF_E_UNSUPPORTED, "profile 'ci' in ");
+    open_fails("s3://bucket/ds", SF_E_UNSUPPORTED, "by role_arn, which shardfeed does not follow");
+    setenv("AWS_PROFILE", "tool", 1);
+    open_fails("s3://bucket/ds", SF_E_UNSUPPORTED, "by credential_process");
+    /* A profile that asks for no credentials at all stays anonymous (a public bucket). */
+    setenv("AWS_PROFILE", "plain", 1);
+    remote_location *loc = open_ok("s3://bucket/ds");
+    cr_assert_not(remote_location_signed(loc));
+    cr_assert_str_eq(remote_location_region(loc), "eu-west-1");
+    remote_location_free(loc);
+    /* Keys in the environment win, as before: the profile's role is never looked at. */
+    setenv("AWS_PROFILE", "ci", 1);
+    setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET", 1);
+    loc = open_ok("s3://bucket/ds");
+    cr_assert(remote_location_signed(loc));
+    remote_location_free(loc);
+}
+
 Test(remote_url, anonymous_without_credentials)
 {
     write_aws_file("credentials", "[someone-else]\naws_access_key_id = A\naws_secret_access_key = B\n");
