@@ -468,8 +468,10 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)f->policy.timeout_ms);
-    /* No byte for timeout_ms: the connection is stalled. */
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    /* Less than REMOTE_MIN_RATE for timeout_ms: the connection is stalled. A
+     * limit of 1 byte/s let a server trickling 2 bytes a second hold one
+     * request for as long as it liked (a manifest: 10 minutes). */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, (long)REMOTE_MIN_RATE);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                      (long)(f->policy.timeout_ms + 999) / 1000 ? (long)(f->policy.timeout_ms + 999) / 1000 : 1L);
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -485,6 +487,11 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from, (unsigned long long)to);
         curl_easy_setopt(c, CURLOPT_RANGE, range);
     }
+    /* A whole object of at most s->max bytes (a manifest): a Content-Length
+     * past it is refused before its body (it was once s->max bytes, up to
+     * 65 MB, had arrived). */
+    if (s->grow && s->max)
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)s->max);
     int rc = remote_curl_prepare(c, f->loc);
     if (rc)
         return rc;
@@ -521,6 +528,10 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(headers);
+    if (o->curl == CURLE_FILESIZE_EXCEEDED && s->grow) {
+        s->too_long = 1; /* as a body that went past s->max: SF_E_LIMIT, not retried */
+        o->curl = CURLE_WRITE_ERROR;
+    }
     o->ignored_range = s->ignored_range;
     o->wrong_range = s->wrong_range;
     if (s->expect && o->curl == CURLE_OK && o->status >= 200 && o->status <= 299) {
@@ -663,6 +674,15 @@ static int request_url(remote_fetcher *f, const char *url, const char *name, int
             rc = fail_request(f, name, ranged, from, last, &o, s, tries);
             break;
         }
+        /* Every byte of the range arrived, then the transfer failed (a
+         * Content-Length past the body, a reset before a chunked body's
+         * end): done. A retry resumed at from + got, a range starting past
+         * its end, which a server refuses (416) or ignores (200, the whole
+         * object: reported as a server without Range). The bytes are
+         * checked as any others are. */
+        if (ranged && s->got == len && o.curl != CURLE_OK && remote_retryable(o.curl, 0) &&
+            (o.status == 206 || o.status == 200) && !s->too_long && !s->wrong_range)
+            o.curl = CURLE_OK;
         int ok2xx = o.curl == CURLE_OK && o.status >= 200 && o.status <= 299;
         if (ok2xx && s->encoding[0]) {
             /* compressed bytes as the object's: open called the dataset corrupt (bad

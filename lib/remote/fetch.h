@@ -36,6 +36,7 @@
 #define REMOTE_BACKOFF_BASE_MS 50u
 #define REMOTE_BACKOFF_MAX_MS 4000u
 #define REMOTE_RECV_BUFFER (256u << 10) /* curl's receive buffer, per fetcher */
+#define REMOTE_MIN_RATE 1024u /* bytes/s: slower for the whole timeout fails the attempt */
 #define REMOTE_WRITEBACK_STEP (4u << 20) /* a download's write-back starts per step */
 #define REMOTE_WRITE_CHUNK (128u << 10) /* a download is written to its file in chunks this size */
 /* remote_pool_fetch_to_fd: an object of at least 2 x REMOTE_PART_MIN bytes

@@ -55,7 +55,7 @@ S3RVER_PREFIX = os.environ.get("SF_S3RVER_PREFIX", "/usr/local/lib/shardfeed-tes
 S3RVER_KEY = "S3RVER"  # s3rver's built-in account: key id and secret are both S3RVER
 S3_REGION = "us-east-1"
 FAULT_KINDS = ("drop", "reset", "delay", "500", "503", "429", "403", "truncate", "corrupt", "corrupt_any",
-               "corrupt_request")
+               "corrupt_request", "overlong")
 
 _live = []  # servers to stop if the interpreter exits with one still running
 
@@ -400,6 +400,8 @@ class _Forwarder:
             out_body = out_body[:i] + bytes([out_body[i] ^ 0xFF]) + out_body[i + 1:]
         if kind in ("reset", "truncate"):
             return self._send_part(h, status, reason, out_headers, out_body, rst=kind == "reset")
+        if kind == "overlong":
+            return self._send_overlong(h, status, reason, out_headers, out_body)
         return self._respond(h, status, out_headers, out_body, reason=reason,
                              head=h.command == "HEAD")
 
@@ -456,6 +458,17 @@ class _Forwarder:
         self._abort(h, rst)
 
 
+    def _send_overlong(self, h, status, reason, headers, body):
+        """The whole body under a Content-Length 5 bytes longer, then FIN: every
+        byte asked for arrived, and the transfer still ends short."""
+        h.send_response_only(status, reason)
+        for k, v in headers.items():
+            h.send_header(k, str(len(body) + 5) if k == "content-length" else v)
+        h.end_headers()
+        h.wfile.write(body)
+        self._abort(h, rst=False)
+
+
 class FaultProxy:
     """Forwards to `upstream_url`, injecting faults: `faults` maps a kind of
     FAULT_KINDS to the probability a request gets it (one draw per request
@@ -474,6 +487,7 @@ class FaultProxy:
       403       403 AccessDenied (not forwarded): what S3 answers for a missing object
                 to credentials without s3:ListBucket
       truncate  forwarded; headers with the full Content-Length, half the body, FIN
+      overlong  forwarded; the whole body under a Content-Length 5 bytes longer, FIN
       corrupt   forwarded; one byte of the body inverted (none when empty), the same
                 position in every body of the same length
       corrupt_any   the same, at a position drawn anew for each response
@@ -536,7 +550,7 @@ class FaultProxy:
         for kind in FAULT_KINDS:
             acc += self.faults.get(kind, 0.0)
             if u < acc:
-                if kind in ("truncate", "corrupt") and method == "HEAD":
+                if kind in ("truncate", "corrupt", "overlong") and method == "HEAD":
                     return None  # no body to cut or flip
                 if kind == "corrupt_request" and method not in ("PUT", "POST"):
                     return None  # no request body to flip

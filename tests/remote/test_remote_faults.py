@@ -54,6 +54,12 @@ class Faults(RemoteCase):
     def test_corrupt(self):
         self.check_fault("corrupt")
 
+    def test_overlong(self):
+        # Every byte of a range arrived, then the transfer ended short of its Content-Length:
+        # the retry asked for a range starting past its end (nginx answered 200 with the
+        # whole object, reported as "the server does not support Range").
+        self.check_fault("overlong")
+
     def test_flipped_bytes_are_always_caught(self):
         """corrupt at 40%: whatever happens, no batch holds a byte the local dataset lacks."""
         ds, www = self.served(n=64, shard_size="4KiB")
@@ -201,6 +207,80 @@ class SilentServer(RemoteCase):
                                    env=dict(os.environ, **{var: bad}), timeout=60)
                 self.assertEqual(r.returncode, 1, r.stderr)
                 self.assertIn(f"${var}='{bad}'", r.stderr)
+
+    @staticmethod
+    def inspect_against(answer, env=None):
+        """Runs `shardfeed inspect` on a URL of a raw server on 127.0.0.1 that answers each
+        connection with answer(conn, stop) on a thread of its own (stop: an Event set once
+        the command ended). (the URL, the CompletedProcess, seconds it took)."""
+        import socket
+        import subprocess
+        import threading
+        from clitest import SHARDFEED
+        stop = threading.Event()
+
+        def serve(listener):
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=answer, args=(conn, stop), daemon=True).start()
+
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+            threading.Thread(target=serve, args=(listener,), daemon=True).start()
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}/ds"
+            start = time.monotonic()
+            try:
+                r = subprocess.run([SHARDFEED, "inspect", url], capture_output=True, text=True,
+                                   env=env, timeout=60)
+            finally:
+                stop.set()
+            return url, r, time.monotonic() - start
+
+    def test_a_manifest_announced_past_the_largest_valid_one_is_refused_before_its_body(self):
+        # A Content-Length of 1 TB was taken until 65 MB (the largest valid manifest) had
+        # arrived; at 1 KiB/s, the floor, that held the open for most of a day.
+        sent = []
+
+        def announce(conn, stop):
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n")
+                    while not stop.wait(0.2):
+                        sent.append(conn.send(b"x" * 2048))
+                except OSError:
+                    pass
+
+        url, r, took = self.inspect_against(announce)
+        self.assertEqual(r.returncode, 2, r.stderr)  # not a dataset's manifest, as a local one
+        self.assertIn(f"{url}/manifest.sfm: larger than any valid manifest", r.stderr)
+        self.assertLess(took, 5)
+        self.assertLessEqual(len(sent), 5)  # one attempt: not retried
+
+    def test_a_server_that_trickles_fails_the_attempt(self):
+        # Two bytes a second kept one request alive as long as the server liked (the stall
+        # rule was under 1 byte/s): the open of a manifest took 10 minutes. Under 1 KiB/s for
+        # the whole timeout now fails the attempt.
+        def trickle(conn, stop):
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                    while not stop.wait(0.5):
+                        conn.sendall(b"x")
+                except OSError:
+                    pass
+
+        env = dict(os.environ, SHARDFEED_REMOTE_TIMEOUT_MS="1000", SHARDFEED_REMOTE_RETRIES="1")
+        url, r, took = self.inspect_against(trickle, env)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"{url}/manifest.sfm", r.stderr)
+        self.assertIn("(2 attempts)", r.stderr)
+        self.assertLess(took, 20)
 
     def test_a_process_out_of_descriptors_is_told_so_not_that_the_server_is_down(self):
         # libcurl reports a socket() that failed with EMFILE as "Couldn't connect to server": a
