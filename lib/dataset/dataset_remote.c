@@ -85,6 +85,18 @@ struct dataset_remote {
      * (which the size check passes) fails the read, HTTP 412, where with
      * checksums off its records were read from the new object unnoticed. */
     char **etags;
+    /* shards whose download failed as their object is not the one open saw
+     * (remote_fetcher_replaced: 404, 412, another size), under lock: asked
+     * for again, they fail the same way at once. Without this a shard
+     * changed at the store was downloaded by the prefetcher and then by each
+     * I/O thread reading it, 3 downloads to report one error, each
+     * refused. Rare, so a list. */
+    struct replaced_shard {
+        uint64_t shard;
+        int rc;
+        char *msg;
+    } *replaced;
+    uint64_t replaced_n;
 };
 
 int sf_is_url(const char *path)
@@ -334,6 +346,9 @@ void dataset_remote_close(sf_dataset *ds)
     for (uint64_t i = 0; x->etags && i < ds->manifest.shard_count; i++)
         free(x->etags[i]);
     free(x->etags);
+    for (uint64_t i = 0; i < x->replaced_n; i++)
+        free(x->replaced[i].msg);
+    free(x->replaced);
     free(x);
     ds->remote = NULL;
 }
@@ -447,6 +462,37 @@ int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad)
 
 /* ---- the cache ---- */
 
+/* The failure a download of `shard` met as its object is not open's
+ * (raised again in this thread), or 0. */
+static int replaced_failure(dataset_remote *x, uint64_t shard)
+{
+    int rc = 0;
+    pthread_mutex_lock(&x->lock);
+    for (uint64_t i = 0; i < x->replaced_n && !rc; i++)
+        if (x->replaced[i].shard == shard)
+            rc = sf_fail(x->replaced[i].rc, "%s", x->replaced[i].msg);
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+/* Notes that a download of `shard` failed with rc (sf_last_error has the
+ * detail) as its object is not open's. Out of memory: not noted (the next
+ * download asks the store again). */
+static void note_replaced(dataset_remote *x, uint64_t shard, int rc)
+{
+    char *msg = strdup(sf_last_error());
+    pthread_mutex_lock(&x->lock);
+    struct replaced_shard *more =
+        msg ? realloc(x->replaced, (x->replaced_n + 1) * sizeof *x->replaced) : NULL;
+    if (more) {
+        x->replaced = more;
+        x->replaced[x->replaced_n++] = (struct replaced_shard){shard, rc, msg};
+        msg = NULL;
+    }
+    pthread_mutex_unlock(&x->lock);
+    free(msg);
+}
+
 typedef struct fill_job {
     sf_dataset *ds;
     uint64_t shard;
@@ -471,11 +517,16 @@ static int fill_shard_parts(void *arg, int fd, uint64_t size, unsigned parts)
     download_check_init(&check, &ds->shards[j->shard].meta, &mf->schema);
     int64_t first = 0;
     download_damage first_damage = {0};
-    int alike = 1, rc = 0;
-    for (uint32_t attempt = 0;; attempt++) {
+    int alike = 1, rc = replaced_failure(x, j->shard);
+    for (uint32_t attempt = 0; !rc; attempt++) {
         download_check_reset(&check);
-        if ((rc = remote_pool_fetch_to_fd(x->pool, name, size, fd, parts, &check.watch)))
+        int replaced = 0;
+        if ((rc = remote_pool_fetch_to_fd(x->pool, name, size, x->etags[j->shard], fd, parts,
+                                          &check.watch, &replaced))) {
+            if (replaced)
+                note_replaced(x, j->shard, rc);
             break;
+        }
         download_damage d;
         int64_t found = download_check_finish(&check, fd, &exp, &d);
         if (found == 0)

@@ -83,6 +83,7 @@ struct remote_fetcher {
     remote_fetcher *next;    /* on the pool's idle list */
     char etag[REMOTE_ETAG_MAX + 1]; /* the last successful reply's strong ETag, "" if none */
     char if_match[REMOTE_ETAG_MAX + 1]; /* sent as If-Match, "" for none */
+    int replaced; /* the last request failed as the object is not open's (remote_fetcher_replaced) */
 };
 
 /* Where one attempt's body goes. Exactly one of: a fixed buffer (buf, cap),
@@ -168,6 +169,11 @@ int remote_fetcher_open(remote_fetcher **out, const remote_location *loc,
 const char *remote_fetcher_etag(const remote_fetcher *f)
 {
     return f->etag;
+}
+
+int remote_fetcher_replaced(const remote_fetcher *f)
+{
+    return f->replaced;
 }
 
 void remote_fetcher_if_match(remote_fetcher *f, const char *etag)
@@ -589,6 +595,8 @@ static int fail_request(remote_fetcher *f, const char *name, int ranged, uint64_
     if (ranged)
         snprintf(range, sizeof range, " (bytes %llu-%llu)", (unsigned long long)from,
                  (unsigned long long)to);
+    f->replaced = o->wrong_size || (o->curl == CURLE_OK && o->status == 404) ||
+                  (o->curl == CURLE_OK && o->status == 412 && f->if_match[0]);
     if (o->wrong_size)
         return sf_fail(SF_E_REMOTE, "%s/%s: the store's object is %llu bytes, the manifest "
                                      "says %llu (replaced since it was packed, or not this "
@@ -654,6 +662,7 @@ static int request_url(remote_fetcher *f, const char *url, const char *name, int
     int rc = 0;
     outcome o;
     uint32_t tries = 0;
+    f->replaced = 0;
     for (;;) {
         tries++;
         uint64_t start = from + s->got, last = from + len - 1;
@@ -886,6 +895,7 @@ _Static_assert(REMOTE_PARTS <= REMOTE_JOBS_THREADS_MAX, "more threads than remot
 typedef struct parts_run {
     remote_pool *pool;
     const char *name;
+    const char *etag; /* sent as If-Match with every part, or NULL */
     uint64_t size, part;
     int fd;
     const remote_watch *watch;
@@ -904,15 +914,19 @@ static void *parts_worker(void *arg)
         if (run->watch)
             run->watch->begin(run->watch->ctx, (unsigned)k, off, off + len);
         remote_fetcher *f;
+        int replaced = 0;
         int rc = remote_pool_take(&f, run->pool);
         if (!rc) {
+            remote_fetcher_if_match(f, run->etag);
             rc = fetch_range_to_fd(f, run->name, run->size, off, len, run->fd, run->watch,
                                    (unsigned)k);
+            replaced = rc && f->replaced;
+            remote_fetcher_if_match(f, NULL);
             remote_pool_give(run->pool, f);
         }
         if (!rc)
             continue;
-        remote_jobs_note_failure(&run->jobs, k, rc, 0);
+        remote_jobs_note_failure(&run->jobs, k, rc, (uint64_t)replaced);
         break; /* the others finish the parts they fetch */
     }
     return NULL;
@@ -935,8 +949,8 @@ static uint64_t part_min(void)
 }
 #endif
 
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts, const remote_watch *watch)
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, const char *etag, int fd,
+                            unsigned max_parts, const remote_watch *watch, int *replaced)
 {
     assert(max_parts >= 1 && max_parts <= REMOTE_PARTS);
     uint64_t parts = (size + part_min() - 1) / part_min();
@@ -944,9 +958,12 @@ int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int
     /* Parts of whole write chunks: each writes the file at chunk offsets. */
     uint64_t part = (size + parts - 1) / parts;
     part = (part + REMOTE_WRITE_CHUNK - 1) / REMOTE_WRITE_CHUNK * REMOTE_WRITE_CHUNK;
-    parts_run run = {.pool = p, .name = name, .size = size, .fd = fd, .part = part, .watch = watch};
+    parts_run run = {.pool = p, .name = name, .etag = etag, .size = size, .fd = fd, .part = part,
+                     .watch = watch};
     remote_jobs_init(&run.jobs);
     remote_jobs_run((unsigned)parts, parts_worker, &run);
+    if (replaced)
+        *replaced = run.jobs.rc && run.jobs.detail; /* the reported failure's */
     return remote_jobs_finish(&run.jobs);
 }
 
@@ -980,6 +997,12 @@ const char *remote_fetcher_etag(const remote_fetcher *f)
 {
     (void)f;
     return "";
+}
+
+int remote_fetcher_replaced(const remote_fetcher *f)
+{
+    (void)f;
+    return 0;
 }
 
 void remote_fetcher_if_match(remote_fetcher *f, const char *etag)
@@ -1019,10 +1042,12 @@ int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uin
     return no_curl();
 }
 
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts, const remote_watch *watch)
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, const char *etag, int fd,
+                            unsigned max_parts, const remote_watch *watch, int *replaced)
 {
-    (void)p, (void)name, (void)size, (void)fd, (void)max_parts, (void)watch;
+    (void)p, (void)name, (void)size, (void)etag, (void)fd, (void)max_parts, (void)watch;
+    if (replaced)
+        *replaced = 0;
     return no_curl();
 }
 

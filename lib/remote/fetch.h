@@ -69,6 +69,12 @@ const char *remote_fetcher_etag(const remote_fetcher *f);
  * opened". A fetcher taken from a pool has none set; give it back without
  * one. */
 void remote_fetcher_if_match(remote_fetcher *f, const char *etag);
+/* Whether f's last request failed because the store holds another object
+ * than the one asked for: 404 (none), 412 to its If-Match (changed since
+ * open), or another size than the manifest's. Asking again cannot help
+ * while the dataset stays open, where other failures (a timeout, a 503,
+ * damaged bytes) may pass. */
+int remote_fetcher_replaced(const remote_fetcher *f);
 
 /* Bytes [off, off + len) of object `name` into buf (len > 0). 0, or a
  * negative code: -ENOENT (404: the store has no such object), SF_E_REMOTE
@@ -119,10 +125,13 @@ typedef struct remote_watch {
  * at once by as many threads, each with a fetcher of the pool, each written
  * at its offset (each retried as remote_fetch_range is, a retry resuming
  * where its range stopped), shown to `watch` (NULL: none) as they arrive.
- * 0, or the failure of the lowest failing range, the others finished
- * first. */
-int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, int fd,
-                            unsigned max_parts, const remote_watch *watch);
+ * With `etag` (NULL: none) every range is asked If-Match it, so that the
+ * parts of one download are of one version of the object, the one open saw
+ * (412 otherwise: remote_fetcher_if_match). 0, or the failure of the lowest
+ * failing range, the others finished first; *replaced (NULL: not asked)
+ * says whether that failure was remote_fetcher_replaced's kind. */
+int remote_pool_fetch_to_fd(remote_pool *p, const char *name, uint64_t size, const char *etag, int fd,
+                            unsigned max_parts, const remote_watch *watch, int *replaced);
 
 /* ---- for the tests: the transport's decisions, without a server ---- */
 

@@ -80,11 +80,10 @@ class ObjectSize(RemoteCase):
                 finally:
                     os.truncate(path, want)
                 self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-                if mode == "direct":  # each record is read If-Match the ETag open saw
-                    self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
-                    self.assertIn("HTTP 412: the object changed at the store", r.stdout)
-                else:
-                    self.assert_named(r.stdout, ng.url + "/ds", name, want + 4096, want)
+                # Each record (direct) and each download (cache) is asked If-Match the ETag
+                # open saw. (Mode cache asked nothing before and reported the size here.)
+                self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
+                self.assertIn("HTTP 412: the object changed at the store", r.stdout)
 
     def test_a_shard_gone_from_the_store_after_open_is_named_with_its_404(self):
         # It was reported as "evicted from the cache as soon as it arrived, 8 times: raise the
@@ -129,7 +128,7 @@ class ObjectSize(RemoteCase):
         name, path = self.shard(www)
         code = ("import os, sys, shardfeed\n"
                 "L = shardfeed.Loader(sys.argv[1], batch_size=8, shuffle='none', output='numpy',\n"
-                "                     remote_mode='direct', verify=False)\n"
+                "                     remote_mode=sys.argv[3], cache_dir=sys.argv[4], verify=False)\n"
                 "with open(sys.argv[2], 'r+b') as f:  # other bytes, the same size\n"
                 "    f.seek(os.path.getsize(sys.argv[2]) // 2)\n"
                 "    f.write(bytes(64))\n"
@@ -145,18 +144,28 @@ class ObjectSize(RemoteCase):
         with open(path, "rb") as f:
             original = f.read()
         st = os.stat(path)
-        with servers.Nginx(www) as ng:
-            try:
-                r = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", path],
-                                   capture_output=True, text=True, timeout=30)
-            finally:
-                with open(path, "wb") as f:
-                    f.write(original)
-                os.utime(path, (st.st_atime, st.st_mtime))
-        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-        self.assertIn(f"{ng.url}/ds/{name}", r.stdout)
-        self.assertIn("HTTP 412: the object changed at the store since the dataset was opened",
-                      r.stdout)
+        # Mode cache asks every part of a shard's download If-Match the same ETag: before,
+        # it downloaded the new object 7 times, failed its checks each time and reported the
+        # index checksum, not the change.
+        for mode in ("direct", "cache"):
+            with self.subTest(mode=mode), servers.Nginx(www) as ng, servers.FaultProxy(ng.url) as p:
+                try:
+                    r = subprocess.run([sys.executable, "-c", code, p.url + "/ds", path, mode,
+                                        self.cache(mode + "-replaced")],
+                                       capture_output=True, text=True, timeout=30)
+                finally:
+                    with open(path, "wb") as f:
+                        f.write(original)
+                    os.utime(path, (st.st_atime, st.st_mtime))
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertIn(f"{p.url}/ds/{name}", r.stdout)
+                self.assertIn("HTTP 412: the object changed at the store since the dataset was "
+                              "opened", r.stdout)
+                if mode == "cache":
+                    # open's two metadata ranges, then one download, refused: the prefetcher
+                    # and each I/O thread reading the shard downloaded it before (5 GETs)
+                    gets = [q for m, q, _ in p.log if m == "GET" and q.endswith("/" + name)]
+                    self.assertEqual(len(gets), 3, gets)
 
 
 if __name__ == "__main__":
