@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include "format.h"
@@ -134,6 +135,14 @@ int dataset_remote_load_meta(sf_dataset *ds, uint64_t i, uint64_t *bad);
  * (no detail) where it would wait for room or for another download of it
  * (remote_cache_try_acquire). */
 int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct, int nowait);
+/* `shard` downloaded from the store now, whether or not the cache holds it,
+ * and checked as a download into the cache is (fill_shard), into a file of
+ * the cache's folder that is never published (counted against its limit;
+ * remote_cache_download_private): what `verify URL` checks, the store's
+ * bytes, not a cached copy. dataset_remote_drop removes it. */
+int dataset_remote_download(int *out, char *part, size_t part_cap, sf_dataset *ds,
+                            uint64_t shard);
+void dataset_remote_drop(int fd, const char *part);
 /* The pinned descriptor of `shard`'s cached file (O_DIRECT with `direct`),
  * or -ENOENT when the cache lacks it (dataset_remote_acquire first: this one
  * never downloads, it runs under the files' lock). */
@@ -182,6 +191,16 @@ void dataset_remote_check_window(const sf_dataset *ds, uint64_t block_size, uint
 
 /* Shard holding `sample`; *local receives the record number within it. */
 uint64_t sf_dataset_locate(const sf_dataset *ds, uint64_t sample, uint64_t *local);
+/* A record of `shard` failed its checks as read from the cache's copy (a
+ * dataset at a URL in mode cache; "" into out for any other): the copy is
+ * removed, so the next open of the shard downloads it again (its bytes
+ * were checked when it was downloaded: damaged in the cache since, or
+ * stored so at the store, which the download keeps), and out says where it
+ * was, for the error, which named only the URL. */
+void dataset_remote_damaged_copy(char *out, size_t cap, sf_dataset *ds, uint64_t shard);
+/* fstat of the file the dataset holds open for `shard` (either entry): 0,
+ * or -1 when it holds none. */
+int dataset_files_cached_stat(sf_dataset *ds, uint64_t shard, struct stat *st);
 /* Whether the file of `shard` is now shorter than when the dataset was
  * opened (*now: its size), for the detail of a read that came up short:
  * a shard truncated while being read. */

@@ -602,9 +602,49 @@ int dataset_remote_acquire(int *out, sf_dataset *ds, uint64_t shard, int direct,
         direct ? O_DIRECT : 0, fill_shard, &j);
 }
 
+int dataset_remote_download(int *out, char *part, size_t part_cap, sf_dataset *ds,
+                            uint64_t shard)
+{
+    fill_job j = {ds, shard};
+    return remote_cache_download_private(out, part, part_cap, ds->remote->cache,
+                                         ds->shards[shard].name,
+                                         ds->manifest.shards[shard].file_size, fill_shard, &j);
+}
+
+void dataset_remote_drop(int fd, const char *part)
+{
+    remote_cache_drop(fd, part);
+}
+
+void dataset_remote_damaged_copy(char *out, size_t cap, sf_dataset *ds, uint64_t shard)
+{
+    if (!cap)
+        return;
+    out[0] = 0;
+    dataset_remote *x = ds->remote;
+    if (!x || x->mode != SF_REMOTE_CACHE || !x->cache)
+        return;
+    const char *name = ds->shards[shard].name;
+    const char *dir = remote_cache_dir(x->cache);
+    /* Only the file read (the one this dataset holds): the name may be a
+     * good copy downloaded since, by another process or after an eviction. */
+    struct stat st;
+    if (dataset_files_cached_stat(ds, shard, &st) != 0)
+        snprintf(out, cap, " (read from the cache's copy %s/%s: remove it to download it again)",
+                 dir, name);
+    else if (remote_cache_remove(x->cache, name, &st) == 0)
+        snprintf(out, cap, " (read from the cache's copy %s/%s, now removed: the next open of "
+                           "the shard downloads it again; `shardfeed verify URL` checks the "
+                           "store's)", dir, name);
+    else
+        snprintf(out, cap, " (read from the cache's copy %s/%s, which could not be removed: %s)",
+                 dir, name, sf_last_error());
+}
+
 int dataset_remote_fd(int *out, sf_dataset *ds, uint64_t shard, int direct)
 {
     return remote_cache_acquire_cached(out, ds->remote->cache, ds->shards[shard].name,
+                                       ds->manifest.shards[shard].file_size,
                                        direct ? O_DIRECT : 0);
 }
 

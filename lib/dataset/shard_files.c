@@ -285,6 +285,20 @@ int dataset_files_cache_pinned(sf_dataset *ds, uint64_t shard)
     return pinned;
 }
 
+int dataset_files_cached_stat(sf_dataset *ds, uint64_t shard, struct stat *st)
+{
+    dataset_files *f = ds->files;
+    int rc = -1;
+    pthread_mutex_lock(&f->lock);
+    for (int direct = 0; direct < 2 && rc; direct++) {
+        int fd = atomic_load_explicit(&f->fds[entry_of(shard, direct)].fd, memory_order_relaxed);
+        if (fd >= 0 && fstat(fd, st) == 0)
+            rc = 0;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
 int dataset_files_pins_last(const sf_dataset *ds)
 {
     const sf_manifest *m = &ds->manifest;
@@ -613,7 +627,9 @@ static int open_entry_locked(sf_dataset *ds, uint64_t shard, int direct, int *ou
     const char *name = ds->shards[shard].name;
     int fd;
     if (ds->remote) {
-        /* The cache checked the file against what open read. Out of
+        /* The cache checked the file's type and size (a copy damaged
+         * since its download is removed: -ENOENT, downloaded in the next
+         * round); its records are checked as they are read. Out of
          * descriptors (the cache's downloads and connections use them too),
          * idle shards give theirs back, as below. */
         int rc;

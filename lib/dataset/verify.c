@@ -246,11 +246,11 @@ static void check_keys(verify_run *v)
     sf_key_table_free(&t);
 }
 
-/* Gives back what verify_shard opened. */
-static void shard_close(verify_run *v, uint64_t i, int fd)
+/* Closes what verify_shard opened; a URL's shard: removes its download. */
+static void shard_close(int fd, const char *part)
 {
-    if (v->remote)
-        dataset_fd_release(v->remote, i, 0);
+    if (part[0])
+        dataset_remote_drop(fd, part);
     else
         close(fd);
 }
@@ -261,8 +261,9 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     char name[SF_SHARD_NAME_MAX];
     snprintf(name, sizeof name, SF_SHARD_NAME_FMT, (unsigned)i);
     int fd = -1;
+    char part[4200] = ""; /* a URL's: the download's file, removed when done */
     if (v->remote) {
-        int rc = dataset_fd_acquire(&fd, v->remote, i, 0);
+        int rc = dataset_remote_download(&fd, part, sizeof part, v->remote, i);
         if (rc) {
             if (sf_is_data_error(rc))
                 report(v, rc, name, (int64_t)i, -1, 0, sf_last_error());
@@ -290,7 +291,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
             report(v, rc, name, (int64_t)i, -1, bad, sf_last_error());
         else
             environment_error(v, rc, name);
-        shard_close(v, i, fd);
+        shard_close(fd, part);
         return;
     }
     if (keep_keys(&v->keys[i], &meta, &m->schema) != 0)
@@ -315,7 +316,7 @@ static void verify_shard(verify_run *v, uint64_t i, uint8_t *buf)
     v->bytes += meta.file_size;
     pthread_mutex_unlock(&v->lock);
     sf_shard_meta_clear(&meta);
-    shard_close(v, i, fd);
+    shard_close(fd, part);
 }
 
 static void *verify_worker(void *arg)
@@ -410,9 +411,11 @@ static int load_manifest(sf_manifest *m, const char *dir, verify_run *v)
 
 /* A dataset at a URL: opened as the reader opens it (its manifest, every
  * shard's header, footer and index checked, the keys distinct: damage there
- * fails the open, reported as the one problem), then each shard is read
- * whole through the cache (dataset_remote.c: downloaded, checked on arrival,
- * fetched again when damaged on the way) and scanned like a local one. *m
+ * fails the open, reported as the one problem), then each shard is
+ * downloaded whole (dataset_remote_download: checked on arrival, fetched
+ * again when damaged on the way) and scanned like a local one. Not read
+ * from the cache: a cached copy is what the store held when it was
+ * downloaded (a byte flipped at the store since was reported OK). *m
  * becomes a copy of the dataset's manifest (freed with the dataset). */
 static int open_remote(verify_run *v, sf_manifest *m)
 {

@@ -173,7 +173,7 @@ struct reader_slot {
     atomic_uint remaining; /* tasks not finished (claimed or not) */
     atomic_int err;      /* first hard error of the batch */
     atomic_uint corrupt; /* tasks that failed their checksum */
-    char errmsg[512];    /* detail of err (written by the thread that set err) */
+    char errmsg[1024];   /* detail of err (written by the thread that set err) */
     reader_trace_batch *trec; /* this batch's trace record, or NULL (set in prepare_slot) */
     atomic_uint reads_left; /* tracing: tasks whose reads are not complete */
 };
@@ -211,7 +211,7 @@ typedef struct reader_io_thread {
     reader_scratch scratch; /* the thread's own, for every engine */
     void *ctx;   /* engine state (a ring, ...) */
     int init_rc; /* result of the engine's thread_init */
-    char errmsg[512]; /* its detail */
+    char errmsg[1024]; /* its detail */
 } reader_io_thread;
 
 struct reader_engine_ops {

@@ -13,7 +13,9 @@
 #include "reader_internal.h"
 
 
-static void vtask_fail(sf_reader *r, reader_task *t, int err, const char *fmt, va_list ap)
+/* `copy`: the record's bytes as read failed their check (a checksum, a file
+ * cut short while read): a URL's cached copy is then named and removed. */
+static void vtask_fail(sf_reader *r, reader_task *t, int err, int copy, const char *fmt, va_list ap)
 {
     if (!t->err)
         t->err = err;
@@ -26,6 +28,16 @@ static void vtask_fail(sf_reader *r, reader_task *t, int err, const char *fmt, v
                      (unsigned long long)t->id, (unsigned long long)t->offset);
     if (n > 0 && (size_t)n < sizeof s->errmsg)
         vsnprintf(s->errmsg + n, sizeof s->errmsg - (size_t)n, fmt, ap);
+    /* Read from a cached copy of a URL's shard: the copy is named and
+     * removed (the error named only the URL, and the copy stayed). Not for
+     * a bad value whose checksum matched, nor a download's own failure:
+     * those say nothing of the copy. */
+    if (copy) {
+        char where[600];
+        dataset_remote_damaged_copy(where, sizeof where, r->ds, t->shard);
+        size_t len = strlen(s->errmsg);
+        snprintf(s->errmsg + len, sizeof s->errmsg - len, "%s", where);
+    }
 }
 
 __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, reader_task *t, int err,
@@ -33,7 +45,17 @@ __attribute__((format(printf, 4, 5))) static void task_failf(sf_reader *r, reade
 {
     va_list ap;
     va_start(ap, fmt);
-    vtask_fail(r, t, err, fmt, ap);
+    vtask_fail(r, t, err, 0, fmt, ap);
+    va_end(ap);
+}
+
+/* task_failf for bytes read that failed their check (vtask_fail's `copy`). */
+__attribute__((format(printf, 4, 5))) static void task_fail_read(sf_reader *r, reader_task *t,
+                                                                 int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vtask_fail(r, t, err, 1, fmt, ap);
     va_end(ap);
 }
 
@@ -60,7 +82,7 @@ void reader_task_fail(sf_reader *r, reader_task *t, int err, const char *what)
         if (r->opts.on_corrupt == SF_ON_CORRUPT_SKIP)
             task_corrupt(t, SF_E_TRUNCATED);
         else
-            task_failf(r, t, SF_E_TRUNCATED,
+            task_fail_read(r, t, SF_E_TRUNCATED,
                        "%s: the file was cut short while being read (it is now %llu bytes, %llu "
                        "when the dataset was opened)",
                        what, (unsigned long long)now,
@@ -225,7 +247,7 @@ static void substitute(sf_reader *r, reader_slot *s, reader_task *t, reader_scra
     const char *what = why == SF_E_CHECKSUM    ? "checksum mismatch"
                        : why == SF_E_TRUNCATED ? "cut short while being read"
                                                : "a value that does not decode";
-    task_failf(r, t, why,
+    (why == SF_E_CORRUPT ? task_failf : task_fail_read)(r, t, why,
                "%s, and no substitute among the %llu samples that follow "
                "sample %llu: %llu damaged, %llu too long for the room this batch has left",
                what, (unsigned long long)tries, (unsigned long long)bad, (unsigned long long)damaged,
@@ -247,7 +269,7 @@ static void verify_task(sf_reader *r, XXH3_state_t *xxh, reader_task *t)
     } else if (rc == SF_E_CHECKSUM && r->opts.on_corrupt == SF_ON_CORRUPT_SKIP) {
         task_corrupt(t, SF_E_CHECKSUM);
     } else if (rc == SF_E_CHECKSUM) {
-        task_failf(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
+        task_fail_read(r, t, rc, "checksum mismatch (index says %016llx, payload hashes to %016llx)",
                    (unsigned long long)t->checksum, (unsigned long long)got);
     } else {
         assert(rc == 0);

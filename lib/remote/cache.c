@@ -206,7 +206,8 @@ static int lock_fd(int fd, int op)
  * as absent. */
 static int open_pinned_path(const char *path, int oflags)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | oflags);
+    /* O_NOFOLLOW: the cache makes only files; a link there is not its own. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | oflags);
     if (fd < 0)
         return -1;
     if (!remote_cache_repin(fd)) {
@@ -934,18 +935,88 @@ static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsign
     return rc;
 }
 
+/* Removes object `name`'s final file under ROOT/.lock (the evictor's
+ * lock: a listing never sees it half gone); with `st`, only if the name is
+ * still that file (another process may have removed it and downloaded the
+ * object again meanwhile). Readers holding it keep reading it; their next
+ * repin finds it gone. 0 or a negative code. */
+static int remove_object(remote_cache *c, const char *name, const struct stat *st)
+{
+    char path[PATH_MAX_LEN];
+    cache_path(path, sizeof path, c->dir, name);
+    int lk = open_cache_lock(c);
+    if (lk < 0)
+        return lk;
+    int rc = lock_root(c, lk);
+    if (!rc) {
+        struct stat now;
+        if (!st || (stat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino))
+            if (unlink(path) != 0 && errno != ENOENT)
+                rc = sf_fail(-errno, "%s: %s", path, sf_errno_text(errno));
+        unlock_root(c, lk);
+    }
+    close(lk);
+    return rc;
+}
+
+int remote_cache_remove(remote_cache *c, const char *name, const struct stat *st)
+{
+    int rc = check_name(c, name);
+    return rc ? rc : remove_object(c, name, st);
+}
+
+/* Whether fd, `name` opened from the cache, is a file of `size` bytes,
+ * which every object the cache published is. 0 if so; 1 when it was
+ * another size (cut short or appended to after the download: removed, so
+ * that the caller downloads it again), or a negative code naming it. */
+static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size)
+{
+    char path[PATH_MAX_LEN];
+    cache_path(path, sizeof path, c->dir, name);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return sf_fail(-errno, "%s: %s", path, sf_errno_text(errno));
+    if (!S_ISREG(st.st_mode))
+        return sf_fail(-EISDIR, "remote cache: %s is not a file (the cache makes only files "
+                                "there): remove it",
+                       path);
+    if ((uint64_t)st.st_size == size)
+        return 0;
+    int rc = remove_object(c, name, &st);
+    if (rc)
+        return rc;
+    fprintf(stderr, "shardfeed: remote cache: %s was %lld bytes, the object is %llu: removed, "
+                    "downloading it again\n",
+            path, (long long)st.st_size, (unsigned long long)size);
+    return 1;
+}
+
 /* Makes sure `name` is in the cache; with `out`, returns it pinned. */
-static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, int oflags,
-                  unsigned wait_s, remote_fill_fn fill, void *ctx)
+/* `name` as an object's: no '/', no leading '.' (the cache's own files),
+ * short enough for a pending download's record and every path (check_name). */
+static int check_object_name(const remote_cache *c, const char *name)
 {
     if (strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof ((pending *)0)->name)
         return sf_fail(SF_E_INVALID, "remote cache: bad object name '%s'", name);
-    int rc = check_name(c, name);
+    return check_name(c, name);
+}
+
+static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, int oflags,
+                  unsigned wait_s, remote_fill_fn fill, void *ctx)
+{
+    int rc = check_object_name(c, name);
     if (rc)
         return rc;
     for (int round = 0; round < 8; round++) {
         /* A prefetch (wait_s 0) waits for nothing, this process's downloads neither. */
         int fd = open_object(c, name, oflags, wait_s != 0);
+        int bad = fd >= 0 ? check_cached(c, name, fd, size) : 0;
+        if (bad) {
+            close(fd);
+            if (bad < 0)
+                return bad;
+            continue; /* removed: downloaded again */
+        }
         if (fd >= 0) {
             if (out)
                 *out = fd;
@@ -987,17 +1058,52 @@ int remote_cache_try_acquire(int *fd, remote_cache *c, const char *name, uint64_
     return ensure(fd, c, name, size, oflags, 0, fill, ctx);
 }
 
-int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags)
+int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint64_t size,
+                                int oflags)
 {
     *fd = -1;
     int rc = check_name(c, name);
     if (rc)
         return rc;
-    *fd = open_object(c, name, oflags, 0);
-    if (*fd >= 0)
+    int got = open_object(c, name, oflags, 0);
+    int bad = got >= 0 ? check_cached(c, name, got, size) : 0;
+    if (bad) {
+        close(got);
+        return bad < 0 ? bad : -ENOENT; /* removed: the caller downloads it */
+    }
+    if ((*fd = got) >= 0)
         return 0;
     int e = errno;
     return e == ENOENT ? -ENOENT : sf_fail(-e, "%s/%s: %s", c->dir, name, sf_errno_text(e));
+}
+
+int remote_cache_download_private(int *fd, char *part, size_t part_cap, remote_cache *c,
+                                  const char *name, uint64_t size, remote_fill_fn fill, void *ctx)
+{
+    *fd = -1;
+    if (part_cap)
+        part[0] = 0;
+    int rc = check_object_name(c, name);
+    if (rc)
+        return rc;
+    int f = reserve_part(c, name, size, c->wait_s, part, part_cap);
+    if (f < 0)
+        return f;
+    if ((rc = fill(ctx, f, size))) {
+        remote_cache_drop(f, part);
+        return rc;
+    }
+    *fd = f;
+    return 0;
+}
+
+void remote_cache_drop(int fd, const char *part)
+{
+    /* Removed while its LOCK_EX is held: the evictor never sees it unlocked. */
+    if (part && part[0])
+        unlink(part);
+    if (fd >= 0)
+        close(fd);
 }
 
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,

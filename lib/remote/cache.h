@@ -31,6 +31,7 @@
 #define SF_REMOTE_CACHE_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define REMOTE_CACHE_WAIT_S 120
 
@@ -63,8 +64,19 @@ int remote_cache_try_acquire(int *fd, remote_cache *c, const char *name, uint64_
                              int oflags, remote_fill_fn fill, void *ctx);
 /* remote_cache_acquire without the fill: -ENOENT (no detail) when the
  * cache lacks `name`, for a caller that must not wait for a download (it
- * holds a lock others need to unpin). */
-int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, int oflags);
+ * holds a lock others need to unpin).
+ *
+ * Both check what they find: a cached file of another size than `size`
+ * (cut short or appended to since its download) is removed and fetched
+ * again (here: -ENOENT), saying so on stderr; anything but a file under
+ * the name is an error naming its path. */
+int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint64_t size,
+                                int oflags);
+/* Removes object `name` from the cache if its file is still `st`'s (device
+ * and inode: not a copy downloaded again since): a copy found damaged. Its
+ * readers keep reading what they hold; the next acquire downloads it
+ * again. 0 (removed, or already another file) or a negative code. */
+int remote_cache_remove(remote_cache *c, const char *name, const struct stat *st);
 /* Unpins an acquired descriptor kept open (it may be evicted from now on). */
 void remote_cache_unpin(int fd);
 /* Pins an unpinned descriptor again: 1 when its file is still the cache's,
@@ -75,5 +87,16 @@ int remote_cache_repin(int fd);
  * or another download of it is under way). 0 or a negative code. */
 int remote_cache_prefetch(remote_cache *c, const char *name, uint64_t size, int nowait,
                           remote_fill_fn fill, void *ctx);
+/* `name` downloaded now with fill, whether or not the cache holds it, into
+ * a .part of its own (room made under the limit as for any download; path
+ * copied into `part`), never published: *fd (O_RDWR, LOCK_EX) is the
+ * caller's until remote_cache_drop removes the file. What `verify URL`
+ * checks: the store's bytes, not a copy cached earlier. A process killed
+ * meanwhile leaves a .part the evictor removes, as of any download. */
+int remote_cache_download_private(int *fd, char *part, size_t part_cap, remote_cache *c,
+                                  const char *name, uint64_t size, remote_fill_fn fill, void *ctx);
+/* Removes and closes what remote_cache_download_private made (fd -1 or part
+ * "": that part only). */
+void remote_cache_drop(int fd, const char *part);
 
 #endif

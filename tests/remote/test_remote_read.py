@@ -284,6 +284,43 @@ class Cache(RemoteCase):
             self.assertEqual(p.returncode, 0, err)
             self.assertEqual(out.strip(), want.hexdigest())
 
+    def test_a_damaged_cached_copy_is_named_removed_and_downloaded_again(self):
+        # A cached copy damaged after its download (cut short, a flipped byte) was trusted as
+        # the store's: reads failed with an I/O error or a checksum mismatch naming only the URL,
+        # every run again, and nothing named the file to remove.
+        ds, www = self.served(n=200, shard_size="16KiB")
+        cache = self.cache()
+        with servers.Nginx(www) as ng:
+            url = ng.url + "/ds"
+            want = epoch(url, cache_dir=cache)
+            name = "shard-000001.sfs"
+            copy = [os.path.join(d, f) for d, _, fs in os.walk(cache) for f in fs if f == name]
+            self.assertEqual(len(copy), 1, copy)
+            copy = copy[0]
+            size = os.path.getsize(copy)
+            os.truncate(copy, 1000)  # cut short: found at open, removed, downloaded again
+            self.assertEqual(epoch(url, cache_dir=cache), want)
+            self.assertEqual(os.path.getsize(copy), size)
+            # the shard's first record (at the first multiple of align past the 128-byte
+            # header) damaged: the bytes from the header's end to 16 past that start flipped
+            end = -(-128 // shardfeed.open(ds).align) * shardfeed.open(ds).align + 16
+            with open(copy, "r+b") as f:
+                f.seek(128)
+                b = f.read(end - 128)
+                f.seek(128)
+                f.write(bytes(x ^ 0xFF for x in b))
+            with self.assertRaises(shardfeed.Error) as e:
+                epoch(url, cache_dir=cache)
+            self.assertIn(f"{url}/{name}: record 0", str(e.exception))
+            self.assertIn(f"(read from the cache's copy {copy}, now removed", str(e.exception))
+            self.assertFalse(os.path.exists(copy))
+            self.assertEqual(epoch(url, cache_dir=cache), want)
+            os.remove(copy)
+            os.mkdir(copy)  # not a file: named, never read
+            with self.assertRaises(shardfeed.Error) as e:
+                epoch(url, cache_dir=cache)
+            self.assertIn(f"{copy} is not a file", str(e.exception))
+
     def test_an_idle_reader_does_not_hold_the_room_another_needs(self):
         # A reader keeps its last shards pinned between reads (no unpin and repin per record),
         # but at most an eighth of the cache limit: with a limit of about 4 shards, one that has

@@ -17,6 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402
 from readtest import RemoteCase, main, run, write_samples  # noqa: E402
 
+import shardfeed  # noqa: E402  (PYTHONPATH=build/python)
+
 
 class PagingFront(servers._Forwarder):
     """In front of s3rver (whose ListObjectsV2 answers 500 once a listing is truncated): checks
@@ -157,6 +159,47 @@ class VerifyStrays(RemoteCase):
             self.assertIn('"strays_checked":false', j.stdout)
         local = run("verify", ds, check=0)
         self.assertNotIn("stray", local.stdout)
+
+    def parts(self):
+        """The cache's downloads under way or not yet published (.part-NAME-PID-N)."""
+        return sorted(f for _, _, fs in os.walk(self.cache()) for f in fs
+                      if f.startswith(".part-"))
+
+    def test_a_byte_changed_at_the_store_is_found_with_the_cache_warm(self):
+        # verify read the cache's copies, which hold what the store had when they were
+        # downloaded: a byte flipped at the store since was reported OK, exit 0.
+        ds = os.path.join(self.root, "www", "ds")
+        write_samples(os.path.join(self.root, "src"), 120, seed=4)
+        run("pack", os.path.join(self.root, "src"), "-o", ds, "--shard-size", "16KiB", "-q", check=0)
+        name = sorted(f for f in os.listdir(ds) if f.startswith("shard-"))[1]
+        env = dict(os.environ, SHARDFEED_CACHE_DIR=self.cache())
+        with servers.Nginx(os.path.join(self.root, "www")) as nginx:
+            url = nginx.url + "/ds"
+            self.assertEqual(run("verify", url, env=env, check=0).returncode, 0)
+            # The cache warm: every shard in it. Closed, its last batch dropped (a batch keeps
+            # the reader, and so its cache, alive): the close waits for the publishes, whose
+            # .part files would otherwise still be there when verify's are looked for.
+            with shardfeed.Loader(url, batch_size=8, shuffle="none", output="numpy",
+                                  cache_dir=self.cache()) as loader:
+                for batch in loader:
+                    pass
+                del batch
+            self.assertEqual(self.parts(), [])
+            cached = [os.path.join(d, f) for d, _, fs in os.walk(self.cache()) for f in fs
+                      if f == name]
+            self.assertEqual(len(cached), 1, cached)
+            path = os.path.join(ds, name)
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0xFF]))
+            r = run("verify", url, env=env)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertRegex(r.stdout, rf"CORRUPT {re.escape(url)}/{name} ")
+            # the downloads verify checked are gone; the cache is as it was
+            self.assertEqual(self.parts(), [])
+            self.assertTrue(os.path.exists(cached[0]))
 
     def test_a_cache_limit_below_a_shard_is_an_environment_error_not_corruption(self):
         # It was SF_E_LIMIT, a format limit: verify said CORRUPT for every shard, exit 2,

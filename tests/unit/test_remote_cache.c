@@ -734,7 +734,7 @@ Test(remote_cache, a_folder_too_long_for_a_download_path_is_refused)
     cr_assert(strstr(sf_last_error(), "the folder's path is too long (4085 bytes"), "%s", sf_last_error());
     cr_assert_eq(fd, -1);
     cr_assert_eq(f.calls, 0);
-    cr_assert_eq(remote_cache_acquire_cached(&fd, c, "a.sfs", 0), -ENAMETOOLONG, "%s", sf_last_error());
+    cr_assert_eq(remote_cache_acquire_cached(&fd, c, "a.sfs", 1, 0), -ENAMETOOLONG, "%s", sf_last_error());
     unsigned n;
     cr_assert_eq(folder_bytes(remote_cache_dir(c), ".part-", &n), 0);
     DIR *d = opendir(remote_cache_dir(c));
