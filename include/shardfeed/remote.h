@@ -21,7 +21,12 @@
  * handed out. Requests that fail for a passing reason (5xx, 429, a reset
  * connection, a body shorter than asked for, no byte for timeout_ms) are
  * retried with exponential backoff and jitter; after the retries the error
- * names the URL, the HTTP status and the store's message. */
+ * names the URL, the HTTP status and the store's message.
+ *
+ * A dataset at a URL belongs to the process that opened it: its prefetch
+ * and publish threads, connections and cache pins do not survive a fork.
+ * A child must open the dataset again and neither use nor close the
+ * parent's (the Python binding refuses it there, and close() leaves it). */
 #ifndef SHARDFEED_REMOTE_H
 #define SHARDFEED_REMOTE_H
 

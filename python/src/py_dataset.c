@@ -14,7 +14,13 @@ static sf_dataset *dataset_handle(const sf_py_dataset *d)
  * meanwhile). */
 static void dataset_free_handle(void *handle, void *ctx)
 {
-    (void)ctx;
+    const sf_py_dataset *self = ctx;
+    /* A dataset at a URL inherited through a fork is leaked: closing it
+     * joined threads that do not exist in the child (a segfault), and
+     * would unpin cache files whose locks the parent shares, or end its
+     * connections. */
+    if (self->remote && self->pid != sf_py_current_pid())
+        return;
     Py_BEGIN_ALLOW_THREADS
     sf_dataset_close(handle);
     Py_END_ALLOW_THREADS
@@ -22,7 +28,19 @@ static void dataset_free_handle(void *handle, void *ctx)
 
 static int dataset_usable(sf_py_dataset *d)
 {
-    return sf_py_owner_usable(&d->owner, "dataset");
+    if (!sf_py_owner_usable(&d->owner, "dataset"))
+        return 0;
+    if (d->remote && d->pid != sf_py_current_pid()) {
+        /* Its prefetcher and the cache's publisher are the parent's threads:
+         * a download in the child was never published, and other readers
+         * of the cache waited for it 120 s. */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "shardfeed: this dataset at a URL was opened in another process (before "
+                        "a fork); open it again in this process (a DataLoader worker: in "
+                        "worker_init_fn, or on first use in __getitem__)");
+        return 0;
+    }
+    return 1;
 }
 
 static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -43,6 +61,7 @@ static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     sf_dataset *ds = NULL;
     int rc;
     const char *p = PyBytes_AS_STRING(path);
+    int at_url = sf_is_url(p);
     Py_BEGIN_ALLOW_THREADS
     rc = sf_dataset_open_ex(&ds, p, &remote);
     Py_END_ALLOW_THREADS
@@ -51,7 +70,9 @@ static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(self);
         return sf_py_raise(rc);
     }
-    sf_py_owner_init(&self->owner, ds, dataset_free_handle, NULL);
+    self->remote = at_url;
+    self->pid = sf_py_current_pid();
+    sf_py_owner_init(&self->owner, ds, dataset_free_handle, self);
     return (PyObject *)self;
 }
 

@@ -157,6 +157,15 @@ int sf_py_batch_import(sf_py_batch *b, void *stream);
 typedef struct sf_py_dataset {
     PyObject_HEAD
     sf_py_owner owner; /* the sf_dataset; a hold per get() running with the GIL released */
+    /* a dataset at a URL: the process that opened it. Its prefetch and
+     * publish threads, its connections and cache pins are that process's:
+     * a forked child refuses it (py_dataset.c, dataset_usable). */
+    int remote;
+    pid_t pid;
 } sf_py_dataset;
+
+/* This process's id (getpid, kept and updated in the child of every fork):
+ * tells a handle inherited through a fork. Under the GIL. */
+pid_t sf_py_current_pid(void);
 
 #endif

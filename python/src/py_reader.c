@@ -7,28 +7,6 @@
 
 #define SF_MAX_IMAGE_FIELDS 8 /* image transforms one Reader takes (shardfeed.image) */
 
-/* This process's id, for telling a reader (or batch) inherited through a
- * fork from one of this process. getpid() is a system call (1.3 us on the
- * development VM, a paravirtualised guest), and every batch checked it
- * twice (next and release): kept here instead, set by the first Reader
- * and again in the child of every fork. Read and written under the GIL
- * (the child handler runs before any other thread exists). */
-static pid_t g_pid;
-
-static void pid_after_fork(void)
-{
-    g_pid = getpid();
-}
-
-static pid_t current_pid(void)
-{
-    if (!g_pid) {
-        g_pid = getpid();
-        pthread_atfork(NULL, NULL, pid_after_fork);
-    }
-    return g_pid;
-}
-
 static sf_reader *reader_handle(const sf_py_reader *self)
 {
     return self->owner.handle;
@@ -40,7 +18,7 @@ static sf_reader *reader_handle(const sf_py_reader *self)
 static void reader_free_handle(void *handle, void *ctx)
 {
     const sf_py_reader *self = ctx;
-    if (self->pid == current_pid()) {
+    if (self->pid == sf_py_current_pid()) {
         Py_BEGIN_ALLOW_THREADS
         sf_reader_close(handle);
         Py_END_ALLOW_THREADS
@@ -51,7 +29,7 @@ static int reader_usable(sf_py_reader *self)
 {
     if (!sf_py_owner_usable(&self->owner, "reader"))
         return 0;
-    if (self->pid != current_pid()) {
+    if (self->pid != sf_py_current_pid()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "shardfeed: this reader was opened in another process (before a fork); "
                         "open a new Loader in this process");
@@ -173,7 +151,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_XDECREF(image_items);
         return NULL;
     }
-    self->pid = current_pid();
+    self->pid = sf_py_current_pid();
     self->device = device;
     self->device_index = device_index;
     sf_reader *r = NULL;
@@ -305,7 +283,7 @@ static PyObject *reader_stats(sf_py_reader *self, PyObject *unused)
         return PyErr_Format(PyExc_ValueError, "shardfeed: the reader is closed");
     /* sf_reader_stats takes the reader's mutex, which an I/O thread of the
      * parent may have held at the fork: in a child it waited for ever. */
-    if (self->pid != current_pid())
+    if (self->pid != sf_py_current_pid())
         return PyErr_Format(PyExc_RuntimeError, "shardfeed: this reader was opened in another "
                                                 "process (before a fork); open a new Loader in "
                                                 "this process");
@@ -470,9 +448,9 @@ static void batch_dealloc(sf_py_batch *self)
     /* Thread-safe; cannot fail for a held batch. A device batch goes back
      * after the work queued on the stream it was imported on: the next copy
      * into its device buffer waits for that work (on the device). */
-    if (reader->pid == current_pid() && b->device == SF_DEVICE_CPU) {
+    if (reader->pid == sf_py_current_pid() && b->device == SF_DEVICE_CPU) {
         sf_reader_release_after(reader_handle(reader), b, stream);
-    } else if (reader->pid == current_pid()) {
+    } else if (reader->pid == sf_py_current_pid()) {
         /* A device batch's release may wait on the host for its slot's copy
          * (the slot's host bytes are refilled next): without the GIL, which
          * it held for the whole copy (100 ms copies stalled every other

@@ -284,6 +284,43 @@ class Cache(RemoteCase):
             self.assertEqual(p.returncode, 0, err)
             self.assertEqual(out.strip(), want.hexdigest())
 
+    def test_a_dataset_at_a_url_is_refused_in_a_forked_child(self):
+        # A DataLoader worker forked from a process holding shardfeed.open(URL) inherited the
+        # prefetcher's state without its threads: its downloads were never published (others
+        # waited 120 s for them), and close() in the child segfaulted joining the parent's
+        # threads. The child is refused with the way out; a local dataset stays usable there.
+        ds, www = self.served(n=200, shard_size="16KiB")
+        code = ("import os, sys, shardfeed\n"
+                "d = shardfeed.open(sys.argv[1], cache_dir=sys.argv[2])\n"
+                "local = shardfeed.open(sys.argv[3])\n"
+                "first = d[0]['img'].tobytes()\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    code = 0\n"
+                "    try:\n"
+                "        d[150]\n"
+                "        code = 3\n"
+                "    except RuntimeError as e:\n"
+                "        print('child:', e, flush=True)\n"
+                "    if local[150]['img'].tobytes() != local[150]['img'].tobytes():\n"
+                "        code = 4\n"
+                "    d.close()\n"
+                "    os._exit(code)\n"
+                "_, status = os.waitpid(pid, 0)\n"
+                "print('child exit', os.waitstatus_to_exitcode(status), flush=True)\n"
+                "assert d[150]['img'].tobytes() == local[150]['img'].tobytes()\n"
+                "assert d[0]['img'].tobytes() == first\n"
+                "d.close()\n"
+                "print('parent ok')\n")
+        with servers.Nginx(www) as ng:
+            r = subprocess.run([sys.executable, "-c", code, ng.url + "/ds", self.cache(), ds],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("child: shardfeed: this dataset at a URL was opened in another process",
+                      r.stdout)
+        self.assertIn("child exit 0", r.stdout)
+        self.assertIn("parent ok", r.stdout)
+
     def test_a_damaged_cached_copy_is_named_removed_and_downloaded_again(self):
         # A cached copy damaged after its download (cut short, a flipped byte) was trusted as
         # the store's: reads failed with an I/O error or a checksum mismatch naming only the URL,
