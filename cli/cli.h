@@ -3,6 +3,7 @@
 #ifndef SF_TOOLS_CLI_H
 #define SF_TOOLS_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -71,6 +72,15 @@ const char *cli_shown(char *out, size_t cap, const char *path);
  * callback; one set there before is called first with each object.
  * sf_push's code in *push_rc unless NULL. */
 int cli_push(const char *cmd, const char *dir, const char *url, sf_push_opts *opts, int quiet, int *push_rc);
+/* The signals that stop a run rather than kill it: pack -o URL forwards
+ * them to its packing process, push turns them into a cancel. */
+#define CLI_STOP_SIGNALS 4
+extern const int cli_stop_signals[CLI_STOP_SIGNALS];
+/* Installs `handler` (the others blocked while it runs) for each stop
+ * signal not ignored: one ignored (nohup, a background job) stays so. The
+ * dispositions before go into saved, for cli_restore_stop_signals. */
+void cli_catch_stop_signals(void (*handler)(int), struct sigaction saved[CLI_STOP_SIGNALS]);
+void cli_restore_stop_signals(const struct sigaction saved[CLI_STOP_SIGNALS]);
 /* Parses "256MiB", "1GiB", "4096", "64KiB", "1.5GiB"; 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a non-negative integer; 0 on success. */

@@ -247,7 +247,7 @@ static void say_what_is_there(const char *how, const upload_state *s, const char
                 "folder is removed\n", how, shown);
     else if (s->stage == STAGE_SHARDS)
         fprintf(stderr, "shardfeed pack: %s before the manifest was uploaded: this run put no manifest at %s "
-                "(what it uploaded is not a dataset); the temporary folder is removed\n", how, shown);
+                "(shards without one are not a dataset); the temporary folder is removed\n", how, shown);
     else if (s->stage == STAGE_MANIFEST)
         fprintf(stderr, "shardfeed pack: %s while the manifest was being uploaded: %s may or may not hold it "
                 "(run 'shardfeed verify %s' to see whether it is a dataset); the temporary folder is "
@@ -258,7 +258,7 @@ static void say_what_is_there(const char *how, const upload_state *s, const char
 }
 
 /* Runs pack_and_push in a child process so that the temporary folder is
- * removed however it ends: success, failure, or SIGINT/SIGTERM/SIGHUP (the
+ * removed however it ends: success, failure, or SIGINT/SIGTERM/SIGHUP/SIGQUIT (the
  * parent forwards them and cleans up; only SIGKILL of the parent leaves the
  * folder, named shardfeed-pack-*). The upload puts the manifest last and
  * deletes it when its own upload failed; a run stopped while the manifest's
@@ -269,6 +269,18 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
 {
     char tmp[4200], shown[4200];
     cli_shown(shown, sizeof shown, url); /* messages never show a password */
+    /* What the upload would refuse at its start (the URL, the credentials,
+     * a dataset already there without --force) is asked before packing,
+     * which may take hours: it was learned only after. */
+    sf_push_opts check = SF_PUSH_OPTS_INIT;
+    check.overwrite = opts->force;
+    check.retries = retries;
+    int rc = sf_push_check(url, &check);
+    if (rc) {
+        int status = cli_fail("pack", rc);
+        fprintf(stderr, "shardfeed pack: nothing was packed\n");
+        return status;
+    }
     if (snprintf(tmp, sizeof tmp, "%s/shardfeed-pack-XXXXXX", tmp_parent) >= (int)sizeof tmp)
         return cli_usage_error("pack", "--tmp-dir: path too long");
     if (!mkdtemp(tmp)) {
@@ -287,9 +299,8 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
                 tmp, room, shown);
     sigset_t stop, old;
     sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGHUP);
+    for (int i = 0; i < CLI_STOP_SIGNALS; i++) /* SIGQUIT too: it left the folder behind */
+        sigaddset(&stop, cli_stop_signals[i]);
     upload_state *state = mmap(NULL, sizeof *state, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (state == MAP_FAILED) {
         fprintf(stderr, "shardfeed pack: out of memory: %s\n", strerror(errno));
@@ -308,14 +319,9 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
         _exit(status);
     }
     int fork_errno = errno;
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction forward, saved[3];
-    memset(&forward, 0, sizeof forward);
-    forward.sa_handler = forward_signal;
-    sigemptyset(&forward.sa_mask);
+    struct sigaction saved[CLI_STOP_SIGNALS];
     pack_child = pid;
-    for (int i = 0; i < 3; i++)
-        sigaction(sigs[i], &forward, &saved[i]);
+    cli_catch_stop_signals(forward_signal, saved); /* one ignored stays so, in the child too */
     sigprocmask(SIG_SETMASK, &old, NULL);
     int wstatus = 0;
     if (pid > 0)
@@ -323,8 +329,7 @@ static int pack_to_url(const char *input, const char *url, const char *tmp_paren
         }
     pack_child = 0;
     remove_tree(tmp);
-    for (int i = 0; i < 3; i++)
-        sigaction(sigs[i], &saved[i], NULL);
+    cli_restore_stop_signals(saved);
     upload_state end = *state;
     munmap(state, sizeof *state);
     if (pid < 0) {

@@ -158,3 +158,24 @@ const char *cli_remote_option(sf_remote_opts *r, int c, const char *arg)
         return "not a remote option";
     }
 }
+
+const int cli_stop_signals[CLI_STOP_SIGNALS] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+void cli_catch_stop_signals(void (*handler)(int), struct sigaction saved[CLI_STOP_SIGNALS])
+{
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = handler;
+    sigemptyset(&act.sa_mask);
+    for (int i = 0; i < CLI_STOP_SIGNALS; i++)
+        sigaddset(&act.sa_mask, cli_stop_signals[i]);
+    for (int i = 0; i < CLI_STOP_SIGNALS; i++)
+        if (sigaction(cli_stop_signals[i], NULL, &saved[i]) == 0 && saved[i].sa_handler != SIG_IGN)
+            sigaction(cli_stop_signals[i], &act, NULL);
+}
+
+void cli_restore_stop_signals(const struct sigaction saved[CLI_STOP_SIGNALS])
+{
+    for (int i = 0; i < CLI_STOP_SIGNALS; i++)
+        sigaction(cli_stop_signals[i], &saved[i], NULL);
+}

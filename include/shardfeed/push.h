@@ -12,7 +12,9 @@
  * that still returns 0, with a warning on stderr naming what is left. Shards larger than multipart_threshold go
  * up to S3 as multipart uploads of part_size parts (to a web server, every
  * file in one PUT). On S3 with credentials each upload is signed with its
- * body's SHA-256, so the store refuses bytes damaged on the way. Each
+ * body's SHA-256, so the store refuses bytes damaged on the way; any other
+ * upload (a web server, S3 without credentials) is read back whole and
+ * compared with the local bytes, and uploaded again when it differs. Each
  * request is retried
  * with exponential backoff and jitter on a 5xx or 429 status, on a body the
  * store found damaged, and on a
@@ -25,6 +27,7 @@
 #ifndef SHARDFEED_PUSH_H
 #define SHARDFEED_PUSH_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "shardfeed/error.h"
@@ -38,7 +41,7 @@ extern "C" {
 typedef void (*sf_push_progress_fn)(void *ctx, uint64_t done, uint64_t total, const char *name,
                                     uint64_t bytes);
 
-#define SF_PUSH_OPTS_VERSION 1
+#define SF_PUSH_OPTS_VERSION 2 /* 2: cancel */
 #define SF_PUSH_DEFAULT_THRESHOLD (64ull << 20)
 #define SF_PUSH_DEFAULT_PART_SIZE (16ull << 20)
 #define SF_PUSH_MIN_PART_SIZE (64ull << 10) /* S3 itself wants 5 MiB but for the last part */
@@ -57,9 +60,16 @@ typedef struct sf_push_opts {
                                      (SF_E_EXISTS), 1 deletes that manifest first */
     sf_push_progress_fn progress; /* or NULL */
     void *progress_ctx;
+    /* Version 2. NULL, or a flag that stops the push once non-zero (a
+     * signal handler may set it): the request under way ends at once, a
+     * multipart upload under way is aborted at the store (its parts were
+     * kept, and billed, until a lifecycle rule removed them), nothing more
+     * goes up, and sf_push returns -ECANCELED. The manifest's own upload,
+     * one small PUT, is not cut short: a manifest is up whole or not at all. */
+    const volatile sig_atomic_t *cancel;
 } sf_push_opts;
 
-#define SF_PUSH_OPTS_INIT {SF_PUSH_OPTS_VERSION, 0, 0, -1, 0, 0, 0, 0}
+#define SF_PUSH_OPTS_INIT {SF_PUSH_OPTS_VERSION, 0, 0, -1, 0, 0, 0, 0, 0}
 
 /* Uploads the dataset in folder `dataset_dir` to `url` (s3://BUCKET[/PREFIX],
  * or http(s)://HOST/PATH of a server taking PUT).
@@ -70,6 +80,16 @@ typedef struct sf_push_opts {
  * -errno. On failure no manifest was uploaded (with
  * overwrite, the old one is gone too): the destination is not a dataset. */
 SF_API int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts);
+
+/* What sf_push checks of `url` before it reads the dataset, without one:
+ * the URL, the settings and credentials it needs, `opts` (NULL: defaults;
+ * on AWS S3 a part_size under 5 MiB, which S3 refuses only once every part
+ * is up), and, by one request, whether the destination already holds a
+ * dataset. 0; SF_E_EXISTS (a dataset is there and overwrite is 0);
+ * SF_E_REMOTE; SF_E_INVALID; SF_E_UNSUPPORTED. `pack -o URL` asks it before
+ * packing, which may take hours, where it learned only after. A dataset
+ * put there afterwards is still refused by sf_push. */
+SF_API int sf_push_check(const char *url, const sf_push_opts *opts);
 
 #ifdef __cplusplus
 }

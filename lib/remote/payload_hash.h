@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
+
 #define REMOTE_SHA256_HEX 65 /* 64 lowercase hex digits and the NUL */
 
 /* The hash of `len` bytes: of mem when it is not NULL, else of the file
@@ -19,5 +21,9 @@
  * read's -errno (-EIO when the file ends before the range does) or -ENOMEM. */
 int remote_payload_sha256(char out[REMOTE_SHA256_HEX], const uint8_t *mem, int fd, uint64_t off,
                           uint64_t len);
+
+/* XXH3-128 of the same bytes, the same way: what an upload that nothing
+ * checks on the way is compared by when it is read back (upload.c). */
+int remote_payload_xxh128(XXH128_hash_t *out, const uint8_t *mem, int fd, uint64_t off, uint64_t len);
 
 #endif

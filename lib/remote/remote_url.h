@@ -61,6 +61,9 @@ const char *remote_location_display(const remote_location *loc);
 const char *remote_location_region(const remote_location *loc);
 /* 1 when requests are signed (s3 with credentials), else 0. */
 int remote_location_signed(const remote_location *loc);
+/* 1 for s3 at AWS itself (no endpoint set: AWS_ENDPOINT_URL and the like),
+ * else 0. */
+int remote_location_aws(const remote_location *loc);
 
 /* The http(s) URL of object `name` ("manifest.sfm", "shard-000001.sfs")
  * under the location, percent-encoded where needed (every byte but

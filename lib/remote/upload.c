@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
@@ -55,8 +56,30 @@ typedef struct push_ctx {
     unsigned seed; /* jitter */
     const char *extra_header; /* one more header on each attempt of a request, or NULL */
     bool last_retryable;      /* the last request's final failure was worth retrying */
+    bool replaced;            /* --overwrite deleted the manifest of the dataset that was there */
+    const volatile sig_atomic_t *cancel; /* sf_push_opts.cancel, or NULL */
+    bool uncancellable;       /* cleaning up (an abort, a DELETE) or the manifest: runs to its end */
     char errbuf[CURL_ERROR_SIZE];
 } push_ctx;
+
+/* Whether the caller asked the push to stop (sf_push_opts.cancel). */
+static bool cancelled(const push_ctx *p)
+{
+    return p->cancel && *p->cancel && !p->uncancellable;
+}
+
+static int cancel_error(void)
+{
+    return sf_fail(-ECANCELED, "push cancelled");
+}
+
+/* curl's progress callback: non-zero ends the transfer (CURLE_ABORTED_BY_CALLBACK). */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return cancelled(arg);
+}
 
 /* What a request sends: nothing, memory, or a range of a file. */
 typedef struct body_src {
@@ -210,8 +233,13 @@ static void backoff(push_ctx *p, int attempt)
     if (cap > (uint64_t)p->backoff_ms * 100)
         cap = (uint64_t)p->backoff_ms * 100;
     uint64_t ms = cap / 2 + (uint64_t)rand_r(&p->seed) % (cap / 2 + 1); /* jitter in [cap/2, cap] */
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    /* In steps of at most 50 ms: a cancel (sf_push_opts.cancel) ends the wait. */
+    for (uint64_t left = ms; left && !cancelled(p);) {
+        uint64_t step = left < 50 ? left : 50;
+        struct timespec ts = {0, (long)step * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        left -= step;
     }
 }
 
@@ -286,7 +314,20 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         } else {
             curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
         }
+        if (cancelled(p)) {
+            curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+            curl_slist_free_all(headers);
+            return cancel_error();
+        }
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
         cc = curl_easy_perform(c);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && cancelled(p)) {
+            curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+            curl_slist_free_all(headers);
+            return cancel_error();
+        }
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
         curl_slist_free_all(headers);
@@ -359,6 +400,104 @@ static int put_single(push_ctx *p, const char *name, body_src *body)
     return rc;
 }
 
+/* ---- Reading back what nothing checked on the way ------------------------------- */
+
+/* The body of a read-back GET: hashed as it comes, never kept. An error's
+ * body goes to r (its <Code> and <Message> for the error). */
+typedef struct read_back {
+    CURL *curl;
+    response *r;
+    XXH3_state_t *hash;
+    uint64_t got, max;
+    bool too_long; /* more bytes than were sent: the object differs */
+} read_back;
+
+static size_t hash_response(char *src, size_t size, size_t n, void *arg)
+{
+    read_back *rb = arg;
+    size_t len = size * n;
+    long status = 0;
+    curl_easy_getinfo(rb->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200)
+        return keep_response(src, size, n, rb->r);
+    if (len > rb->max - rb->got) {
+        rb->too_long = true;
+        return 0;
+    }
+    rb->got += len;
+    XXH3_128bits_update(rb->hash, src, len);
+    return len;
+}
+
+/* GETs object `url` whole and compares it with `body` (whose hash is
+ * `want`): *same tells whether the store holds exactly those bytes. 0, or
+ * the GET's failure after its retries (SF_E_REMOTE naming the URL and the
+ * status). */
+static int read_back_object(push_ctx *p, const char *url, const char *what, const body_src *body,
+                            XXH128_hash_t want, bool *same)
+{
+    response *r = malloc(sizeof *r);
+    XXH3_state_t *h = XXH3_createState();
+    int rc = r && h ? 0 : -ENOMEM;
+    CURLcode cc = CURLE_OK;
+    for (int attempt = 0; !rc; attempt++) {
+        CURL *c = p->curl;
+        curl_easy_reset(c);
+        memset(r, 0, sizeof *r);
+        XXH3_128bits_reset(h);
+        read_back rb = {.curl = c, .r = r, .hash = h, .max = body->len};
+        p->errbuf[0] = '\0';
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, p->errbuf);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hash_response);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &rb);
+        if ((rc = remote_curl_prepare(c, p->loc)))
+            break;
+        if (cancelled(p)) {
+            rc = cancel_error();
+            break;
+        }
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
+        cc = curl_easy_perform(c);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && cancelled(p)) {
+            rc = cancel_error();
+            break;
+        }
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+        if (r->status == 200 && (cc == CURLE_OK || rb.too_long)) {
+            XXH128_hash_t got = XXH3_128bits_digest(h);
+            *same = !rb.too_long && rb.got == body->len && XXH128_isEqual(got, want);
+            break;
+        }
+        if (attempt >= p->retries || !retryable(cc, r, false)) {
+            char code[128], message[512];
+            xml_text(code, sizeof code, r->body, "Code");
+            xml_text(message, sizeof message, r->body, "Message");
+            if (cc != CURLE_OK)
+                rc = sf_fail(SF_E_REMOTE, "GET %s (reading back what was uploaded): %s (after %d attempt%s)",
+                             what, p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1,
+                             attempt ? "s" : "");
+            else
+                rc = sf_fail(SF_E_REMOTE, "GET %s (reading back what was uploaded): HTTP %ld%s%s%s%s "
+                             "(after %d attempt%s)", what, r->status, code[0] ? " " : "", code,
+                             message[0] ? ": " : "", message, attempt + 1, attempt ? "s" : "");
+            break;
+        }
+        backoff(p, attempt);
+    }
+    if (rc == -ENOMEM)
+        rc = sf_fail(-ENOMEM, "GET %s (reading back what was uploaded): out of memory", what);
+    XXH3_freeState(h);
+    free(r);
+    return rc;
+}
+
 typedef struct multipart {
     char token[40];       /* UPLOAD_TOKEN_HEADER's value */
     char upload_id[1024]; /* percent-encoded for the query */
@@ -385,7 +524,10 @@ static void mp_abort(push_ctx *p, response *r, const char *name, const multipart
     p->retries = 1; /* best effort: the store expires abandoned uploads by its own rules */
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", sf_last_error());
+    bool saved_uncancellable = p->uncancellable;
+    p->uncancellable = true; /* a cancelled push aborts its upload too */
     (void)mp_request(p, r, "DELETE", name, query, NULL, what);
+    p->uncancellable = saved_uncancellable;
     sf_fail(0, "%s", detail); /* the failure reported is the one that stopped the upload */
     p->retries = saved_retries;
 }
@@ -473,8 +615,13 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
              (unsigned)time(NULL));
     snprintf(token_header, sizeof token_header, "%s: %s", UPLOAD_TOKEN_HEADER, m.token);
     p->extra_header = token_header;
+    /* Not cut short: an upload the store made but whose id never arrived
+     * could not be aborted. A cancel then stops at the first part. */
+    bool saved_uncancellable = p->uncancellable;
+    p->uncancellable = true;
     if (!rc)
         rc = mp_request(p, r, "POST", name, "uploads=", NULL, what);
+    p->uncancellable = saved_uncancellable;
     p->extra_header = NULL;
     if (!rc) {
         char id[900];
@@ -488,7 +635,10 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
         snprintf(query, sizeof query, "partNumber=%u&uploadId=%s", i + 1, m.upload_id);
         uint64_t off = (uint64_t)i * part_size;
         body_src part = {.fd = fd, .off = off, .len = size - off < part_size ? size - off : part_size};
-        rc = mp_request(p, r, "PUT", name, query, &part, what);
+        char part_what[4500]; /* a failed part's error names it: which bytes the store refused */
+        snprintf(part_what, sizeof part_what, "%s (part %u of %u, bytes %llu-%llu)", what, i + 1,
+                 m.parts, (unsigned long long)off, (unsigned long long)(off + part.len - 1));
+        rc = mp_request(p, r, "PUT", name, query, &part, part_what);
         if (!rc && !r->etag[0])
             rc = sf_fail(SF_E_REMOTE, "PUT %s part %u: the store's answer has no ETag", what, i + 1);
         if (!rc)
@@ -500,6 +650,46 @@ static int put_multipart(push_ctx *p, const char *name, int fd, uint64_t size, u
         mp_abort(p, r, name, &m, what);
     free(m.etags);
     free(r);
+    return rc;
+}
+
+/* Uploads `body` as object `name`: in parts of part_size when part_size is
+ * not 0 (S3 multipart), else in one PUT. A signed upload is checked by the
+ * store as it arrives (its body's SHA-256). One nothing checks on the way
+ * (a web server's PUT, S3 without credentials) is read back whole and
+ * compared with the local bytes: a proxy that flipped a byte, or a server
+ * that kept a truncated body, answered 2xx all the same. An object that
+ * differs is uploaded again, up to --retries times, and then fails the push
+ * naming it. */
+static int upload_object(push_ctx *p, const char *name, body_src *body, uint64_t part_size)
+{
+    bool check = !remote_location_signed(p->loc);
+    XXH128_hash_t want = {0, 0};
+    char what[4400], *url = NULL;
+    object_what(what, sizeof what, p->loc, name);
+    int rc = check ? remote_payload_xxh128(&want, body->mem, body->fd, body->off, body->len) : 0;
+    if (rc)
+        return sf_fail(rc, "PUT %s: reading the local file to hash it failed (%s%s)", what, strerror(-rc),
+                       rc == -EIO ? ": did it shrink?" : "");
+    if (check && (rc = object_url_q(&url, p->loc, name, NULL)))
+        return sf_fail(rc, "PUT %s: out of memory", what);
+    for (int round = 0;; round++) {
+        rc = part_size ? put_multipart(p, name, body->fd, body->len, part_size) : put_single(p, name, body);
+        bool same = true;
+        if (!rc && check)
+            rc = read_back_object(p, url, what, body, want, &same);
+        if (rc || same)
+            break;
+        if (round >= p->retries) {
+            rc = sf_fail(SF_E_REMOTE, "PUT %s: the object the store kept differs from the %llu bytes "
+                         "sent, read back after each of %d uploads (an upload without credentials, or "
+                         "to a web server, is checked by nobody on the way: a proxy or the server "
+                         "changed the bytes)", what, (unsigned long long)body->len, round + 1);
+            break;
+        }
+        backoff(p, round);
+    }
+    free(url);
     return rc;
 }
 
@@ -675,13 +865,17 @@ static int open_checked_shard(int *fd_out, const local_dataset *d, uint64_t i, c
 /* Every shard, every record, before the first byte is uploaded: a damaged
  * dataset uploads nothing. This reads the whole dataset once more than the
  * upload does (README "Uploading": the cost, measured). */
-static int check_all_shards(const local_dataset *d)
+static int check_all_shards(const push_ctx *p, const local_dataset *d)
 {
     uint8_t *buf = malloc(SCAN_BUFFER);
     if (!buf)
         return sf_fail(-ENOMEM, "sf_push: out of memory");
     int rc = 0;
     for (uint64_t i = 0; !rc && i < d->manifest.shard_count; i++) {
+        if (cancelled(p)) { /* between shards: a check may take as long as the upload */
+            rc = cancel_error();
+            break;
+        }
         char name[64];
         int fd = -1;
         rc = open_checked_shard(&fd, d, i, name, sizeof name, buf);
@@ -708,7 +902,9 @@ static int opts_check(sf_push_opts *o, const sf_push_opts *given)
         int rc = sf_check_opts_version("sf_push_opts", given->version, SF_PUSH_OPTS_VERSION);
         if (rc)
             return rc;
-        *o = *given;
+        /* A version-1 struct ends before `cancel`: read only what it has. */
+        memset(o, 0, sizeof *o);
+        memcpy(o, given, given->version >= 2 ? sizeof *o : offsetof(sf_push_opts, cancel));
     } else {
         *o = defaults;
     }
@@ -731,8 +927,9 @@ static int opts_check(sf_push_opts *o, const sf_push_opts *given)
     return 0;
 }
 
-/* The manifest already at the destination: refused, or deleted first. */
-static int clear_destination(push_ctx *p, const sf_push_opts *o)
+/* The manifest already at the destination: refused (overwrite 0), or
+ * deleted first when `delete` (with overwrite 1). */
+static int clear_destination(push_ctx *p, const sf_push_opts *o, bool delete)
 {
     char *url = NULL, what[4400];
     object_what(what, sizeof what, p->loc, SF_MANIFEST_NAME);
@@ -745,17 +942,43 @@ static int clear_destination(push_ctx *p, const sf_push_opts *o)
          * for any missing object when the caller may not list the bucket. */
         char said[2048];
         snprintf(said, sizeof said, "%s", sf_last_error());
-        rc = sf_fail(rc, "%s: push reads the manifest to find a dataset already there, and S3 answers "
-                         "403, not 404, for a missing object when the credentials lack s3:ListBucket on "
-                         "the bucket (grant it, or check the credentials)",
-                     said);
+        if (remote_location_signed(p->loc))
+            rc = sf_fail(rc, "%s: push reads the manifest to find a dataset already there, and S3 answers "
+                             "403, not 404, for a missing object when the credentials lack s3:ListBucket "
+                             "on the bucket (grant it, or check the credentials)",
+                         said);
+        else
+            rc = sf_fail(rc, "%s: the request was anonymous: no credentials were found (AWS_ACCESS_KEY_ID "
+                             "and AWS_SECRET_ACCESS_KEY, or a key pair in ~/.aws/credentials for the "
+                             "profile AWS_PROFILE names, else [default])",
+                         said);
     }
-    if (!rc && r->status != 404) {
+    /* 416 to the one-byte range: an empty object is there (a manifest cut
+     * short); it was reported as the store's refusal, and --overwrite
+     * could not replace it. */
+    if (rc == SF_E_REMOTE && r->status == 416)
+        rc = 0;
+    char code[64] = "";
+    if (!rc && r->status == 404 && remote_location_kind(p->loc) == REMOTE_S3)
+        xml_text(code, sizeof code, r->body, "Code");
+    if (!strcmp(code, "NoSuchBucket")) /* said here, not after every record was read */
+        rc = sf_fail(SF_E_REMOTE, "GET %s: HTTP 404 NoSuchBucket: the bucket does not exist (create "
+                                  "it first, or check the URL and the endpoint)",
+                     what);
+    else if (!rc && r->status != 404) {
         if (!o->overwrite)
             rc = sf_fail(SF_E_EXISTS, "%s: a dataset is already there (%s): push refuses to replace it "
-                         "(--overwrite deletes its manifest first)", remote_location_display(p->loc), what);
-        else
-            rc = request(p, r, "DELETE", url, what, NULL, true);
+                         "(push --overwrite, or pack --force, deletes its manifest first)",
+                         remote_location_display(p->loc), what);
+        else if (delete) {
+            /* Not cut short: a manifest deleted whose answer was lost would
+             * leave p->replaced unset, and the error silent about it. */
+            bool saved_uncancellable = p->uncancellable;
+            p->uncancellable = true;
+            if ((rc = request(p, r, "DELETE", url, what, NULL, true)) == 0)
+                p->replaced = true;
+            p->uncancellable = saved_uncancellable;
+        }
     }
     free(r);
     free(url);
@@ -775,12 +998,9 @@ static int push_shard(push_ctx *p, const local_dataset *d, const sf_push_opts *o
     if (size / part >= MAX_PARTS) /* S3 takes at most 10,000 parts */
         part = (size + MAX_PARTS - 1) / MAX_PARTS;
     /* A plain web server (WebDAV PUT) has no multipart uploads: one PUT. */
-    if (size > o->multipart_threshold && remote_location_kind(p->loc) == REMOTE_S3) {
-        rc = put_multipart(p, name, fd, size, part);
-    } else {
-        body_src b = {.fd = fd, .len = size};
-        rc = put_single(p, name, &b);
-    }
+    bool in_parts = size > o->multipart_threshold && remote_location_kind(p->loc) == REMOTE_S3;
+    body_src b = {.fd = fd, .len = size};
+    rc = upload_object(p, name, &b, in_parts ? part : 0);
     close(fd);
     return rc;
 }
@@ -790,8 +1010,15 @@ static int push_shard(push_ctx *p, const local_dataset *d, const sf_push_opts *o
  * leaves a manifest behind. */
 static int push_manifest(push_ctx *p, const local_dataset *d)
 {
+    if (cancelled(p))
+        return cancel_error();
     body_src b = {.mem = d->manifest_bytes, .len = d->manifest_len};
-    int rc = put_single(p, SF_MANIFEST_NAME, &b);
+    p->uncancellable = true; /* up whole, or deleted: never cut short by a cancel */
+    int rc = upload_object(p, SF_MANIFEST_NAME, &b, 0);
+    if (!rc) {
+        p->uncancellable = false; /* the stale shards' removal may stop (a warning says so) */
+        return 0;
+    }
     if (!rc || rc == -ENOMEM)
         return rc;
     char detail[2048], *url = NULL, what[4400];
@@ -951,6 +1178,56 @@ static void remove_stale_shards(push_ctx *p, uint64_t count)
     free(r);
 }
 
+/* What the store would refuse only at the end of an upload: S3 itself takes
+ * parts of at least 5 MiB but the last (CompleteMultipartUpload fails
+ * EntityTooSmall, after every part went up); S3-compatible stores
+ * (an endpoint set) may take less, down to SF_PUSH_MIN_PART_SIZE. */
+static int location_check(const remote_location *loc, const sf_push_opts *o)
+{
+    if (remote_location_kind(loc) == REMOTE_S3 && remote_location_aws(loc) &&
+        o->part_size < (5ull << 20))
+        return sf_fail(SF_E_INVALID,
+                       "%s: part size %llu bytes: S3 takes parts of at least 5 MiB but the last "
+                       "(it refuses the finished upload otherwise, EntityTooSmall); smaller parts "
+                       "are for S3-compatible stores (AWS_ENDPOINT_URL)",
+                       remote_location_display(loc), (unsigned long long)o->part_size);
+    return 0;
+}
+
+/* Opens what push needs of `url`: its settings, credentials, a handle. */
+static int push_open(push_ctx *p, remote_location **loc, const char *url, const sf_push_opts *o)
+{
+    int rc = remote_location_open(loc, url);
+    if (rc)
+        return rc;
+    *p = (push_ctx){.loc = *loc, .retries = o->retries, .backoff_ms = o->backoff_ms,
+                    .seed = (unsigned)time(NULL) ^ (unsigned)getpid(), .cancel = o->cancel};
+    if ((rc = location_check(*loc, o)))
+        return rc;
+    if (!(p->curl = curl_easy_init()))
+        return sf_fail(-ENOMEM, "sf_push: curl_easy_init failed");
+    return 0;
+}
+
+int sf_push_check(const char *url, const sf_push_opts *opts)
+{
+    if (!url)
+        return sf_fail(SF_E_INVALID, "sf_push_check: a URL is needed");
+    sf_push_opts o;
+    int rc = opts_check(&o, opts);
+    if (rc)
+        return rc;
+    remote_location *loc = NULL;
+    push_ctx p = {0};
+    rc = push_open(&p, &loc, url, &o);
+    if (!rc)
+        rc = clear_destination(&p, &o, false);
+    if (p.curl)
+        curl_easy_cleanup(p.curl);
+    remote_location_free(loc);
+    return rc;
+}
+
 int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
 {
     if (!dataset_dir || !url)
@@ -960,23 +1237,29 @@ int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
     if (rc)
         return rc;
     remote_location *loc = NULL;
-    rc = remote_location_open(&loc, url);
-    if (rc)
-        return rc;
+    push_ctx p = {0};
     local_dataset d = {.dir = dataset_dir, .lock_fd = -1};
-    rc = lock_shared(&d);
+    rc = push_open(&p, &loc, url, &o);
+    if (!rc)
+        rc = lock_shared(&d);
     if (!rc)
         rc = read_manifest(&d);
+    /* Whether a dataset is there before every record is read (which may
+     * take hours), refused without overwrite; asked again once the dataset
+     * checked whole (one may have arrived meanwhile), and with overwrite
+     * deleted only then. */
     if (!rc)
-        rc = check_all_shards(&d);
-    push_ctx p = {.loc = loc, .retries = o.retries, .backoff_ms = o.backoff_ms,
-                  .seed = (unsigned)time(NULL) ^ (unsigned)getpid()};
-    if (!rc && !(p.curl = curl_easy_init()))
-        rc = sf_fail(-ENOMEM, "sf_push: curl_easy_init failed");
+        rc = clear_destination(&p, &o, false);
     if (!rc)
-        rc = clear_destination(&p, &o);
+        rc = check_all_shards(&p, &d);
+    if (!rc)
+        rc = clear_destination(&p, &o, true);
     uint64_t total = d.manifest.shard_count + 1;
     for (uint64_t i = 0; !rc && i < d.manifest.shard_count; i++) {
+        if (cancelled(&p)) {
+            rc = cancel_error();
+            break;
+        }
         char name[64];
         uint64_t bytes = 0;
         rc = push_shard(&p, &d, &o, i, &bytes, name, sizeof name);
@@ -989,6 +1272,14 @@ int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
         o.progress(o.progress_ctx, total, total, SF_MANIFEST_NAME, d.manifest_len);
     if (!rc)
         remove_stale_shards(&p, d.manifest.shard_count);
+    if (rc && p.replaced) {
+        /* sf_fail writes the buffer sf_last_error() returns: the reason is copied first. */
+        char why[4096];
+        snprintf(why, sizeof why, "%s", sf_last_error());
+        rc = sf_fail(rc, "%s; the dataset that was at %s is no longer readable: --overwrite deleted its "
+                     "manifest before this push failed (push again to finish)",
+                     why, remote_location_display(loc));
+    }
     if (p.curl)
         curl_easy_cleanup(p.curl);
     local_close(&d);
@@ -1003,6 +1294,11 @@ int sf_push(const char *dataset_dir, const char *url, const sf_push_opts *opts)
     (void)dataset_dir, (void)opts;
     remote_location *loc = NULL;
     return remote_location_open(&loc, url); /* says the build has no libcurl */
+}
+
+int sf_push_check(const char *url, const sf_push_opts *opts)
+{
+    return sf_push(".", url, opts);
 }
 
 #endif

@@ -387,6 +387,11 @@ int remote_location_signed(const remote_location *loc)
     return loc->sigv4[0] != '\0';
 }
 
+int remote_location_aws(const remote_location *loc)
+{
+    return loc->kind == REMOTE_S3 && !loc->aws.endpoint;
+}
+
 int remote_object_url(char **out, const remote_location *loc, const char *name)
 {
     *out = NULL;
@@ -530,6 +535,12 @@ const char *remote_location_region(const remote_location *loc)
 }
 
 int remote_location_signed(const remote_location *loc)
+{
+    (void)loc;
+    return 0;
+}
+
+int remote_location_aws(const remote_location *loc)
 {
     (void)loc;
     return 0;

@@ -75,21 +75,32 @@ class PackToUrl(RemoteCase):
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        # A dataset is there now: refused (after packing: nothing uploaded), --force replaces it.
+        # A dataset is there now: refused before packing (it was after), --force replaces it.
         out = self.pack(f"s3://{self.bkt}/sets/train", "-q", check=1)
-        self.assertIn("already there", out.stderr)
-        self.assertIn(f"failed: s3://{self.bkt}/sets/train already holds a dataset: nothing was uploaded "
-                      "(--force replaces it)", out.stderr)
+        self.assertIn(f"s3://{self.bkt}/sets/train: a dataset is already there", out.stderr)
+        self.assertIn("pack --force", out.stderr)
+        self.assertIn("nothing was packed", out.stderr)
+        self.assertNotIn("packing into the temporary folder", out.stderr)
         self.assert_no_temporary_folder()
         self.pack(f"s3://{self.bkt}/sets/train", "-q", "--force", check=0)
         self.assertEqual(run("verify", f"s3://{self.bkt}/sets/train", env=self.env).returncode, 0)
 
     def test_failed_upload_leaves_no_manifest_and_no_temporary_folder(self):
+        # A bucket that does not exist is found before packing (it was by the first shard's PUT).
         out = self.pack("s3://no-such-bucket/ds", check=1)
-        self.assertIn("s3://no-such-bucket/ds/", out.stderr)
-        self.assertIn("NoSuchBucket", out.stderr)
+        self.assertIn("GET s3://no-such-bucket/ds/manifest.sfm: HTTP 404 NoSuchBucket", out.stderr)
+        self.assertIn("nothing was packed", out.stderr)
+        self.assertNotIn("packing into the temporary folder", out.stderr)
+        self.assert_no_temporary_folder()
+        # A shard the store refuses: no manifest, and the last line says so.
+        shard_put = lambda m, path: m == "PUT" and path.endswith(".sfs")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=shard_put) as p:
+            env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            out = self.pack(f"s3://{self.bkt}/refused", "--retries", "0", "-q", env=env, check=1)
+        self.assertIn(f"s3://{self.bkt}/refused/shard-000000.sfs: HTTP 500", out.stderr)
         self.assertIn("failed before the manifest was uploaded: this run put no manifest at "
-                      "s3://no-such-bucket/ds", out.stderr)
+                      f"s3://{self.bkt}/refused", out.stderr)
+        self.assertIsNone(self.s3.get_object(self.bkt, "refused/manifest.sfm"))
         self.assert_no_temporary_folder()
         # The packing itself fails: nothing was uploaded.
         out = run("pack", os.path.join(self.root, "missing-input"), "-o", f"s3://{self.bkt}/none", "--tmp-dir",
@@ -125,29 +136,37 @@ class PackToUrl(RemoteCase):
         self.assert_no_temporary_folder()
 
     def test_interrupted_upload_removes_the_temporary_folder(self):
-        # Every shard PUT held 1 s at the proxy: SIGTERM arrives during the upload.
+        # Every shard PUT held 1 s at the proxy: the signal arrives during the upload. SIGQUIT
+        # (the quit key) left the temporary folder behind: it was not forwarded.
+        import resource
         shard_put = lambda m, path: m == "PUT" and path.endswith(".sfs")  # noqa: E731
-        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=1.0, match=shard_put) as p:
-            env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
-            proc = subprocess.Popen([clitest.SHARDFEED, "pack", self.src, "-o", f"s3://{self.bkt}/cut", "--shard-size",
-                                     "16KiB", "--tmp-dir", self.tmp_parent], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 20
-            while p.requests == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            self.assertGreater(p.requests, 0, "the upload never started")
-            self.assertEqual(len(os.listdir(self.tmp_parent)), 1, "packing in the temporary folder")
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=20)
-        self.assertEqual(proc.returncode, -signal.SIGTERM, err)
-        self.assertIn(f"stopped by signal {int(signal.SIGTERM)} before the manifest was uploaded: this run put no "
-                      f"manifest at s3://{self.bkt}/cut", err)
-        self.assert_no_temporary_folder()
-        self.assertIsNone(self.s3.get_object(self.bkt, "cut/manifest.sfm"))
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
+            with self.subTest(sig=sig.name), \
+                    servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=1.0, match=shard_put) as p:
+                env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+                proc = subprocess.Popen([clitest.SHARDFEED, "pack", self.src, "-o", f"s3://{self.bkt}/cut",
+                                         "--shard-size", "16KiB", "--tmp-dir", self.tmp_parent], env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+                deadline = time.monotonic() + 20
+                puts = lambda: [q for m, q, _ in p.log if m == "PUT"]  # noqa: E731 (GET: the check before packing)
+                while not puts() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertTrue(puts(), "the upload never started")
+                self.assertEqual(len(os.listdir(self.tmp_parent)), 1, "packing in the temporary folder")
+                proc.send_signal(sig)
+                _, err = proc.communicate(timeout=20)
+                self.assertEqual(proc.returncode, -sig, err)
+                self.assertIn(f"stopped by signal {int(sig)} before the manifest was uploaded: this run put no "
+                              f"manifest at s3://{self.bkt}/cut", err)
+                self.assert_no_temporary_folder()
+                self.assertIsNone(self.s3.get_object(self.bkt, "cut/manifest.sfm"))
 
     def test_interrupted_manifest_upload_is_not_called_missing(self):
         # SIGTERM while the manifest's PUT is held at the proxy (its body sent, the answer pending):
-        # the store may keep it, and pack says so instead of "no manifest".
+        # the store may have kept it, and pack said "may or may not hold it". The manifest's PUT
+        # is now not cut short: it finishes, and pack says the URL holds the dataset, then exits
+        # by the signal.
         man = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
         with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=2.0, match=man) as p:
             env = dict(self.env, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
@@ -161,10 +180,11 @@ class PackToUrl(RemoteCase):
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, -signal.SIGTERM, err)
-        self.assertIn(f"stopped by signal {int(signal.SIGTERM)} while the manifest was being uploaded: "
-                      f"s3://{self.bkt}/late may or may not hold it", err)
+        self.assertIn(f"stopped by signal {int(signal.SIGTERM)} after the upload finished: "
+                      f"s3://{self.bkt}/late holds the dataset", err)
         self.assertNotIn("no manifest", err)
         self.assert_no_temporary_folder()
+        self.assertEqual(run("verify", f"s3://{self.bkt}/late", env=self.env).returncode, 0)
 
     def test_pack_to_a_web_server_taking_put(self):
         # As push: an http(s):// URL of a server taking PUT (nginx's WebDAV), every file in one PUT.

@@ -78,6 +78,19 @@ class PushTest(unittest.TestCase):
         env.update(extra_env or {})
         return run("push", *args, env=env, check=check, timeout=120)
 
+    def damaged_copy(self, name):
+        """(a copy of the dataset in tmp/name, its last shard's file name): one byte of a
+        record of that shard flipped, header, footer and index intact."""
+        broken = os.path.join(self.tmp, name)
+        shutil.copytree(self.ds, broken)
+        last = [f for f in dataset_files(broken) if f.endswith(".sfs")][-1]
+        with open(os.path.join(broken, last), "r+b") as f:
+            f.seek(128 + 4096 + 100)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0xFF]))
+        return broken, last
+
     def assert_uploaded(self, bucket, prefix, ds=None):
         ds = ds or self.ds
         keys = self.s3.list_keys(bucket, prefix + "/")
@@ -149,6 +162,36 @@ class PushTest(unittest.TestCase):
         self.assertIn("the store received other bytes than the ones read and hashed here", out.stderr)
         self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
 
+    def test_unsigned_uploads_are_read_back_and_sent_again(self):
+        # Without credentials nothing signs a body's hash, so the store keeps whatever
+        # arrives: push reads each object back and compares it with the local bytes. One
+        # upload request in five damaged: every object arrives whole all the same.
+        # (PUTs only: a multipart completion's XML damaged is refused by the store as
+        # MalformedXML or InvalidPart, which fails the push loudly.)
+        anonymous = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+        put = lambda m, path: m == "PUT"  # noqa: E731
+        for parts, seed in ((SMALL_PARTS, 21), ([], 22)):
+            bucket = self.new_bucket()
+            with servers.FaultProxy(self.s3.endpoint, {"corrupt_request": 0.2}, seed=seed, match=put) as p:
+                self.push(self.ds, f"s3://{bucket}/ds", *parts, "-q", endpoint=p.url, check=0,
+                          extra_env=anonymous)
+            self.assertGreater(p.counts["corrupt_request"], 0, "nothing was damaged: the test proves nothing")
+            # Unsigned: each shard read back whole (a signed push reads nothing back).
+            reads = {path for m, path, _ in p.log if m == "GET" and path.endswith(".sfs")}
+            self.assertEqual(len(reads), len([f for f in self.files if f.endswith(".sfs")]))
+            self.assert_uploaded(bucket, "ds")
+        # The manifest damaged every time: it is deleted again and the error says why.
+        bucket = self.new_bucket()
+        manifest_put = lambda m, path: m == "PUT" and path.endswith("/manifest.sfm")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"corrupt_request": 1.0}, match=manifest_put) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "2", endpoint=p.url, check=1,
+                            extra_env=anonymous)
+        self.assertEqual(p.counts["corrupt_request"], 3)
+        self.assertIn(f"PUT s3://{bucket}/ds/manifest.sfm: the object the store kept differs from the",
+                      out.stderr)
+        self.assertIn("read back after each of 3 uploads", out.stderr)
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
+
     def test_lost_answer_to_a_completed_multipart_upload(self):
         # The first CompleteMultipartUpload of each shard is forwarded, then reset: the
         # store completed it, the retry gets NoSuchUpload, and push finds the object whole.
@@ -211,20 +254,14 @@ class PushTest(unittest.TestCase):
         # Header, footer and index intact, one record's bytes damaged in the LAST shard:
         # every record is checked before the first byte goes up, so nothing is uploaded.
         bucket = self.new_bucket()
-        broken = os.path.join(self.tmp, "damaged")
-        shutil.copytree(self.ds, broken)
-        last = [f for f in dataset_files(broken) if f.endswith(".sfs")][-1]
-        with open(os.path.join(broken, last), "r+b") as f:
-            f.seek(128 + 4096 + 100)
-            b = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([b[0] ^ 0xFF]))
+        broken, last = self.damaged_copy("damaged")
         with servers.FaultProxy(self.s3.endpoint) as p:
             out = self.push(broken, f"s3://{bucket}/ds", endpoint=p.url, check=2)
         self.assertRegex(out.stderr, rf"{os.path.join(broken, last)}: record \d+: checksum mismatch"
                                      r" in its payload at bytes \d+\.\.")
         self.assertIn("nothing was uploaded", out.stderr)
-        self.assertEqual(p.log, [])
+        # one request: whether a dataset is there, asked before every record is read
+        self.assertEqual(p.log, [("GET", f"/{bucket}/ds/manifest.sfm", None)])
         self.assertEqual(self.s3.list_keys(bucket), [])
         shutil.rmtree(broken)
 
@@ -302,8 +339,46 @@ class PushTest(unittest.TestCase):
         out = self.push(self.ds, f"s3://{bucket}/ds", "-q", check=1)
         self.assertIn("already there", out.stderr)
         self.assertIn("--overwrite", out.stderr)
+        # An empty manifest object: AWS answers the existence check's one-byte range with 416
+        # InvalidRange (s3rver drops the connection, so a front answers as AWS does). A dataset
+        # is there: refused, and replaced with --overwrite; push failed on the "error" before.
+        status, _, _ = self.s3.request("PUT", f"/{bucket}/empty/manifest.sfm", b"")
+        self.assertEqual(status, 200)
+        empty = [True]
+
+        def as_aws(method, path, headers, body):
+            if method == "GET" and path == f"/{bucket}/empty/manifest.sfm" and empty[0]:
+                return ("respond", 416, "InvalidRange", "The requested range is not satisfiable")
+            if method == "DELETE" and path == f"/{bucket}/empty/manifest.sfm":
+                empty[0] = False
+            return None
+        front = servers._Forwarder(self.s3.endpoint, as_aws)
+        try:
+            out = self.push(self.ds, f"s3://{bucket}/empty", "-q", endpoint=front.url, check=1)
+            self.assertIn(f"s3://{bucket}/empty: a dataset is already there", out.stderr)
+            self.push(self.ds, f"s3://{bucket}/empty", "-q", "--overwrite", endpoint=front.url,
+                      check=0)
+        finally:
+            front.stop()
+        self.assert_uploaded(bucket, "empty")
+        # Refused before the records are read (they were read first, possibly for hours): a
+        # dataset with a damaged record is refused as one already there, not for the damage.
+        broken, _ = self.damaged_copy("refused-first")
+        out = self.push(broken, f"s3://{bucket}/ds", "-q", check=1)
+        self.assertIn("already there", out.stderr)
+        self.assertNotIn("checksum", out.stderr)
+        shutil.rmtree(broken)
         self.push(self.ds, f"s3://{bucket}/ds", "-q", "--overwrite", check=0)
         self.assert_uploaded(bucket, "ds")
+        # An overwrite that fails after deleting the manifest says the old dataset is gone.
+        shard_put = lambda m, path: m == "PUT" and path.endswith("/shard-000001.sfs")  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=shard_put) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", "-q", "--overwrite", "--retries", "0",
+                            endpoint=p.url, check=1)
+        self.assertIn(f"PUT s3://{bucket}/ds/shard-000001.sfs: HTTP 500", out.stderr)
+        self.assertIn(f"the dataset that was at s3://{bucket}/ds is no longer readable: --overwrite "
+                      "deleted its manifest", out.stderr)
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
 
     def test_credentials_from_a_profile_in_the_files(self):
         home = os.path.join(self.tmp, "home")
@@ -374,9 +449,13 @@ class PushTest(unittest.TestCase):
             self.assertEqual(f.read(), "mine\n")
 
     def test_store_errors_are_named(self):
-        out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", check=1)
-        self.assertIn("s3://no-such-bucket/ds/shard-000000.sfs", out.stderr)
-        self.assertIn("HTTP 404 NoSuchBucket", out.stderr)
+        # A bucket that does not exist: said by the first request, before any record is read.
+        with servers.FaultProxy(self.s3.endpoint) as p:
+            out = self.push(self.ds, "s3://no-such-bucket/ds", "--retries", "0", endpoint=p.url,
+                            check=1)
+        self.assertIn("GET s3://no-such-bucket/ds/manifest.sfm: HTTP 404 NoSuchBucket: the bucket "
+                      "does not exist", out.stderr)
+        self.assertEqual([m for m, _, _ in p.log], ["GET"])
         bucket = self.new_bucket()
         out = self.push(self.ds, f"s3://{bucket}/ds", check=1,
                         extra_env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"})
@@ -388,6 +467,67 @@ class PushTest(unittest.TestCase):
         out = self.push(self.ds, f"s3://{bucket}/ds", "--retries", "1", endpoint=nobody, check=1)
         self.assertRegex(out.stderr, rf"GET s3://{bucket}/ds/manifest.sfm: .*(connect|Connection refused)"
                                      r".* \(after 2 attempts\)")
+
+    def test_parts_under_5_mib_are_refused_for_aws_and_a_failed_part_is_named(self):
+        # S3 itself refuses parts under 5 MiB (all but the last) only at CompleteMultipartUpload,
+        # after every part went up; S3-compatible stores (an endpoint) may take them.
+        env = {"AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_S3": ""}
+        out = self.push(self.ds, "s3://bkt/ds", "--part-size", "1MiB", extra_env=env, check=1)
+        self.assertIn("s3://bkt/ds: part size 1048576 bytes: S3 takes parts of at least 5 MiB",
+                      out.stderr)
+        bucket = self.new_bucket()
+        part2 = lambda m, path: m == "PUT" and "partNumber=2&" in path  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"500": 1.0}, match=part2) as p:
+            out = self.push(self.ds, f"s3://{bucket}/ds", *SMALL_PARTS, "--retries", "0",
+                            endpoint=p.url, check=1)
+        self.assertRegex(out.stderr, rf"PUT s3://{bucket}/ds/shard-000000.sfs \(part 2 of \d+, "
+                                     r"bytes \d+-\d+\): HTTP 500")
+
+    def test_a_signal_aborts_the_multipart_upload_under_way(self):
+        # SIGINT killed push mid-upload: the store kept the multipart upload's parts (billed
+        # until a lifecycle rule removed them). It now aborts it (DELETE ?uploadId=), puts no
+        # manifest, and exits by the signal.
+        import signal
+        bucket = self.new_bucket()
+        part = lambda m, path: m == "PUT" and "partNumber=" in path  # noqa: E731
+        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=0.5, match=part) as p:
+            env = dict(os.environ, **self.s3.env())
+            env.update(HOME=self.tmp, AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            env.pop("AWS_PROFILE", None)
+            proc = subprocess.Popen([clitest.SHARDFEED, "push", self.ds, f"s3://{bucket}/ds", *SMALL_PARTS,
+                                     "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            deadline = time.monotonic() + 30
+            while not any(part(m, q) for m, q, _ in p.log) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            # Twice within a second, as a terminal's Ctrl-C reaches pack -o URL's packing
+            # process once directly and once forwarded: one stop, not a kill.
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            start = time.monotonic()
+            _, err = proc.communicate(timeout=30)
+            took = time.monotonic() - start
+        self.assertEqual(proc.returncode, -signal.SIGINT, err)
+        self.assertIn(f"stopped by signal {int(signal.SIGINT)}: push cancelled", err)
+        self.assertLess(took, 5)
+        methods = [(m, q) for m, q, _ in p.log]
+        self.assertTrue(any(m == "DELETE" and "uploadId=" in q for m, q in methods), methods)
+        self.assertFalse(any(q.endswith("/manifest.sfm") and m == "PUT" for m, q in methods))
+        self.assertIsNone(self.s3.get_object(bucket, "ds/manifest.sfm"))
+        # A signal the caller ignores (nohup, a background job) stays ignored: the push goes on.
+        with servers.FaultProxy(self.s3.endpoint, {"delay": 1.0}, delay_s=0.2, match=part) as p:
+            env.update(AWS_ENDPOINT_URL=p.url, AWS_ENDPOINT_URL_S3=p.url)
+            proc = subprocess.Popen([clitest.SHARDFEED, "push", self.ds, f"s3://{bucket}/kept", *SMALL_PARTS,
+                                     "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            deadline = time.monotonic() + 30
+            while not any(part(m, q) for m, q, _ in p.log) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assert_uploaded(bucket, "kept")
 
     def test_usage(self):
         out = self.push(self.ds, check=1)
@@ -437,6 +577,20 @@ class HttpPushTest(unittest.TestCase):
         self.assertIn("already there", out.stderr)
         run("push", self.ds, self.nginx.url + "/sets/one", "--overwrite", "-q", check=0, timeout=120)
         self.assert_same_files(os.path.join(self.www, "sets", "one"))
+
+    def test_bytes_damaged_on_the_way_are_read_back_and_sent_again(self):
+        # A web server checks no hash: push reads every object back after its PUT.
+        with servers.FaultProxy(self.nginx.url, {"corrupt_request": 0.3}, seed=4) as p:
+            run("push", self.ds, p.url + "/damaged/one", "-q", check=0, timeout=120)
+        self.assertGreater(p.counts["corrupt_request"], 0, "nothing was damaged: the test proves nothing")
+        self.assert_same_files(os.path.join(self.www, "damaged", "one"))
+        # A shard damaged every time: no manifest goes up, and the error names the shard.
+        shard_put = lambda m, path: m == "PUT" and path.endswith("/shard-000001.sfs")  # noqa: E731
+        with servers.FaultProxy(self.nginx.url, {"corrupt_request": 1.0}, match=shard_put) as p:
+            out = run("push", self.ds, p.url + "/damaged/two", "--retries", "1", check=1, timeout=120)
+        self.assertEqual(p.counts["corrupt_request"], 2)
+        self.assertIn(f"PUT {p.url}/damaged/two/shard-000001.sfs: the object the store kept differs", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.www, "damaged", "two", "manifest.sfm")))
 
     def test_password_never_shown(self):
         # README: a password in the URL is sent as basic authentication, never shown in messages.
