@@ -206,10 +206,20 @@ static int lock_fd(int fd, int op)
  * as absent. */
 static int open_pinned_path(const char *path, int oflags)
 {
-    /* O_NOFOLLOW: the cache makes only files; a link there is not its own. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | oflags);
+    /* O_NOFOLLOW: the cache makes only files; a link there is not its own.
+     * O_NONBLOCK for the open alone: a FIFO under the name blocked it until
+     * a writer came (check_cached then refuses anything but a file); it is
+     * cleared at once, as io_uring answers -EAGAIN for a nonblocking file. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | oflags);
     if (fd < 0)
         return -1;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
     if (!remote_cache_repin(fd)) {
         close(fd);
         errno = ENOENT;
@@ -991,6 +1001,20 @@ static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size
     return 1;
 }
 
+/* The error for object `name` whose open failed with errno `e` (not
+ * ENOENT). ELOOP is O_NOFOLLOW's answer for a symbolic link: said so, as
+ * check_cached says it of a folder or a FIFO. */
+static int open_failure(const remote_cache *c, const char *name, int e)
+{
+    char path[PATH_MAX_LEN];
+    cache_path(path, sizeof path, c->dir, name);
+    if (e == ELOOP)
+        return sf_fail(-ELOOP, "remote cache: %s is a symbolic link, not a file (the cache "
+                               "makes only files there): remove it",
+                       path);
+    return sf_fail(-e, "%s: %s", path, sf_errno_text(e));
+}
+
 /* Makes sure `name` is in the cache; with `out`, returns it pinned. */
 /* `name` as an object's: no '/', no leading '.' (the cache's own files),
  * short enough for a pending download's record and every path (check_name). */
@@ -1025,7 +1049,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
             return 0;
         }
         if (errno != ENOENT)
-            return sf_fail(-errno, "%s/%s: %s", c->dir, name, sf_errno_text(errno));
+            return open_failure(c, name, errno);
         int got;
         rc = fetch_object(c, name, size, wait_s, fill, ctx, oflags, out ? &got : NULL);
         if (rc == -EAGAIN) /* wait_s 0: no room now, or another download of it under way */
@@ -1074,7 +1098,7 @@ int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint
     if ((*fd = got) >= 0)
         return 0;
     int e = errno;
-    return e == ENOENT ? -ENOENT : sf_fail(-e, "%s/%s: %s", c->dir, name, sf_errno_text(e));
+    return e == ENOENT ? -ENOENT : open_failure(c, name, e);
 }
 
 int remote_cache_download_private(int *fd, char *part, size_t part_cap, remote_cache *c,

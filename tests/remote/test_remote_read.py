@@ -357,6 +357,18 @@ class Cache(RemoteCase):
             with self.assertRaises(shardfeed.Error) as e:
                 epoch(url, cache_dir=cache)
             self.assertIn(f"{copy} is not a file", str(e.exception))
+            os.rmdir(copy)
+            os.mkfifo(copy)  # its open waited for a writer, for ever
+            with self.assertRaises(shardfeed.Error) as e:
+                epoch(url, cache_dir=cache)
+            self.assertIn(f"{copy} is not a file", str(e.exception))
+            os.remove(copy)
+            os.symlink(os.path.join(ds, name), copy)  # a link: never followed
+            with self.assertRaises(shardfeed.Error) as e:
+                epoch(url, cache_dir=cache)
+            self.assertIn(f"{copy} is a symbolic link, not a file", str(e.exception))
+            os.remove(copy)
+            self.assertEqual(epoch(url, cache_dir=cache), want)
 
     def test_an_idle_reader_does_not_hold_the_room_another_needs(self):
         # A reader keeps its last shards pinned between reads (no unpin and repin per record),
