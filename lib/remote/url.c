@@ -126,8 +126,19 @@ static const char *key_problem(const char *key)
 static bool dot_segment(const char *p)
 {
     for (;;) {
-        size_t n = strcspn(p, "/");
-        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+        size_t n = strcspn(p, "/"), dots = 0, i = 0;
+        /* A dot is '.' or "%2e": curl leaves "%2e%2e" alone, a server decodes
+         * and resolves it (nginx does), which reads and writes what ".." would. */
+        while (i < n) {
+            if (p[i] == '.')
+                i += 1;
+            else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] | 0x20) == 'e')
+                i += 3;
+            else
+                break;
+            dots++;
+        }
+        if (i == n && (dots == 1 || dots == 2))
             return true;
         if (!p[n])
             return false;

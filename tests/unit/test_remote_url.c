@@ -372,9 +372,15 @@ Test(remote_url, http_dot_segments_and_spaces)
     open_fails("http://127.0.0.1:9/s/../t", SF_E_INVALID, "a '.' or '..' path segment");
     open_fails("http://127.0.0.1:9/./t", SF_E_INVALID, "a '.' or '..' path segment");
     open_fails("http://127.0.0.1:9/t/..", SF_E_INVALID, "a '.' or '..' path segment");
+    /* Percent-encoded: curl sends it as is, a server decodes and resolves it. */
+    open_fails("http://127.0.0.1:9/a/%2e%2e/b", SF_E_INVALID, "a '.' or '..' path segment");
+    open_fails("http://127.0.0.1:9/a/.%2E/b", SF_E_INVALID, "a '.' or '..' path segment");
+    open_fails("http://127.0.0.1:9/%2e/b", SF_E_INVALID, "a '.' or '..' path segment");
     open_fails("http://127.0.0.1:9/a b", SF_E_INVALID, "percent-encode a space as %20");
     remote_location *loc = open_ok("http://127.0.0.1:9/a..b/.c/d.");
     expect_object_url(loc, "manifest.sfm", "http://127.0.0.1:9/a..b/.c/d./manifest.sfm");
+    remote_location_free(loc);
+    loc = open_ok("http://127.0.0.1:9/%2e%2e%2e/x%2e");
     remote_location_free(loc);
 }
 
