@@ -368,7 +368,8 @@ static int refuse_other_credentials(const settings_file *creds, const settings_f
             if (found)
                 return sf_fail(SF_E_UNSUPPORTED, "%s: profile '%s' in %s gets its credentials by %s, which "
                                "shardfeed does not follow: give it a key pair, or export one (e.g. `aws "
-                               "configure export-credentials --profile %s --format env`)",
+                               "configure export-credentials --profile %s --format env`); for a public "
+                               "bucket, AWS_NO_SIGN_REQUEST=YES",
                                url, profile, files[i]->path, OTHER_CREDENTIALS[k], profile);
         }
     return 0;
@@ -388,6 +389,26 @@ static int resolve_credentials(remote_aws *a, const settings_file *creds, const 
     if (rc || a->access_key)
         return rc;
     return refuse_other_credentials(creds, config, profile, url);
+}
+
+/* AWS_NO_SIGN_REQUEST, as GDAL reads it and as the AWS CLI's
+ * --no-sign-request means: every request unsigned, whatever credentials
+ * the environment and files hold (a public bucket read by someone whose
+ * default profile is SSO, which would otherwise be refused). *on: 1 or 0. */
+static int no_sign_request(bool *on, const char *url)
+{
+    const char *v = env_nonempty("AWS_NO_SIGN_REQUEST");
+    *on = false;
+    if (!v)
+        return 0;
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+    for (unsigned i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i]))
+            *on = true;
+        if (!strcasecmp(v, yes[i]) || !strcasecmp(v, no[i]))
+            return 0;
+    }
+    return sf_fail(SF_E_INVALID, "%s: AWS_NO_SIGN_REQUEST is '%.64s': give YES or NO", url, v);
 }
 
 int remote_aws_resolve(remote_aws *out, const char *url)
@@ -415,7 +436,10 @@ int remote_aws_resolve(remote_aws *out, const char *url)
         rc = resolve_region(out, &config, url);
     if (!rc)
         rc = resolve_endpoint(out, &config, url);
+    bool unsigned_only = false;
     if (!rc)
+        rc = no_sign_request(&unsigned_only, url);
+    if (!rc && !unsigned_only)
         rc = resolve_credentials(out, &creds, &config, profile, url);
     settings_close(&creds);
     settings_close(&config);

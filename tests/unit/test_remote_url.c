@@ -23,7 +23,7 @@ static void clear_aws_env(void)
     static const char *const vars[] = {
         "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
         "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-        "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"};
+        "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_NO_SIGN_REQUEST"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -420,6 +420,31 @@ Test(remote_url, credentials_another_way_are_refused)
     loc = open_ok("s3://bucket/ds");
     cr_assert(remote_location_signed(loc));
     remote_location_free(loc);
+}
+
+Test(remote_url, no_sign_request_reads_a_public_bucket_unsigned)
+{
+    /* A default profile on SSO is refused (credentials_another_way_are_refused); a public
+     * bucket is still readable, unsigned, by saying so, as the AWS CLI's --no-sign-request. */
+    write_aws_file("config", "[default]\nsso_session = corp\nregion = eu-west-1\n");
+    open_fails("s3://bucket/ds", SF_E_UNSUPPORTED, "for a public bucket, AWS_NO_SIGN_REQUEST=YES");
+    setenv("AWS_NO_SIGN_REQUEST", "yes", 1);
+    remote_location *loc = open_ok("s3://bucket/ds");
+    cr_assert_not(remote_location_signed(loc));
+    cr_assert_str_eq(remote_location_region(loc), "eu-west-1");
+    remote_location_free(loc);
+    /* Keys in the environment too: still unsigned. */
+    setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET", 1);
+    loc = open_ok("s3://bucket/ds");
+    cr_assert_not(remote_location_signed(loc));
+    remote_location_free(loc);
+    setenv("AWS_NO_SIGN_REQUEST", "FALSE", 1);
+    loc = open_ok("s3://bucket/ds");
+    cr_assert(remote_location_signed(loc));
+    remote_location_free(loc);
+    setenv("AWS_NO_SIGN_REQUEST", "maybe", 1);
+    open_fails("s3://bucket/ds", SF_E_INVALID, "AWS_NO_SIGN_REQUEST is 'maybe': give YES or NO");
 }
 
 Test(remote_url, anonymous_without_credentials)
