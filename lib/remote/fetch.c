@@ -540,7 +540,10 @@ static int attempt(remote_fetcher *f, const char *url, int ranged, uint64_t from
     }
     o->ignored_range = s->ignored_range;
     o->wrong_range = s->wrong_range;
-    if (s->expect && o->curl == CURLE_OK && o->status >= 200 && o->status <= 299) {
+    /* Whatever became of the transfer: the size is known once the headers
+     * came, and a range that arrived whole before a failure is taken as done
+     * (request_url), so its object must be checked here. */
+    if (s->expect && o->status >= 200 && o->status <= 299) {
         curl_off_t whole = -1;
         if (o->status == 206)
             o->wrong_size = s->total && s->total != s->expect;
@@ -786,6 +789,7 @@ int remote_fetch_listing(remote_fetcher *f, const char *query, uint64_t max, uin
 static int fetch_range_to_fd(remote_fetcher *f, const char *name, uint64_t size, uint64_t off,
                              uint64_t len, int fd, const remote_watch *watch, unsigned part)
 {
+    f->replaced = 0; /* not the last request's: an error before the request is not one */
     if (len == 0)
         return 0;
     sink s = {.cap = len, .fd = fd, .fd_off = off, .expect = size,

@@ -261,6 +261,40 @@ class SilentServer(RemoteCase):
         self.assertLess(took, 5)
         self.assertLessEqual(len(sent), 5)  # one attempt: not retried
 
+    def test_a_range_cut_short_after_its_last_byte_still_has_its_size_checked(self):
+        # A range whose every byte arrived before the transfer failed is taken as done
+        # (test_overlong); the size check of the object ran only for a transfer that ended well,
+        # so a server without ETags holding an object of another size slipped past it.
+        ds, _ = self.served(n=64, shard_size="4KiB")
+
+        def answer(conn, stop):
+            with conn:
+                try:
+                    req = conn.recv(65536).decode("latin-1")
+                    path = req.split(" ")[1]
+                    with open(os.path.join(ds, path.rsplit("/", 1)[1]), "rb") as f:
+                        data = f.read()
+                    rng = [ln for ln in req.split("\r\n") if ln.lower().startswith("range:")]
+                    if not rng:
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(data)
+                                     + data)
+                        return
+                    a, b = (int(x) for x in rng[0].split("=")[1].split("-"))
+                    b = min(b, len(data) - 1)
+                    # every byte asked for, under a Content-Length 5 longer; the object's size
+                    # 1000 past the manifest's: a replaced object
+                    conn.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % (a, b, len(data) + 1000, b - a + 6)
+                                 + data[a:b + 1])
+                except OSError:
+                    pass
+
+        env = dict(os.environ, SHARDFEED_REMOTE_RETRIES="1")
+        url, r, _ = self.inspect_against(answer, env)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertRegex(r.stderr, rf"{url}/shard-000000.sfs: the store's object is \d+ bytes, "
+                                   r"the manifest says \d+")
+
     def test_a_server_that_trickles_fails_the_attempt(self):
         # Two bytes a second kept one request alive as long as the server liked (the stall
         # rule was under 1 byte/s): the open of a manifest took 10 minutes. Under 1 KiB/s for
