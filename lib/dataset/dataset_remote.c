@@ -629,13 +629,18 @@ void dataset_remote_damaged_copy(char *out, size_t cap, sf_dataset *ds, uint64_t
     /* Only the file read (the one this dataset holds): the name may be a
      * good copy downloaded since, by another process or after an eviction. */
     struct stat st;
-    if (dataset_files_cached_stat(ds, shard, &st) != 0)
+    int held = dataset_files_cached_stat(ds, shard, &st) == 0;
+    int rc = held ? remote_cache_remove(x->cache, name, &st) : 0;
+    if (!held)
         snprintf(out, cap, " (read from the cache's copy %s/%s: remove it to download it again)",
                  dir, name);
-    else if (remote_cache_remove(x->cache, name, &st) == 0)
+    else if (rc == 1)
         snprintf(out, cap, " (read from the cache's copy %s/%s, now removed: the next open of "
                            "the shard downloads it again; `shardfeed verify URL` checks the "
                            "store's)", dir, name);
+    else if (rc == 0) /* gone already, or another copy (downloaded since): left alone */
+        snprintf(out, cap, " (read from a copy of the cache's %s/%s no longer under that name: "
+                           "the next open of the shard reads what is there now)", dir, name);
     else
         snprintf(out, cap, " (read from the cache's copy %s/%s, which could not be removed: %s)",
                  dir, name, sf_last_error());

@@ -949,7 +949,8 @@ static int fetch_object(remote_cache *c, const char *name, uint64_t size, unsign
  * lock: a listing never sees it half gone); with `st`, only if the name is
  * still that file (another process may have removed it and downloaded the
  * object again meanwhile). Readers holding it keep reading it; their next
- * repin finds it gone. 0 or a negative code. */
+ * repin finds it gone. 1 when this call removed it, 0 when the name was
+ * already gone or another file, or a negative code. */
 static int remove_object(remote_cache *c, const char *name, const struct stat *st)
 {
     char path[PATH_MAX_LEN];
@@ -960,9 +961,12 @@ static int remove_object(remote_cache *c, const char *name, const struct stat *s
     int rc = lock_root(c, lk);
     if (!rc) {
         struct stat now;
-        if (!st || (stat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino))
-            if (unlink(path) != 0 && errno != ENOENT)
+        if (!st || (stat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino)) {
+            if (unlink(path) == 0)
+                rc = 1;
+            else if (errno != ENOENT)
                 rc = sf_fail(-errno, "%s: %s", path, sf_errno_text(errno));
+        }
         unlock_root(c, lk);
     }
     close(lk);
@@ -993,7 +997,7 @@ static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size
     if ((uint64_t)st.st_size == size)
         return 0;
     int rc = remove_object(c, name, &st);
-    if (rc)
+    if (rc < 0)
         return rc;
     fprintf(stderr, "shardfeed: remote cache: %s was %lld bytes, the object is %llu: removed, "
                     "downloading it again\n",

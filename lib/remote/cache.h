@@ -75,7 +75,8 @@ int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint
 /* Removes object `name` from the cache if its file is still `st`'s (device
  * and inode: not a copy downloaded again since): a copy found damaged. Its
  * readers keep reading what they hold; the next acquire downloads it
- * again. 0 (removed, or already another file) or a negative code. */
+ * again. 1 (removed now), 0 (already gone, or another file: nothing
+ * removed) or a negative code. */
 int remote_cache_remove(remote_cache *c, const char *name, const struct stat *st);
 /* Unpins an acquired descriptor kept open (it may be evicted from now on). */
 void remote_cache_unpin(int fd);
