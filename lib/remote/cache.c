@@ -981,9 +981,10 @@ int remote_cache_remove(remote_cache *c, const char *name, const struct stat *st
 
 /* Whether fd, `name` opened from the cache, is a file of `size` bytes,
  * which every object the cache published is. 0 if so; 1 when it was
- * another size (cut short or appended to after the download: removed, so
- * that the caller downloads it again), or a negative code naming it. */
-static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size)
+ * another size (cut short or appended to after the download: with
+ * `remove`, removed, so that the caller downloads it again), or a negative
+ * code naming it. */
+static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size, int remove)
 {
     char path[PATH_MAX_LEN];
     cache_path(path, sizeof path, c->dir, name);
@@ -996,6 +997,8 @@ static int check_cached(remote_cache *c, const char *name, int fd, uint64_t size
                        path);
     if ((uint64_t)st.st_size == size)
         return 0;
+    if (!remove)
+        return 1;
     int rc = remove_object(c, name, &st);
     if (rc < 0)
         return rc;
@@ -1038,7 +1041,7 @@ static int ensure(int *out, remote_cache *c, const char *name, uint64_t size, in
     for (int round = 0; round < 8; round++) {
         /* A prefetch (wait_s 0) waits for nothing, this process's downloads neither. */
         int fd = open_object(c, name, oflags, wait_s != 0);
-        int bad = fd >= 0 ? check_cached(c, name, fd, size) : 0;
+        int bad = fd >= 0 ? check_cached(c, name, fd, size, 1) : 0;
         if (bad) {
             close(fd);
             if (bad < 0)
@@ -1094,10 +1097,14 @@ int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint
     if (rc)
         return rc;
     int got = open_object(c, name, oflags, 0);
-    int bad = got >= 0 ? check_cached(c, name, got, size) : 0;
+    /* Another size: not removed here, where removing waits for ROOT/.lock
+     * (up to the cache's wait when another process holds it) and the caller
+     * holds a lock of its own; remote_cache_acquire, which the caller calls
+     * next (-ENOENT), removes it and downloads it again. */
+    int bad = got >= 0 ? check_cached(c, name, got, size, 0) : 0;
     if (bad) {
         close(got);
-        return bad < 0 ? bad : -ENOENT; /* removed: the caller downloads it */
+        return bad < 0 ? bad : -ENOENT;
     }
     if ((*fd = got) >= 0)
         return 0;

@@ -68,8 +68,10 @@ int remote_cache_try_acquire(int *fd, remote_cache *c, const char *name, uint64_
  *
  * Both check what they find: a cached file of another size than `size`
  * (cut short or appended to since its download) is removed and fetched
- * again (here: -ENOENT), saying so on stderr; anything but a file under
- * the name is an error naming its path. */
+ * again, saying so on stderr (here: -ENOENT, nothing removed: the removal
+ * waits for ROOT/.lock, which this caller must not do; its
+ * remote_cache_acquire removes it); anything but a file under the name is
+ * an error naming its path. */
 int remote_cache_acquire_cached(int *fd, remote_cache *c, const char *name, uint64_t size,
                                 int oflags);
 /* Removes object `name` from the cache if its file is still `st`'s (device

@@ -642,6 +642,46 @@ Test(remote_cache, threads_queued_for_the_root_lock_fail_within_one_wait_and_the
     remote_cache_free(c);
 }
 
+/* A copy of another size found by acquire_cached, whose caller holds a lock
+ * of its own (the dataset's files lock): -ENOENT at once, nothing removed.
+ * Removing it waits for ROOT/.lock, the cache's wait when another process
+ * holds it, and every thread needing the caller's lock waited as long.
+ * acquire, which the caller calls next, removes it and downloads it. */
+Test(remote_cache, a_copy_of_another_size_is_left_to_acquire_without_waiting_for_the_root_lock)
+{
+    remote_cache *c;
+    cr_assert_eq(remote_cache_open(&c, root, 1 << 20, "space"), 0);
+    fill_spec f = {.seed = 3};
+    int fd;
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0);
+    close(fd);
+    wait_published(c, "a.sfs");
+    char path[600];
+    snprintf(path, sizeof path, "%s/a.sfs", remote_cache_dir(c));
+    cr_assert_eq(truncate(path, 1000), 0);
+    remote_cache_set_wait(c, 2);
+    char lock[600];
+    snprintf(lock, sizeof lock, "%s/.lock", root);
+    int holder = open(lock, O_RDWR | O_CREAT, 0644);
+    cr_assert_geq(holder, 0);
+    cr_assert_eq(flock(holder, LOCK_EX), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(remote_cache_acquire_cached(&fd, c, "a.sfs", 10000, 0), -ENOENT, "%s", sf_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    cr_assert_lt(ms, 1000, "acquire_cached waited %.0f ms for the root lock", ms);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "the copy is left for acquire");
+    cr_assert_eq(st.st_size, 1000);
+    close(holder);
+    cr_assert_eq(remote_cache_acquire(&fd, c, "a.sfs", 10000, 0, fill, &f), 0, "%s", sf_last_error());
+    assert_filled(fd, 3);
+    close(fd);
+    cr_assert_eq(f.calls, 2, "downloaded again");
+    remote_cache_free(c);
+}
+
 Test(remote_cache, a_dead_download_is_removed_when_room_is_needed)
 {
     remote_cache *c;
