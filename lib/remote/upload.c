@@ -250,6 +250,54 @@ static void backoff(push_ctx *p, int attempt)
  * the final answer is 2xx (r->status), else SF_E_REMOTE naming the URL,
  * the status and the store's <Code>/<Message>, or curl's reason. A 404 is
  * returned as 0 with r->status 404 when `allow_404`. */
+/* An attempt's common setup on the reset handle (its connection cache
+ * kept): the URL, the stall rule, the body to `write` (with `wdata`), the
+ * location's TLS and auth settings. 0 or a negative code. */
+static int attempt_setup(push_ctx *p, const char *url, curl_write_callback write, void *wdata)
+{
+    CURL *c = p->curl;
+    curl_easy_reset(c);
+    p->errbuf[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, p->errbuf);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L); /* a stalled transfer is a failure */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, wdata);
+    return remote_curl_prepare(c, p->loc);
+}
+
+/* Runs the attempt set up, ended at once by a cancel (also one before it
+ * starts): then CURLE_ABORTED_BY_CALLBACK with cancelled(p). */
+static CURLcode attempt_perform(push_ctx *p)
+{
+    if (cancelled(p))
+        return CURLE_ABORTED_BY_CALLBACK;
+    curl_easy_setopt(p->curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(p->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(p->curl, CURLOPT_XFERINFODATA, p);
+    return curl_easy_perform(p->curl);
+}
+
+/* `method what` failed after attempt + 1 attempts: curl's error, or the
+ * HTTP status with the store's <Code> and <Message> from r's body, then
+ * `tail`. SF_E_REMOTE. */
+static int attempts_failed(const push_ctx *p, const char *method, const char *what, CURLcode cc,
+                           const response *r, int attempt, const char *tail)
+{
+    if (cc != CURLE_OK)
+        return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempt%s)", method, what,
+                       p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1, attempt ? "s" : "");
+    char code[128], message[512];
+    xml_text(code, sizeof code, r->body, "Code");
+    xml_text(message, sizeof message, r->body, "Message");
+    return sf_fail(SF_E_REMOTE, "%s %s: HTTP %ld%s%s%s%s (after %d attempt%s)%s", method, what, r->status,
+                   code[0] ? " " : "", code, message[0] ? ": " : "", message, attempt + 1, attempt ? "s" : "",
+                   tail);
+}
+
 static int request(push_ctx *p, response *r, const char *method, const char *url, const char *what,
                    body_src *body, bool allow_404)
 {
@@ -269,23 +317,13 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
     }
     for (;; attempt++) {
         CURL *c = p->curl;
-        curl_easy_reset(c); /* keeps the connection cache */
         memset(r, 0, sizeof *r);
         r->total_size = -1;
-        p->errbuf[0] = '\0';
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, p->errbuf);
-        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L); /* a stalled transfer is a failure */
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep_response);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_headers);
-        curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-        int rc = remote_curl_prepare(c, p->loc);
+        int rc = attempt_setup(p, url, keep_response, r);
         if (rc)
             return rc;
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, keep_headers);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
         struct curl_slist *headers = NULL;
         if (p->extra_header || sha256[0]) {
             rc = remote_headers_append(&headers, p->loc, sha256[0] ? sha256 : NULL);
@@ -314,23 +352,12 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
         } else {
             curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
         }
-        if (cancelled(p)) {
-            curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
-            curl_slist_free_all(headers);
-            return cancel_error();
-        }
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
-        cc = curl_easy_perform(c);
-        if (cc == CURLE_ABORTED_BY_CALLBACK && cancelled(p)) {
-            curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
-            curl_slist_free_all(headers);
-            return cancel_error();
-        }
+        cc = attempt_perform(p);
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
         curl_slist_free_all(headers);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && cancelled(p))
+            return cancel_error();
         error_body = cc == CURLE_OK && r->status == 200 && strcmp(method, "POST") == 0 &&
                      strstr(r->body, "<Error>") != NULL;
         if (cc == CURLE_OK && !error_body &&
@@ -344,17 +371,11 @@ static int request(push_ctx *p, response *r, const char *method, const char *url
     if (cc == CURLE_ABORTED_BY_CALLBACK && body && body->read_errno)
         return sf_fail(-body->read_errno, "%s %s: reading the local file failed (%s%s)", method, what,
                        strerror(body->read_errno), body->read_errno == EIO ? ": did it shrink?" : "");
-    if (cc != CURLE_OK)
-        return sf_fail(SF_E_REMOTE, "%s %s: %s (after %d attempt%s)", method, what,
-                       p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1, attempt ? "s" : "");
-    char code[128], message[512];
-    xml_text(code, sizeof code, r->body, "Code");
-    xml_text(message, sizeof message, r->body, "Message");
-    return sf_fail(SF_E_REMOTE, "%s %s: HTTP %ld%s%s%s%s (after %d attempt%s)%s", method, what, r->status,
-                   code[0] ? " " : "", code, message[0] ? ": " : "", message, attempt + 1, attempt ? "s" : "",
-                   body_mismatch(r) ? ": the store received other bytes than the ones read and hashed here, "
-                                      "each time (did the local file change during the push?)"
-                                    : "");
+    return attempts_failed(p, method, what, cc, r, attempt,
+                           cc == CURLE_OK && body_mismatch(r)
+                               ? ": the store received other bytes than the ones read and hashed here, "
+                                 "each time (did the local file change during the push?)"
+                               : "");
 }
 
 /* ---- Objects -------------------------------------------------------------------- */
@@ -442,29 +463,12 @@ static int read_back_object(push_ctx *p, const char *url, const char *what, cons
     CURLcode cc = CURLE_OK;
     for (int attempt = 0; !rc; attempt++) {
         CURL *c = p->curl;
-        curl_easy_reset(c);
         memset(r, 0, sizeof *r);
         XXH3_128bits_reset(h);
         read_back rb = {.curl = c, .r = r, .hash = h, .max = body->len};
-        p->errbuf[0] = '\0';
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, p->errbuf);
-        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hash_response);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &rb);
-        if ((rc = remote_curl_prepare(c, p->loc)))
+        if ((rc = attempt_setup(p, url, hash_response, &rb)))
             break;
-        if (cancelled(p)) {
-            rc = cancel_error();
-            break;
-        }
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
-        cc = curl_easy_perform(c);
+        cc = attempt_perform(p);
         if (cc == CURLE_ABORTED_BY_CALLBACK && cancelled(p)) {
             rc = cancel_error();
             break;
@@ -476,17 +480,9 @@ static int read_back_object(push_ctx *p, const char *url, const char *what, cons
             break;
         }
         if (attempt >= p->retries || !retryable(cc, r, false)) {
-            char code[128], message[512];
-            xml_text(code, sizeof code, r->body, "Code");
-            xml_text(message, sizeof message, r->body, "Message");
-            if (cc != CURLE_OK)
-                rc = sf_fail(SF_E_REMOTE, "GET %s (reading back what was uploaded): %s (after %d attempt%s)",
-                             what, p->errbuf[0] ? p->errbuf : curl_easy_strerror(cc), attempt + 1,
-                             attempt ? "s" : "");
-            else
-                rc = sf_fail(SF_E_REMOTE, "GET %s (reading back what was uploaded): HTTP %ld%s%s%s%s "
-                             "(after %d attempt%s)", what, r->status, code[0] ? " " : "", code,
-                             message[0] ? ": " : "", message, attempt + 1, attempt ? "s" : "");
+            char reading[4500];
+            snprintf(reading, sizeof reading, "%s (reading back what was uploaded)", what);
+            rc = attempts_failed(p, "GET", reading, cc, r, attempt, "");
             break;
         }
         backoff(p, attempt);
