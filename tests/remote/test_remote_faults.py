@@ -240,21 +240,28 @@ class SilentServer(RemoteCase):
                 stop.set()
             return url, r, time.monotonic() - start
 
+    @staticmethod
+    def drip(length, chunk, every_s, sent=None):
+        """An answer for inspect_against: a 200 announcing `length` bytes, then `chunk` every
+        every_s seconds until the command ended (each send's count appended to `sent`)."""
+        def answer(conn, stop):
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % length)
+                    while not stop.wait(every_s):
+                        n = conn.send(chunk)
+                        if sent is not None:
+                            sent.append(n)
+                except OSError:
+                    pass
+        return answer
+
     def test_a_manifest_announced_past_the_largest_valid_one_is_refused_before_its_body(self):
         # A Content-Length of 1 TB was taken until 65 MB (the largest valid manifest) had
         # arrived; at 1 KiB/s, the floor, that held the open for most of a day.
         sent = []
-
-        def announce(conn, stop):
-            with conn:
-                try:
-                    conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n")
-                    while not stop.wait(0.2):
-                        sent.append(conn.send(b"x" * 2048))
-                except OSError:
-                    pass
-
+        announce = self.drip(1000000000000, b"x" * 2048, 0.2, sent)
         url, r, took = self.inspect_against(announce)
         self.assertEqual(r.returncode, 2, r.stderr)  # not a dataset's manifest, as a local one
         self.assertIn(f"{url}/manifest.sfm: larger than any valid manifest", r.stderr)
@@ -299,16 +306,7 @@ class SilentServer(RemoteCase):
         # Two bytes a second kept one request alive as long as the server liked (the stall
         # rule was under 1 byte/s): the open of a manifest took 10 minutes. Under 1 KiB/s for
         # the whole timeout now fails the attempt.
-        def trickle(conn, stop):
-            with conn:
-                try:
-                    conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-                    while not stop.wait(0.5):
-                        conn.sendall(b"x")
-                except OSError:
-                    pass
-
+        trickle = self.drip(100000, b"x", 0.5)
         env = dict(os.environ, SHARDFEED_REMOTE_TIMEOUT_MS="1000", SHARDFEED_REMOTE_RETRIES="1")
         url, r, took = self.inspect_against(trickle, env)
         self.assertEqual(r.returncode, 1, r.stderr)
