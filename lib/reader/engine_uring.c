@@ -228,8 +228,16 @@ static void uring_thread_fini(reader_io_thread *t)
     uring_thread *u = t->ctx;
     if (!u)
         return;
-    if (u->ring_ok)
+    if (u->ring_ok) {
+        /* Unregistered first: that gives the pinned memory back to the
+         * user's RLIMIT_MEMLOCK count at once, where the ring's own exit
+         * does it later, on the kernel's workqueue, and a reader started
+         * right after (a new Loader, the next run of a script) found it
+         * still counted and registered nothing. */
+        if (u->nbufs)
+            io_uring_unregister_buffers(&u->ring);
         io_uring_queue_exit(&u->ring);
+    }
     for (unsigned i = 0; i < u->nstates; i++)
         XXH3_freeState(u->states[i]);
     free(u->states);

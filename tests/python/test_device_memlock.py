@@ -1,6 +1,9 @@
 """io_uring's buffer registration under a small RLIMIT_MEMLOCK: an ordinary user's 8 MiB limit
 with 19 MB slots registered nothing before (one buffer per slot, each larger than the whole
-limit); now the slab is registered in pieces that fit, and the reader says how much.
+limit); now the slab is registered in pieces that fit, and the reader says how much. The
+2-thread run starts right after the 1-thread one, as the same user: a ring freed its registered
+memory only on the kernel's workqueue after its process exited, still counted then, and the
+second run registered nothing (engine_uring.c now unregisters first).
 
 RLIMIT_MEMLOCK binds io_uring only for users without CAP_IPC_LOCK: as root the child drops to
 nobody (setgid/setuid) after lowering the limit; as another user the limit binds already; where
